@@ -1,0 +1,169 @@
+"""The archiver's exception tree: one base class, a branch per boundary (config, upstream API, store)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: Longest body excerpt an error carries; enough to recognise an HTML error page, short enough for a log line.
+EXCERPT_LIMIT = 200
+
+
+def excerpt(body: bytes | str, limit: int = EXCERPT_LIMIT) -> str:
+    """A short, single-line, printable excerpt of a response body for error messages."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class ArchiverError(Exception):
+    """Base of every error the archiver raises on purpose."""
+
+
+class ConfigError(ArchiverError):
+    """The user's configuration is invalid; the message says which option and why."""
+
+
+class SessionNotArchivedError(ArchiverError):
+    """A retrieval command asked for a session that has no manifest in the store."""
+
+
+# --- upstream API -----------------------------------------------------------------------------
+
+
+class ApiError(ArchiverError):
+    """Any failure talking to the session hosting service."""
+
+    def __init__(self, message: str, *, method: str = "", path: str = "") -> None:
+        super().__init__(message)
+        self.method = method
+        self.path = path
+
+    #: Whether retrying the same request may succeed.
+    transient: bool = False
+
+
+class ApiTransportError(ApiError):
+    """No usable HTTP response: connection refused or reset, timeout, truncated body."""
+
+    transient = True
+
+
+class ApiDecodeError(ApiError):
+    """A successful response whose body is not what the endpoint promises (garbage, wrong types)."""
+
+    def __init__(self, message: str, *, body: bytes | str = b"", method: str = "", path: str = "") -> None:
+        self.excerpt = excerpt(body)
+        detail = f"{message} (body starts: {self.excerpt!r})" if self.excerpt else message
+        super().__init__(detail, method=method, path=path)
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    """One field complaint of a 422 answer."""
+
+    field: str
+    description: str
+
+
+class ApiStatusError(ApiError):
+    """The upstream answered with an error status; carries what its error body said, if anything."""
+
+    def __init__(
+        self,
+        status: int,
+        *,
+        code: str = "",
+        message: str = "",
+        details: str = "",
+        identifier: str = "",
+        violations: Sequence[Violation] = (),
+        body_excerpt: str = "",
+        retry_after: float | None = None,
+        method: str = "",
+        path: str = "",
+    ) -> None:
+        self.status = status
+        self.code = code
+        self.upstream_message = message
+        self.details = details
+        self.identifier = identifier
+        self.violations = tuple(violations)
+        self.body_excerpt = body_excerpt
+        self.retry_after = retry_after
+        parts = [f"{method} {path} answered {status}".strip()]
+        if code:
+            parts.append(code)
+        if message:
+            parts.append(message)
+        elif body_excerpt:
+            parts.append(f"body starts: {body_excerpt!r}")
+        if self.violations:
+            parts.append("; ".join(f"{v.field}: {v.description}" for v in self.violations))
+        if identifier:
+            parts.append(f"identifier={identifier}")
+        super().__init__(
+            ": ".join(parts[:1]) + (" — " + " | ".join(parts[1:]) if parts[1:] else ""),
+            method=method,
+            path=path,
+        )
+
+
+class UnauthorizedError(ApiStatusError):
+    """401: the token is missing, malformed, expired or for the other environment."""
+
+
+class ForbiddenError(ApiStatusError):
+    """403: the token lacks the scope for this endpoint."""
+
+
+class NotFoundError(ApiStatusError):
+    """404: unknown session (or removed after retention), image, location or tag."""
+
+
+class ConflictError(ApiStatusError):
+    """409: duplicate session id, or the session is already terminated."""
+
+
+class UnprocessableError(ApiStatusError):
+    """422: the request body was rejected; `violations` says which fields."""
+
+
+class RateLimitedError(ApiStatusError):
+    """420 or 429: no capacity or too many requests; honour `retry_after`."""
+
+    transient = True
+
+
+class ServerError(ApiStatusError):
+    """5xx: the upstream (or a proxy in front of it) failed."""
+
+    transient = True
+
+
+def status_error_class(status: int) -> type[ApiStatusError]:
+    """The exception class for an HTTP error status (never through http.HTTPStatus: 420 is not in it)."""
+    if status >= 500:
+        return ServerError
+    return {
+        401: UnauthorizedError,
+        403: ForbiddenError,
+        404: NotFoundError,
+        409: ConflictError,
+        420: RateLimitedError,
+        422: UnprocessableError,
+        429: RateLimitedError,
+    }.get(status, ApiStatusError)
+
+
+# --- object store -----------------------------------------------------------------------------
+
+
+class StoreError(ArchiverError):
+    """The object store (S3 or a directory) failed an operation."""
+
+    transient: bool = False
+
+
+class PayloadError(ArchiverError, ValueError):
+    """An upstream payload does not have the shape its endpoint promises (raised by pure parsers)."""

@@ -1,0 +1,379 @@
+"""Typed models of the upstream's payloads and the tolerant, pure functions that parse them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from archiver.errors import PayloadError
+
+#: Statuses the real service is known to send (OpenAPI SessionStatus); anything else is "unknown".
+KNOWN_STATUSES = frozenset(
+    {
+        "created",
+        "running",
+        "restarting",
+        "exited",
+        "dead",
+        "draining",
+        "shuttingdown",
+        "server_unreachable",
+    }
+)
+#: A described session in one of these has ended: its container is gone, artifacts can be fetched.
+TERMINAL_STATUSES = frozenset({"exited", "dead"})
+UNKNOWN_STATUS = "unknown"
+
+#: Keys inside `labels` that the service itself sets; every other key is a raw image label.
+_ENV_KEY = "env"
+_TAGS_KEY = "tags"
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """One session as listed (`GET /session`) or described (`GET /session/{id}`).
+
+    The container env is deliberately reduced to its keys: its values hold callers' secrets.
+    """
+
+    id: str
+    image: str
+    tag: str
+    location: str
+    host: str
+    #: Creation time in epoch milliseconds as sent (float when the service sends one).
+    created_ms: float
+    #: A value of KNOWN_STATUSES or "unknown" (missing, empty or new values).
+    status: str
+    player_count: int | None
+    ports: Mapping[str, int] = field(default_factory=dict)
+    #: The caller's labels (`labels.tags`), decoded.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Other raw image labels (not JSON), kept for the manifest.
+    image_labels: Mapping[str, str] = field(default_factory=dict)
+    #: Names of the container's environment variables; never their values.
+    env_keys: tuple[str, ...] = ()
+    #: Joined player ids; only described sessions carry them.
+    players: tuple[str, ...] | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def created_seconds(self) -> float:
+        return self.created_ms / 1000.0
+
+
+@dataclass(frozen=True, slots=True)
+class PortMapping:
+    type: str
+    container: int
+    host: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedSession:
+    """The answer to POST /session (the id falls back to the requested one when omitted)."""
+
+    id: str
+    host: str
+    ports: tuple[PortMapping, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlayersResult:
+    """The answer to player join/leave: the session's player count and ids."""
+
+    count: int
+    players: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    id: str
+    ips: tuple[str, ...]
+
+
+# --- primitive coercions ------------------------------------------------------------------------
+
+
+def decode_json(body: bytes | str) -> Any:
+    """JSON-decode a body, turning any failure into PayloadError."""
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise PayloadError(f"body is not JSON ({exc.__class__.__name__})") from None
+
+
+def _require_mapping(value: Any, what: str) -> Mapping[str, Any]:
+    if not isinstance(value, dict):
+        raise PayloadError(f"{what} is {_type_name(value)}, expected an object")
+    return value
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _require_str(obj: Mapping[str, Any], key: str, what: str) -> str:
+    value = obj.get(key)
+    if isinstance(value, str):
+        return value
+    if value is None:
+        raise PayloadError(f"{what} has no {key!r}")
+    raise PayloadError(f"{what} field {key!r} is {_type_name(value)}, expected a string")
+
+
+def _optional_str(obj: Mapping[str, Any], key: str) -> str:
+    value = obj.get(key)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return ""
+
+
+def _as_int(value: Any) -> int | None:
+    """An int from an int, an integral float or a numeric string; None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else None
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None
+        return int(number) if number.is_integer() else None
+    return None
+
+
+def _maybe_json_object(value: Any) -> Any:
+    """Decode a JSON-encoded string into its value when it holds an object; else return it as is."""
+    if isinstance(value, str) and value[:1] == "{":
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _unwrap(value: Any, key: str) -> Any:
+    """`{"port": {...}}` → `{...}`: the service sometimes wraps a field in an object of its own name."""
+    value = _maybe_json_object(value)
+    if isinstance(value, dict) and len(value) == 1 and key in value:
+        return _maybe_json_object(value[key])
+    return value
+
+
+def _status(value: Any) -> str:
+    return value if isinstance(value, str) and value in KNOWN_STATUSES else UNKNOWN_STATUS
+
+
+def _created(obj: Mapping[str, Any], what: str) -> float:
+    value = obj.get("created")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return value  # ms epoch; int stays exact, float stays float64
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if value is None:
+        raise PayloadError(f"{what} has no 'created'")
+    raise PayloadError(f"{what} field 'created' is {_type_name(value)}, expected a number")
+
+
+def parse_ports(value: Any) -> dict[str, int]:
+    """`port` as an object, a JSON string of one, or either wrapped in `{"port": ...}`; drops bad entries."""
+    value = _unwrap(value, "port")
+    if not isinstance(value, dict):
+        return {}
+    ports: dict[str, int] = {}
+    for name, raw in value.items():
+        number = _as_int(raw)
+        if number is not None:
+            ports[str(name)] = number
+    return ports
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedLabels:
+    user: dict[str, str]
+    image: dict[str, str]
+    env_keys: tuple[str, ...]
+
+
+_NO_LABELS = ParsedLabels({}, {}, ())
+
+
+def parse_labels(value: Any) -> ParsedLabels:
+    """Split `labels` into the caller's labels (`tags`), raw image labels and env *keys* (values dropped)."""
+    value = _unwrap(value, "labels")
+    if not isinstance(value, dict) or not value:
+        return _NO_LABELS
+    user: dict[str, str] = {}
+    image: dict[str, str] = {}
+    env_keys: tuple[str, ...] = ()
+    for key, raw in value.items():
+        if key == _ENV_KEY:
+            env = _maybe_json_object(raw)
+            # Only the names survive: the values are the caller's secrets.
+            env_keys = tuple(sorted(str(k) for k in env)) if isinstance(env, dict) else ()
+        elif key == _TAGS_KEY:
+            tags = _maybe_json_object(raw)
+            if isinstance(tags, dict):
+                user.update({str(k): _label_value(v) for k, v in tags.items()})
+            elif isinstance(tags, str):
+                image[key] = tags  # undecodable: keep the raw string
+        elif isinstance(raw, str):
+            image[str(key)] = raw
+        else:
+            image[str(key)] = json.dumps(raw, sort_keys=True)
+    return ParsedLabels(user, image, env_keys)
+
+
+def _label_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+# --- payload parsers ----------------------------------------------------------------------------
+
+
+def parse_session(obj: Any, *, what: str = "session") -> Session:
+    """Parse a list entry or a described session, tolerating every quirk of api-behaviour.md."""
+    entry = _require_mapping(obj, what)
+    sid = _require_str(entry, "id", what)
+    what = f"{what} {sid!r}"
+    labels = parse_labels(entry.get("labels"))
+    players_obj = entry.get("players")
+    players: tuple[str, ...] | None = None
+    player_count = _as_int(entry.get("playerCount"))
+    if isinstance(players_obj, dict):
+        joined = players_obj.get("joined")
+        if isinstance(joined, list):
+            players = tuple(str(p) for p in joined)
+        count = _as_int(players_obj.get("joinedCount"))
+        if count is None and players is not None:
+            count = len(players)
+        if player_count is None:
+            player_count = count
+    return Session(
+        id=sid,
+        image=_require_str(entry, "image", what),
+        tag=_optional_str(entry, "tag"),
+        location=_require_str(entry, "location", what),
+        host=_optional_str(entry, "host"),
+        created_ms=_created(entry, what),
+        status=_status(entry.get("status")),
+        player_count=player_count,
+        ports=parse_ports(entry.get("port")),
+        labels=labels.user,
+        image_labels=labels.image,
+        env_keys=labels.env_keys,
+        players=players,
+    )
+
+
+def parse_session_list(payload: Any) -> list[Session]:
+    """`{"sessions": [...]}` → sessions. Any malformed entry fails the whole list: a partial list
+    would look like ended sessions to the archiver."""
+    body = _require_mapping(payload, "session list")
+    entries = body.get("sessions")
+    if not isinstance(entries, list):
+        raise PayloadError(f"session list field 'sessions' is {_type_name(entries)}, expected an array")
+    return [parse_session(entry, what=f"session list entry {i}") for i, entry in enumerate(entries)]
+
+
+def parse_created(payload: Any, requested_id: str | None) -> CreatedSession:
+    """The create answer; `id` may be missing when the caller chose one (observed)."""
+    body = _require_mapping(payload, "create response")
+    sid = body.get("id")
+    if not isinstance(sid, str) or not sid:
+        if requested_id is None:
+            raise PayloadError("create response has no 'id' and none was requested")
+        sid = requested_id
+    ports_raw = body.get("ports")
+    ports: list[PortMapping] = []
+    if isinstance(ports_raw, list):
+        for item in ports_raw:
+            if not isinstance(item, dict):
+                continue
+            container, host = _as_int(item.get("container")), _as_int(item.get("host"))
+            if container is None or host is None:
+                continue
+            ports.append(PortMapping(str(item.get("type", "")), container, host))
+    return CreatedSession(id=sid, host=_optional_str(body, "host"), ports=tuple(ports))
+
+
+def parse_players_result(payload: Any) -> PlayersResult:
+    body = _require_mapping(payload, "player result")
+    players_raw = body.get("players")
+    players = tuple(str(p) for p in players_raw) if isinstance(players_raw, list) else ()
+    count = _as_int(body.get("count"))
+    return PlayersResult(count=len(players) if count is None else count, players=players)
+
+
+def parse_locations(payload: Any) -> list[Location]:
+    body = _require_mapping(payload, "location list")
+    raw = body.get("locations")
+    if not isinstance(raw, list):
+        raise PayloadError(f"location list field 'locations' is {_type_name(raw)}, expected an array")
+    result = []
+    for i, item in enumerate(raw):
+        entry = _require_mapping(item, f"location {i}")
+        ips = entry.get("ips")
+        result.append(
+            Location(
+                id=_require_str(entry, "id", f"location {i}"),
+                ips=tuple(str(ip) for ip in ips) if isinstance(ips, list) else (),
+            )
+        )
+    return result
+
+
+def parse_tag_exists(payload: Any) -> bool:
+    body = _require_mapping(payload, "tag check")
+    exists = body.get("exists")
+    if not isinstance(exists, bool):
+        raise PayloadError(f"tag check field 'exists' is {_type_name(exists)}, expected a boolean")
+    return exists
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorBody:
+    """What an error response said, from whatever it was (JSON error body, HTML page, plain text)."""
+
+    code: str = ""
+    message: str = ""
+    details: str = ""
+    identifier: str = ""
+    violations: tuple[tuple[str, str], ...] = ()
+
+
+def parse_error_body(body: bytes) -> ErrorBody:
+    """Best-effort reading of an error body; never raises (the HTTP status is what callers branch on)."""
+    try:
+        obj = json.loads(body) if body.lstrip()[:1] == b"{" else None
+    except ValueError:
+        obj = None
+    if not isinstance(obj, dict):
+        return ErrorBody()
+    violations: list[tuple[str, str]] = []
+    raw = obj.get("violations")
+    if isinstance(raw, list):
+        for v in raw:
+            if isinstance(v, dict):
+                violations.append((str(v.get("field", "")), str(v.get("description", ""))))
+    return ErrorBody(
+        code=_optional_str(obj, "code"),
+        message=_optional_str(obj, "message"),
+        details=_optional_str(obj, "details"),
+        identifier=_optional_str(obj, "identifier"),
+        violations=tuple(violations),
+    )
