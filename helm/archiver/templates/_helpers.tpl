@@ -1,0 +1,203 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "archiver.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Create a default fully qualified app name, truncated at 63 characters (DNS label limit). A release
+name that already contains the chart name is used as is.
+*/}}
+{{- define "archiver.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Chart name and version as used by the chart label.
+*/}}
+{{- define "archiver.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Namespace of the release, overridable for umbrella charts.
+*/}}
+{{- define "archiver.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+Selector labels: stable for the lifetime of the release (a StatefulSet selector is immutable).
+*/}}
+{{- define "archiver.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "archiver.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/*
+Common labels.
+*/}}
+{{- define "archiver.labels" -}}
+helm.sh/chart: {{ include "archiver.chart" . }}
+{{ include "archiver.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/component: archiver
+app.kubernetes.io/part-of: session-archiver
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{/*
+Name of the ServiceAccount to use.
+*/}}
+{{- define "archiver.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "archiver.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Name of the Secret holding the API token under the key "api-token".
+*/}}
+{{- define "archiver.secretName" -}}
+{{- default (printf "%s-token" (include "archiver.fullname" .)) .Values.existingSecret -}}
+{{- end -}}
+
+{{/*
+Container image reference: a digest pins it, else the tag (default: the chart's appVersion).
+*/}}
+{{- define "archiver.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The port the daemon listens on, taken from config.listen (HOST:PORT, [v6]:PORT or :PORT) so the
+container port, probes and Service can never disagree with the daemon.
+*/}}
+{{- define "archiver.port" -}}
+{{- $listen := toString (required "config.listen is required (HOST:PORT)" .Values.config.listen) -}}
+{{- $port := regexFind "[0-9]+$" $listen -}}
+{{- if not (regexMatch ":[0-9]+$" $listen) -}}
+{{- fail (printf "config.listen must be HOST:PORT, got %q" $listen) -}}
+{{- end -}}
+{{- $port -}}
+{{- end -}}
+
+{{/*
+The state directory, where the persistent volume is mounted.
+*/}}
+{{- define "archiver.stateDir" -}}
+{{- required "config.state_dir is required (the persistent volume is mounted there)" .Values.config.state_dir -}}
+{{- end -}}
+
+{{/*
+Scheme of the daemon's HTTP server: HTTPS when the web config enables TLS.
+*/}}
+{{- define "archiver.scheme" -}}
+{{- if and .Values.webConfig (hasKey .Values.webConfig "tls_server_config") -}}HTTPS{{- else -}}HTTP{{- end -}}
+{{- end -}}
+
+{{/*
+Probe: the values' timings plus the chart's check (httpGet on PATH; tcpSocket with basic auth),
+unless the values bring their own check. Called with (dict "ctx" $ "probe" <values> "path" "/x").
+*/}}
+{{- define "archiver.probe" -}}
+{{- $ctx := .ctx -}}
+{{- $probe := deepCopy (default (dict) .probe) -}}
+{{- $hasCheck := or (hasKey $probe "httpGet") (hasKey $probe "tcpSocket") (hasKey $probe "exec") (hasKey $probe "grpc") -}}
+{{- if not $hasCheck -}}
+{{- if and $ctx.Values.webConfig (hasKey $ctx.Values.webConfig "basic_auth_users") -}}
+{{- $_ := set $probe "tcpSocket" (dict "port" "http-metrics") -}}
+{{- else -}}
+{{- $_ := set $probe "httpGet" (dict "path" .path "port" "http-metrics" "scheme" (include "archiver.scheme" $ctx)) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $probe -}}
+{{- end -}}
+
+{{/*
+TOML rendering of .Values.config. Keys: bare when they only use [A-Za-z0-9_-], else quoted.
+*/}}
+{{- define "archiver.toml.key" -}}
+{{- if regexMatch "^[A-Za-z0-9_-]+$" . -}}{{ . }}{{- else -}}{{ toJson . }}{{- end -}}
+{{- end -}}
+
+{{/*
+One TOML value. Strings go through toJson: JSON string escapes (\" \\ \n \t \uXXXX ...) are all
+valid TOML basic-string escapes. Numbers and booleans print the same in both languages. Lists
+become arrays, maps inline tables. TOML has no null, so a null inside a list is an error.
+*/}}
+{{- define "archiver.toml.value" -}}
+{{- $v := . -}}
+{{- if kindIs "invalid" $v -}}
+{{- fail "config: null is only allowed as a top-level or table value (to drop a key); TOML has no null inside lists" -}}
+{{- else if kindIs "slice" $v -}}
+[{{- range $i, $e := $v }}{{ if $i }}, {{ end }}{{ include "archiver.toml.value" $e }}{{- end -}}]
+{{- else if kindIs "map" $v -}}
+{ {{- range $i, $k := keys $v | sortAlpha }}{{ if $i }},{{ end }} {{ include "archiver.toml.key" $k }} = {{ include "archiver.toml.value" (index $v $k) }}{{- end }} }
+{{- else -}}
+{{- toJson $v -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+A TOML table body: its plain keys first (TOML requires them before any sub-table header), then
+each map-valued key as a [sub.table] (its header omitted when it holds only sub-tables). Null
+values are skipped, so `key: null` in values drops a default.
+Called with (dict "path" (list ...) "table" <map>).
+*/}}
+{{- define "archiver.toml.table" -}}
+{{- $path := .path -}}
+{{- $tbl := .table -}}
+{{- range $k := keys $tbl | sortAlpha }}
+{{- $v := index $tbl $k }}
+{{- if not (or (kindIs "map" $v) (kindIs "invalid" $v)) }}
+{{ include "archiver.toml.key" $k }} = {{ include "archiver.toml.value" $v }}
+{{- end }}
+{{- end }}
+{{- range $k := keys $tbl | sortAlpha }}
+{{- $v := index $tbl $k }}
+{{- if kindIs "map" $v }}
+{{- $sub := append $path (include "archiver.toml.key" $k) }}
+{{- $plain := false }}
+{{- range $_, $vv := $v }}{{ if not (or (kindIs "map" $vv) (kindIs "invalid" $vv)) }}{{ $plain = true }}{{ end }}{{ end }}
+{{- /* A header only where it carries keys or an empty table; sub-tables define their parents. */}}
+{{- if or $plain (empty $v) }}
+[{{ join "." $sub }}]
+{{- end }}
+{{- include "archiver.toml.table" (dict "path" $sub "table" $v) }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The whole config.toml. Refuses keys the chart manages itself: the token must never reach the
+ConfigMap, and the token / web-config file flags are set by the chart.
+*/}}
+{{- define "archiver.configToml" -}}
+{{- $cfg := .Values.config -}}
+{{- range $forbidden := list "api_token" "api_token_file" "web_config_file" "config" }}
+{{- if hasKey $cfg $forbidden }}
+{{- fail (printf "config.%s must not be set: the API token comes from existingSecret/apiToken (mounted as a file), and the chart sets --api-token-file, --web-config-file and --config itself" $forbidden) }}
+{{- end }}
+{{- end }}
+{{- if not $cfg.api_url }}
+{{- fail "config.api_url is required: the base URL of the session hosting API" }}
+{{- end }}
+{{- include "archiver.toml.table" (dict "path" (list) "table" $cfg) | trimPrefix "\n" }}
+{{- end -}}

@@ -1,0 +1,372 @@
+"""The Helm chart helm/archiver renders, lints and validates, and wires config, token and extras right.
+
+Rendering and linting use helm-python-sdk (Helm's Go SDK through ctypes, no helm binary);
+every rendered core manifest is validated with kubernetes-validate against the Kubernetes
+OpenAPI schemas it ships, in strict mode (unknown fields are errors).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+CHART = REPO / "helm" / "archiver"
+GRAFANA = REPO / "grafana"
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schema shipped.
+K8S_VERSIONS = ["1.25", kubernetes_validate.utils.latest_version()]
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+TOKEN = "tok-3f9c2e7a-NEVER-IN-A-MANIFEST"
+TOKEN_FILE = "/etc/archiver/secret/api-token"
+
+Doc = dict[str, Any]
+
+
+def _values_file(name: str) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load((CHART / "ci" / name).read_text())
+    return loaded
+
+
+MINIMAL = _values_file("default-values.yaml")
+ALL_FEATURES = _values_file("all-features-values.yaml")
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm.Chart]:
+    with helm.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def render(chart: helm.Chart, values: dict[str, Any]) -> list[Doc]:
+    """Render like `helm template arch . -n observability` and parse every manifest."""
+    manifests = chart.render(values, name="arch", namespace="observability")
+    docs: list[Doc] = []
+    for path, text in sorted(manifests.items()):
+        if path.endswith("NOTES.txt"):
+            continue
+        docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
+    return docs
+
+
+def one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
+    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+    return found[0]
+
+
+def container(docs: list[Doc]) -> Doc:
+    containers = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    found: Doc = containers[0]
+    return found
+
+
+def rendered_toml(docs: list[Doc]) -> dict[str, Any]:
+    return tomllib.loads(one(docs, "ConfigMap", "arch-archiver")["data"]["config.toml"])
+
+
+def without_nulls(value: Any) -> Any:
+    """What TOML can carry: a null in values means "drop this key"."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    return value
+
+
+def test_default_values_refuse_to_render_without_api_url_and_token(chart: helm.Chart) -> None:
+    """The two settings without a default fail the render with a message naming them."""
+    with pytest.raises(helm.HelmRenderError, match=r"config\.api_url is required"):
+        chart.render({}, name="arch")
+    with pytest.raises(helm.HelmRenderError, match="existingSecret"):
+        chart.render({"config": {"api_url": "https://api.example.com"}}, name="arch")
+
+
+@pytest.mark.parametrize("values_file", ["default-values.yaml", "all-features-values.yaml"])
+def test_chart_lints_clean(values_file: str) -> None:
+    """helm lint --strict finds no warning or error with the CI values files."""
+    report = helm.lint(CHART, _values_file(values_file), strict=True)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [] and problems == [], report
+
+
+@pytest.mark.parametrize("values", [MINIMAL, ALL_FEATURES], ids=["minimal", "all-features"])
+def test_rendered_manifests_validate_against_kubernetes_schemas(
+    chart: helm.Chart, values: dict[str, Any]
+) -> None:
+    """Every core manifest passes strict schema validation; the CRDs have their required shape."""
+    docs = render(chart, values)
+    assert docs
+    for doc in docs:
+        if (doc["apiVersion"], doc["kind"]) in CRD_KINDS:
+            assert doc["metadata"]["name"] and doc["metadata"]["namespace"] == "observability"
+            assert isinstance(doc["spec"], dict)
+            continue
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_schema_validation_catches_a_malformed_manifest(chart: helm.Chart) -> None:
+    """The validation above is live: a bad extraEnv entry renders but fails the Pod schema."""
+    values = {**MINIMAL, "extraEnv": [{"name": "AWS_REGION", "valueFrom": {"bogus": "x"}}]}
+    sts = one(render(chart, values), "StatefulSet")
+    with pytest.raises(kubernetes_validate.ValidationError, match="bogus"):
+        kubernetes_validate.validate(sts, K8S_VERSIONS[0], strict=True)
+
+
+def test_defaults_create_only_the_core_objects(chart: helm.Chart) -> None:
+    """ServiceMonitor, PrometheusRule and dashboards are off by default; existingSecret makes no Secret."""
+    kinds = sorted(d["kind"] for d in render(chart, MINIMAL))
+    assert kinds == ["ConfigMap", "Service", "ServiceAccount", "StatefulSet"]
+
+
+def test_statefulset_runs_one_archiver_with_a_persistent_state_dir(chart: helm.Chart) -> None:
+    docs = render(chart, MINIMAL)
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["replicas"] == 1
+    assert sts["spec"]["serviceName"] == one(docs, "Service")["metadata"]["name"]
+    (claim,) = sts["spec"]["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "state"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    assert "storageClassName" not in claim["spec"]
+    c = container(docs)
+    assert c["image"] == "ghcr.io/session-archiver/archiver:0.1.0"  # appVersion
+    assert c["args"][:5] == ["run", "--config", "/etc/archiver/config.toml", "--api-token-file", TOKEN_FILE]
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert mounts["state"] == "/var/lib/archiver" == rendered_toml(docs)["state_dir"]
+    assert mounts["config"] == "/etc/archiver/config.toml"
+    assert c["ports"] == [{"name": "http-metrics", "containerPort": 9877, "protocol": "TCP"}]
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics", "scheme": "HTTP"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics", "scheme": "HTTP"}
+    assert c["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+    service = one(docs, "Service")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["ports"][0]["name"] == "http-metrics"
+    assert service["spec"]["ports"][0]["port"] == 9877
+
+
+def test_pod_is_locked_down(chart: helm.Chart) -> None:
+    """Non-root, read-only root filesystem, no capabilities, RuntimeDefault seccomp, no API token."""
+    docs = render(chart, MINIMAL)
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    sc = container(docs)["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    # A read-only root needs a writable /tmp.
+    assert {"name": "tmp", "mountPath": "/tmp"} in container(docs)["volumeMounts"]
+
+
+def test_api_token_reaches_only_the_secret_and_is_passed_as_a_file(chart: helm.Chart) -> None:
+    """apiToken becomes a chart Secret mounted as a file; no other manifest carries it."""
+    values = {**MINIMAL, "existingSecret": "", "apiToken": TOKEN}
+    docs = render(chart, values)
+    secret = one(docs, "Secret", "arch-archiver-token")
+    assert base64.b64decode(secret["data"]["api-token"]).decode() == TOKEN
+    encoded = base64.b64encode(TOKEN.encode()).decode()
+    for doc in docs:
+        if doc is secret:
+            continue
+        text = json.dumps(doc)
+        assert TOKEN not in text and encoded not in text, f"token leaked into {doc['kind']}"
+    c = container(docs)
+    args = c["args"]
+    assert args[args.index("--api-token-file") + 1] == TOKEN_FILE
+    assert "env" not in c  # never an environment variable
+    assert {"name": "api-token", "mountPath": "/etc/archiver/secret", "readOnly": True} in c["volumeMounts"]
+    volumes = one(docs, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    token_volume = next(v for v in volumes if v["name"] == "api-token")
+    assert token_volume["secret"]["secretName"] == "arch-archiver-token"
+    assert token_volume["secret"]["items"] == [{"key": "api-token", "path": "api-token"}]
+
+
+def test_existing_secret_is_mounted_and_no_secret_is_created(chart: helm.Chart) -> None:
+    docs = render(chart, {**MINIMAL, "existingSecret": "team-archiver-token", "apiToken": TOKEN})
+    assert [d for d in docs if d["kind"] == "Secret"] == []
+    assert TOKEN not in json.dumps(docs)
+    volumes = one(docs, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    token_volume = next(v for v in volumes if v["name"] == "api-token")
+    assert token_volume["secret"]["secretName"] == "team-archiver-token"
+
+
+@pytest.mark.parametrize("key", ["api_token", "api_token_file", "web_config_file"])
+def test_token_and_chart_managed_keys_are_refused_in_config(chart: helm.Chart, key: str) -> None:
+    """The token never goes into the ConfigMap: the schema rejects such keys before rendering."""
+    values = {**MINIMAL, "config": {**MINIMAL["config"], key: TOKEN}}
+    with pytest.raises(helm.HelmError, match=key):
+        chart.render(values, name="arch")
+
+
+TOML_CASES: dict[str, dict[str, Any]] = {
+    "minimal": {},
+    "every-key": ALL_FEATURES["config"],
+    "tricky-strings": {
+        "store": "file:///srv/archive dir/ü",
+        "artifact_path": ['/a "quoted"\\path', "/tab\there", "/<html>&amp;", "/new\nline", "/é€😀"],
+        "session_label_allowlist": [],
+        "poll_interval": 2.5,
+        "retention": 14400,
+        "max_sessions": 0,
+        "log_format": "text",
+        "images": {
+            "registry.example.com/team/game:1.2": {"artifact_path": ["/srv/x"]},
+            "demo-game": {"artifact_path": []},
+            "empty": {},
+        },
+    },
+    "null-drops-a-default": {"log_format": None, "images": {}},
+}
+
+
+@pytest.mark.parametrize("overrides", TOML_CASES.values(), ids=TOML_CASES.keys())
+def test_config_toml_parses_back_to_the_config_values(chart: helm.Chart, overrides: dict[str, Any]) -> None:
+    """tomllib reads back exactly the merged `config` values (strings, numbers, lists, tables)."""
+    values = {**MINIMAL, "config": {**MINIMAL["config"], **overrides}}
+    expected = without_nulls(chart.merge_values(values)["config"])
+    assert rendered_toml(render(chart, values)) == expected
+
+
+def test_chart_config_keys_are_the_daemon_options() -> None:
+    """The schema allows exactly the TOML keys archiver.settings accepts, minus the file flags the
+    chart sets itself (--api-token-file, --web-config-file)."""
+    from archiver.settings import OPTIONS
+
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    chart_keys = set(schema["properties"]["config"]["properties"])
+    daemon_keys = {opt.key for opt in OPTIONS} - {"api_token_file", "web_config_file"} | {"images"}
+    assert chart_keys == daemon_keys
+
+
+def test_daemon_loads_the_rendered_config(chart: helm.Chart, tmp_path: Path) -> None:
+    """The ConfigMap's config.toml, read by archiver.settings like `archiver run --config` does."""
+    from archiver.settings import load_settings
+
+    config_file = tmp_path / "config.toml"
+    docs = render(chart, ALL_FEATURES)
+    config_file.write_text(one(docs, "ConfigMap", "arch-archiver")["data"]["config.toml"])
+    token_file = tmp_path / "api-token"
+    token_file.write_text(TOKEN)
+    settings = load_settings({"api_token_file": str(token_file)}, env={}, config_file=config_file)
+    assert settings.api_url == "https://api.example.com"
+    assert settings.store == "s3://archive-bucket/sessions/"
+    assert settings.state_dir == Path("/var/lib/archiver")
+    assert settings.poll_interval == 10.0 and settings.retention == 4 * 3600.0
+    assert settings.deadline_margin == 600.0 and settings.max_artifact_size == 110_000_000
+    assert settings.log_format == "json" and settings.s3_checksum == "when_required"
+    assert settings.artifact_paths_for("demo-game") == (
+        "/var/log/game/server.log",
+        "/srv/replays/match.replay",
+        "/srv/crash/core.txt",
+    )
+
+
+def test_config_change_rolls_the_pod(chart: helm.Chart) -> None:
+    def checksum(values: dict[str, Any]) -> str:
+        sts = one(render(chart, values), "StatefulSet")
+        annotation: str = sts["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+        return annotation
+
+    same = checksum(MINIMAL)
+    assert same == checksum(MINIMAL)
+    changed = {**MINIMAL, "config": {**MINIMAL["config"], "poll_interval": "30s"}}
+    assert checksum(changed) != same
+
+
+def test_listen_port_drives_container_port(chart: helm.Chart) -> None:
+    values = {**MINIMAL, "config": {**MINIMAL["config"], "listen": "[::]:9100"}}
+    assert container(render(chart, values))["ports"][0]["containerPort"] == 9100
+
+
+def test_more_than_one_replica_is_refused(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmError, match="replicaCount"):
+        chart.render({**MINIMAL, "replicaCount": 2}, name="arch")
+    paused = render(chart, {**MINIMAL, "replicaCount": 0})
+    assert one(paused, "StatefulSet")["spec"]["replicas"] == 0
+
+
+def test_persistence_settings(chart: helm.Chart) -> None:
+    sized = render(chart, {**MINIMAL, "persistence": {"size": "50Gi", "storageClass": "gp3"}})
+    (claim,) = one(sized, "StatefulSet")["spec"]["volumeClaimTemplates"]
+    assert claim["spec"]["resources"]["requests"]["storage"] == "50Gi"
+    assert claim["spec"]["storageClassName"] == "gp3"
+    dash = render(chart, {**MINIMAL, "persistence": {"storageClass": "-"}})
+    assert one(dash, "StatefulSet")["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"] == ""
+    ephemeral = one(render(chart, {**MINIMAL, "persistence": {"enabled": False}}), "StatefulSet")
+    assert "volumeClaimTemplates" not in ephemeral["spec"]
+    assert {"name": "state", "emptyDir": {}} in ephemeral["spec"]["template"]["spec"]["volumes"]
+
+
+def test_all_features_wire_web_config_servicemonitor_and_irsa(chart: helm.Chart) -> None:
+    docs = render(chart, ALL_FEATURES)
+    c = container(docs)
+    args = c["args"]
+    assert args[args.index("--web-config-file") + 1] == "/etc/archiver/web/web-config.yml"
+    web = one(docs, "Secret", "arch-archiver-web-config")
+    assert yaml.safe_load(base64.b64decode(web["data"]["web-config.yml"])) == ALL_FEATURES["webConfig"]
+    # TLS in the web config: probes and scrapes switch to HTTPS.
+    assert c["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    sm = one(docs, "ServiceMonitor")
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] == "http-metrics" and endpoint["path"] == "/metrics"
+    assert endpoint["scheme"] == "https" and endpoint["interval"] == "30s"
+    service = one(docs, "Service")
+    selector = sm["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= service["metadata"]["labels"].items()
+    sa = one(docs, "ServiceAccount")
+    assert sa["metadata"]["annotations"] == ALL_FEATURES["serviceAccount"]["annotations"]
+    assert rendered_toml(docs)["images"] == ALL_FEATURES["config"]["images"]
+
+
+def test_basic_auth_switches_probes_to_tcp(chart: helm.Chart) -> None:
+    """kubelet cannot authenticate, so a basic-auth web config turns the probes into TCP checks."""
+    values = {**MINIMAL, "webConfig": {"basic_auth_users": {"prometheus": "$2y$10$abcdefghijklmnopqrstuv"}}}
+    c = container(render(chart, values))
+    assert c["livenessProbe"]["tcpSocket"] == {"port": "http-metrics"}
+    assert "httpGet" not in c["readinessProbe"]
+
+
+def test_prometheus_rule_carries_the_alert_rules_file(chart: helm.Chart) -> None:
+    docs = render(chart, ALL_FEATURES)
+    rule = one(docs, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    source = yaml.safe_load((GRAFANA / "alerts" / "archiver.rules.yml").read_text())
+    assert rule["spec"]["groups"] == source["groups"]
+
+
+def test_dashboard_configmaps_carry_the_dashboards(chart: helm.Chart) -> None:
+    docs = render(chart, ALL_FEATURES)
+    maps = [d for d in docs if d["kind"] == "ConfigMap" and "grafana_dashboard" in d["metadata"]["labels"]]
+    sources = {p.name: json.loads(p.read_text()) for p in (GRAFANA / "dashboards").glob("*.json")}
+    assert len(maps) == len(sources) == 2
+    for cm in maps:
+        assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert cm["metadata"]["annotations"] == {"grafana_folder": "Session archiver"}
+        ((name, body),) = cm["data"].items()
+        assert json.loads(body) == sources[name]
+
+
+def test_chart_copies_equal_the_grafana_sources() -> None:
+    """helm/archiver/files/ holds byte-identical copies (fix: cp grafana/... helm/archiver/files/...)."""
+    assert (CHART / "files" / "archiver.rules.yml").read_bytes() == (
+        GRAFANA / "alerts" / "archiver.rules.yml"
+    ).read_bytes()
+    sources = sorted(p.name for p in (GRAFANA / "dashboards").glob("*.json"))
+    copies = sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json"))
+    assert copies == sources and sources
+    for name in sources:
+        assert (CHART / "files" / "dashboards" / name).read_bytes() == (
+            GRAFANA / "dashboards" / name
+        ).read_bytes(), name
