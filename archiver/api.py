@@ -354,9 +354,18 @@ class SessionHostClient:
         policy: RetryPolicy | None = None,
         retry: bool = True,
     ) -> Any:
+        timeout = (policy or self._policy).attempt_timeout
+
         def attempt() -> Any:
             response = self._send(
-                method, path, endpoint, params, json_body, accept="application/json", stream=False
+                method,
+                path,
+                endpoint,
+                params,
+                json_body,
+                accept="application/json",
+                stream=False,
+                timeout=timeout,
             )
             try:
                 return models.decode_json(response.content)
@@ -376,8 +385,11 @@ class SessionHostClient:
         policy: RetryPolicy | None = None,
         accept: str = "application/json",
     ) -> httpx.Response:
+        timeout = (policy or self._policy).attempt_timeout
         return self._retrying(
-            lambda: self._send(method, path, endpoint, (), None, accept=accept, stream=False),
+            lambda: self._send(
+                method, path, endpoint, (), None, accept=accept, stream=False, timeout=timeout
+            ),
             endpoint,
             policy,
             True,
@@ -420,6 +432,7 @@ class SessionHostClient:
         *,
         accept: str,
         stream: bool,
+        timeout: float | None = None,
     ) -> httpx.Response:
         request = self._http.build_request(
             method,
@@ -427,6 +440,7 @@ class SessionHostClient:
             params=list(params) or None,
             json=json_body,
             headers={"Accept": accept},
+            timeout=httpx.Timeout(timeout) if timeout is not None else httpx.USE_CLIENT_DEFAULT,
         )
         started = time.perf_counter()
         code = "error"
@@ -455,16 +469,17 @@ class SessionHostClient:
     @staticmethod
     def _raise_for_status(response: httpx.Response) -> None:
         request = response.request
+        body = b""
         try:
-            body = b""
-            for chunk in response.iter_raw():
-                body += chunk
-                if len(body) >= _ERROR_BODY_LIMIT:
-                    break
-            if response.headers.get("content-encoding", "").lower() in ("gzip", "deflate"):
-                body = b""  # a compressed error body is not worth decoding for an excerpt
-        except httpx.TransportError:
-            body = b""
+            if response.is_stream_consumed:  # an event hook already read it
+                body = response.content[:_ERROR_BODY_LIMIT]
+            else:
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) >= _ERROR_BODY_LIMIT:
+                        break
+        except (httpx.TransportError, httpx.DecodingError):
+            pass  # the status alone is enough to act on
         finally:
             response.close()
         info = models.parse_error_body(body)

@@ -165,5 +165,48 @@ class StoreError(ArchiverError):
     transient: bool = False
 
 
+class StoreUnavailableError(StoreError):
+    """Transient store failure (connection, 5xx, throttling, ENOSPC/EIO): pause and retry later."""
+
+    transient = True
+
+
+class StorePermissionError(StoreError):
+    """The store refuses us (AccessDenied, missing bucket, bad credentials, EACCES, read-only): alert."""
+
+
+class InvalidKeyError(StoreError, ValueError):
+    """A key that could escape its prefix or the store's directory (`..`, leading `/`, NUL, too long)."""
+
+
+class ObjectNotFoundError(StoreError):
+    """A read asked for a key that does not exist."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"no object at key {key!r}")
+        self.key = key
+
+
+class ObjectConflictError(StoreError):
+    """A create-once write found a different object (other sha256 or size) already at the key."""
+
+    def __init__(self, key: str, *, detail: str = "") -> None:
+        message = f"a different object already exists at key {key!r}"
+        super().__init__(f"{message}: {detail}" if detail else message)
+        self.key = key
+
+
+class SourceFileError(StoreError):
+    """The local file handed to the store is missing or differs from its declared size/sha256."""
+
+
+class ManifestError(ArchiverError):
+    """A manifest or index entry is not valid JSON of the expected schema; carries a short excerpt."""
+
+    def __init__(self, message: str, *, body: bytes | str = b"") -> None:
+        self.excerpt = excerpt(body) if body else ""
+        super().__init__(f"{message} (starts: {self.excerpt!r})" if self.excerpt else message)
+
+
 class PayloadError(ArchiverError, ValueError):
     """An upstream payload does not have the shape its endpoint promises (raised by pure parsers)."""

@@ -32,6 +32,8 @@ class RetryPolicy:
     max_wait: float = 10.0
     jitter: float = 0.1
     deadline: float | None = None
+    #: Longest a single attempt may take (None: the client's own timeouts apply).
+    attempt_timeout: float | None = None
 
     def bounded_by(self, *, deadline: float | None = None, max_elapsed: float | None = None) -> RetryPolicy:
         return RetryPolicy(
@@ -41,6 +43,7 @@ class RetryPolicy:
             max_wait=self.max_wait,
             jitter=self.jitter,
             deadline=self.deadline if deadline is None else deadline,
+            attempt_timeout=self.attempt_timeout,
         )
 
 

@@ -1,0 +1,188 @@
+"""`archiver run`: assembles client, poller, renderer, HTTP server and pipeline; runs them until stopped."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import Protocol
+
+from prometheus_client import CollectorRegistry
+
+from archiver import __version__
+from archiver import logs as logsetup
+from archiver.api import SessionHostClient
+from archiver.exposition import Snapshot, SnapshotRenderer
+from archiver.httpserver import MetricsServer
+from archiver.models import Session
+from archiver.poller import ENDPOINTS, Poller, PollResult
+from archiver.selfmetrics import SelfMetrics
+from archiver.settings import Settings
+from archiver.webconfig import load_web_config
+
+log = logging.getLogger("archiver.daemon")
+
+
+class ArchivePipeline(Protocol):
+    """What the daemon needs of the archiving half (archiver.pipeline.Pipeline)."""
+
+    def recover(self) -> None: ...
+    def start(self) -> None: ...
+    def stop(self, timeout: float = ...) -> None: ...
+    def observe_poll(self, sessions: list[Session] | None, now: float) -> None: ...
+    def alive(self) -> bool: ...
+
+
+PipelineFactory = Callable[[Settings, SessionHostClient, SelfMetrics], ArchivePipeline]
+
+
+def default_pipeline(settings: Settings, client: SessionHostClient, metrics: SelfMetrics) -> ArchivePipeline:
+    from archiver.pipeline import build_pipeline
+
+    return build_pipeline(settings, client, metrics)
+
+
+class Daemon:
+    """The long-running process. `start()` returns once everything runs; `stop()` is graceful."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        client: SessionHostClient | None = None,
+        pipeline_factory: PipelineFactory | None = default_pipeline,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self.registry = CollectorRegistry()
+        self.metrics = SelfMetrics(self.registry, version=__version__)
+        self.metrics.set_retention(settings.retention)
+        if client is None:
+            api_url, token = settings.require_api()
+            client = SessionHostClient.connect(api_url, token, observer=self._observe_request)
+        self.client = client
+        self.renderer = SnapshotRenderer(
+            max_sessions=settings.max_sessions, label_allowlist=settings.session_label_allowlist
+        )
+        self._snapshot: Snapshot | None = None
+        self._first_poll_done = False
+        self._stop = threading.Event()
+        self.poller = Poller(client, interval=settings.poll_interval, on_result=self._on_poll, clock=clock)
+        self._poll_thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
+        self.pipeline: ArchivePipeline | None = None
+        if settings.store and pipeline_factory is not None:
+            self.pipeline = pipeline_factory(settings, client, self.metrics)
+        web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
+        self.server = MetricsServer(
+            settings.listen,
+            snapshot_source=lambda: self._snapshot,
+            self_metrics=self.metrics,
+            health=self.health,
+            ready=self.ready,
+            web_config=web_config,
+        )
+
+    def _observe_request(self, endpoint: str, code: str, seconds: float) -> None:
+        self.metrics.upstream_request(endpoint, code)
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.recover()
+            self.pipeline.start()
+        else:
+            log.info("no --store configured: exporting only, nothing will be archived")
+        self.server.start()
+        self._poll_thread.start()
+        log.info(
+            "serving /metrics",
+            extra={
+                "url": f"{self.server.url}/metrics",
+                "upstream": self.settings.api_url,
+                "store": self.settings.store,
+            },
+        )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self._poll_thread.join(timeout)
+        if self.pipeline is not None:
+            self.pipeline.stop(timeout)
+        self.server.stop()
+        self.client.close()
+        log.info("stopped")
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout)
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    # --- the poll -----------------------------------------------------------------------------
+
+    def _poll_loop(self) -> None:
+        self.poller.run(self._stop)
+
+    def _on_poll(self, result: PollResult) -> None:
+        self._snapshot = self.renderer.render(result.sessions, result.families, now=result.started_at)
+        for endpoint in ENDPOINTS:
+            self.metrics.poll_result(
+                endpoint,
+                ok=endpoint not in result.errors,
+                duration=result.durations.get(endpoint, 0.0),
+                now=result.started_at,
+            )
+        if self.pipeline is not None:
+            self.pipeline.observe_poll(result.sessions, result.started_at)
+        self._first_poll_done = True
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self._snapshot
+
+    # --- probes -------------------------------------------------------------------------------
+
+    def health(self) -> tuple[bool, str]:
+        """Alive: the poll loop has turned recently and the pipeline's workers are running."""
+        if self._poll_thread.is_alive():
+            silent_for = time.monotonic() - self.poller.heartbeat
+            # One interval plus the poll's own retry budget, with room to spare.
+            if self.poller.heartbeat and silent_for > self.settings.poll_interval * 3 + 60:
+                return False, f"poll loop silent for {silent_for:.0f}s"
+        elif not self._stop.is_set():
+            return False, "poll loop is not running"
+        if self.pipeline is not None and not self.pipeline.alive():
+            return False, "archive workers are not running"
+        return True, "ok"
+
+    def ready(self) -> tuple[bool, str]:
+        """Ready: first poll done, state recovered, and the snapshot not older than a few polls."""
+        if not self._first_poll_done or self._snapshot is None:
+            return False, "first poll not done yet"
+        age = self._clock() - self._snapshot.rendered_at
+        if age > self.settings.poll_interval * 5 + 30:
+            return False, f"snapshot is {age:.0f}s old"
+        return True, "ok"
+
+
+def run_forever(settings: Settings) -> None:
+    """The `archiver run` entry point: logs, signals, start, wait, graceful stop."""
+    secrets = [settings.api_token.reveal()] if settings.api_token else []
+    logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
+    daemon = Daemon(settings)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal received, stopping", extra={"signal": signal.Signals(signum).name})
+        daemon.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    daemon.start()
+    while not daemon.wait(1.0):
+        pass
+    daemon.stop()

@@ -1,0 +1,173 @@
+"""Fault switches per endpoint: which requests fail, and how (status, latency, broken transport, garbage)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+from archiver.fake.endpoints import SPEC_ENDPOINTS
+from archiver.fake.errors import FakeConfigError
+
+#: What a fired fault does. "status": answer ``status`` (or only add latency when it is None);
+#: "truncate": declare the full length, send part of the body, close; "reset": close the connection
+#: with an RST and no response; "drip": send the real response a few bytes at a time;
+#: "garbage": 200 with a non-JSON body; "wrong_types": 200 with JSON of the wrong types.
+FAULT_KINDS = ("status", "truncate", "reset", "drip", "garbage", "wrong_types")
+
+#: Any endpoint without a fault of its own.
+ANY = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSpec:
+    """One endpoint's fault. Each request fires it with probability ``rate`` (1 when unset), at
+    most ``count`` times in all (unlimited when None): ``count=3`` fails the next three requests,
+    ``rate=0.2`` a fifth of all, ``rate=0.5, count=2`` half of them until two have failed."""
+
+    kind: str = "status"
+    status: int | None = None
+    rate: float = 0.0
+    count: int | None = None
+    retry_after: float | None = None
+    latency: float = 0.0
+    #: Seconds between two pieces of a "drip" body.
+    interval: float = 0.05
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAULT_KINDS:
+            raise FakeConfigError(f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {self.kind!r}")
+        if self.status is not None and not 400 <= self.status <= 599:
+            raise FakeConfigError(f"fault status must be 400-599, got {self.status}")
+        if self.status is not None and self.kind != "status":
+            raise FakeConfigError(f"fault kind {self.kind!r} takes no status")
+        if not 0.0 <= self.rate <= 1.0:
+            raise FakeConfigError(f"fault rate must be within 0..1, got {self.rate}")
+        if self.count is not None and self.count < 0:
+            raise FakeConfigError(f"fault count must be >= 0, got {self.count}")
+        if self.latency < 0 or (self.retry_after is not None and self.retry_after < 0):
+            raise FakeConfigError("fault latency and retry_after must be >= 0")
+        if self.interval <= 0:
+            raise FakeConfigError(f"fault interval must be > 0, got {self.interval}")
+
+
+def check_endpoint(endpoint: str) -> str:
+    """``endpoint`` if it names a spec endpoint key or ``*``; FakeConfigError otherwise."""
+    if endpoint != ANY and endpoint not in SPEC_ENDPOINTS:
+        raise FakeConfigError(
+            f"unknown endpoint {endpoint!r}; use '*' or one of: {', '.join(SPEC_ENDPOINTS)}"
+        )
+    return endpoint
+
+
+def fault_from_mapping(values: Mapping[str, object]) -> FaultSpec:
+    """A FaultSpec from loosely typed values (JSON or parsed text); FakeConfigError on bad input."""
+    unknown = set(values) - {"kind", "status", "rate", "count", "retry_after", "latency", "interval"}
+    if unknown:
+        raise FakeConfigError(f"unknown fault option(s): {', '.join(sorted(unknown))}")
+
+    kind = values.get("kind", "status")
+    if not isinstance(kind, str):
+        raise FakeConfigError(f"fault kind must be a string, got {kind!r}")
+    status = _number(values, "status")
+    count = _number(values, "count")
+    for name, num in (("status", status), ("count", count)):
+        if num is not None and num != int(num):
+            raise FakeConfigError(f"fault {name} must be an integer, got {num}")
+    return FaultSpec(
+        kind=kind,
+        status=None if status is None else int(status),
+        rate=_number(values, "rate") or 0.0,
+        count=None if count is None else int(count),
+        retry_after=_number(values, "retry_after"),
+        latency=_number(values, "latency") or 0.0,
+        interval=_number(values, "interval") or 0.05,
+    )
+
+
+def _number(values: Mapping[str, object], name: str) -> float | None:
+    raw = values.get(name)
+    if raw is None:
+        return None
+    num: float | None = None
+    if isinstance(raw, int | float) and not isinstance(raw, bool):
+        num = float(raw)
+    elif isinstance(raw, str):
+        with contextlib.suppress(ValueError):
+            num = float(raw)
+    if num is not None and math.isfinite(num):
+        return num
+    raise FakeConfigError(f"fault {name} must be a number, got {raw!r}")
+
+
+def parse_fault_spec(text: str) -> tuple[str, FaultSpec]:
+    """One ``--fault`` value: ``ENDPOINT:opt=value,...``; a bare word is the kind.
+
+    Examples: ``"GET /session:status=502,count=3"``, ``"*:status=503,rate=0.1"``,
+    ``"GET /artifacts:truncate,count=1"``, ``"GET /metrics:latency=2"``.
+    """
+    endpoint, sep, options = text.partition(":")
+    if not sep:
+        raise FakeConfigError(f"fault spec {text!r} needs the form 'ENDPOINT:opt=value,...'")
+    values: dict[str, object] = {}
+    for part in filter(None, (p.strip() for p in options.split(","))):
+        name, eq, raw = part.partition("=")
+        name = name.strip().replace("-", "_")
+        if not eq:
+            values["kind"] = name
+        else:
+            values[name] = raw.strip()
+    return check_endpoint(endpoint.strip()), fault_from_mapping(values)
+
+
+class FaultTable:
+    """Installed faults and the seeded draw deciding whether one fires. Thread-safe."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self._lock = threading.Lock()
+        self._rng = random.Random(seed)
+        self._faults: dict[str, FaultSpec] = {}
+        #: Firings left per endpoint; None = unlimited.
+        self._remaining: dict[str, int | None] = {}
+
+    def set(self, endpoint: str, spec: FaultSpec) -> None:
+        """Install (or replace) the fault of ``endpoint`` (a spec endpoint key or ``*``)."""
+        check_endpoint(endpoint)
+        with self._lock:
+            self._faults[endpoint] = spec
+            self._remaining[endpoint] = spec.count
+
+    def clear(self, endpoint: str | None = None) -> None:
+        """Remove one endpoint's fault, or all of them."""
+        with self._lock:
+            if endpoint is None:
+                self._faults.clear()
+                self._remaining.clear()
+            else:
+                self._faults.pop(endpoint, None)
+                self._remaining.pop(endpoint, None)
+
+    def draw(self, endpoint: str) -> FaultSpec | None:
+        """The fault to apply to this request of ``endpoint``, or None (the endpoint's own fault
+        wins over ``*``)."""
+        with self._lock:
+            key = endpoint if endpoint in self._faults else ANY
+            spec = self._faults.get(key)
+            if spec is None:
+                return None
+            remaining = self._remaining[key]
+            if remaining is not None and remaining <= 0:
+                return None
+            if spec.rate > 0 and self._rng.random() >= spec.rate:
+                return None
+            if remaining is not None:
+                self._remaining[key] = remaining - 1
+            return spec
+
+    def snapshot(self) -> dict[str, dict[str, object]]:
+        """Installed faults with their remaining counts (for ``GET /_fake/state``)."""
+        with self._lock:
+            return {k: {**asdict(v), "remaining": self._remaining[k]} for k, v in self._faults.items()}

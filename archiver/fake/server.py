@@ -1,0 +1,308 @@
+"""HTTP transport of the fake service: threaded HTTP/1.1 server, auth, fault injection, chunked responses."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from archiver.fake import control, endpoints, routes
+from archiver.fake.errors import HttpProblem
+from archiver.fake.faults import FaultSpec
+from archiver.fake.routes import Context, Request, Response
+from archiver.fake.wire import ERROR_CODES, REASONS, dumps, error_body, html_gateway_page
+
+log = logging.getLogger(__name__)
+
+#: Largest request body accepted; the interface's bodies are a few KB.
+MAX_BODY = 1024 * 1024
+#: Bytes per piece of a "drip" fault.
+DRIP_PIECE = 8
+_WRONG_TYPES = dumps({"sessions": "not-a-list", "id": 42, "count": "many", "players": {}, "exists": "maybe"})
+
+
+class FakeHTTPServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer that knows its open connections and handler threads, so ``stop`` can
+    end idle keep-alive connections and long streams instead of leaving threads behind."""
+
+    daemon_threads = True
+
+    def __init__(self, address: tuple[str, int], context: Context) -> None:
+        self.context = context
+        self._lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self._handler_threads: set[threading.Thread] = set()
+        self._to_reset: set[socket.socket] = set()
+        if ":" in address[0]:  # an IPv6 literal such as ::1
+            self.address_family = socket.AF_INET6
+        super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self._serve_one, args=(request, client_address), name="fake-http", daemon=True
+        )
+        with self._lock:
+            self._connections.add(request)
+            self._handler_threads.add(thread)
+        thread.start()
+
+    def _serve_one(self, request: socket.socket, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._connections.discard(request)
+                self._handler_threads.discard(threading.current_thread())
+
+    def mark_reset(self, sock: socket.socket) -> None:
+        """Close this connection with an RST (no FIN, no response) when the handler finishes."""
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        with self._lock:
+            self._to_reset.add(sock)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._lock:
+            reset = request in self._to_reset
+            self._to_reset.discard(request)
+        if reset:
+            request.close()  # with SO_LINGER 0: the peer gets ECONNRESET
+        else:
+            super().shutdown_request(request)
+
+    def close_all(self, timeout: float) -> None:
+        """Shut down every open connection and wait for the handler threads."""
+        with self._lock:
+            conns, threads = list(self._connections), list(self._handler_threads)
+        for conn in conns:
+            with contextlib.suppress(OSError):  # already closed by its handler
+                conn.shutdown(socket.SHUT_RDWR)
+        for thread in threads:
+            thread.join(timeout)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeHTTPServer
+    server_version = "fake-session-host"
+    # Headers and body go out in separate writes; with Nagle on, delayed ACKs add ~40 ms to
+    # every keep-alive response.
+    disable_nagle_algorithm = True
+    sys_version = ""
+
+    def do_GET(self) -> None:
+        self._dispatch()
+
+    do_POST = do_PUT = do_DELETE = do_PATCH = do_GET
+
+    def log_message(self, format: str, *args: Any) -> None:
+        # Request lines only (no headers: the token travels in one), at debug level.
+        log.debug("%s " + format, self.address_string(), *args)
+
+    # --- request --------------------------------------------------------------------------------
+
+    def _read_body(self) -> bytes | None:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            return self._read_chunked()
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            return None
+        if length < 0 or length > MAX_BODY:
+            return None
+        return self.rfile.read(length)
+
+    def _read_chunked(self) -> bytes | None:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = self.rfile.readline(1024)
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+            except ValueError:
+                return None
+            if size == 0:
+                while self.rfile.readline(1024) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers
+                return b"".join(parts)
+            total += size
+            if total > MAX_BODY:
+                return None
+            parts.append(self.rfile.read(size))
+            self.rfile.readline(1024)
+
+    def _dispatch(self) -> None:
+        ctx = self.server.context
+        state = ctx.state
+        body = self._read_body()
+        url = urlsplit(self.path)
+        path = url.path or "/"
+        if body is None:
+            self.close_connection = True
+            self._send(
+                self._problem_response(
+                    HttpProblem(413, "PAYLOAD_TOO_LARGE", "Unreadable or too large body."), path
+                )
+            )
+            return
+        route = endpoints.match(self.command, path)
+        state.count_request(route.key)
+        fault = state.faults.draw(route.key) if route.key in endpoints.SPEC_ENDPOINTS else None
+        if fault is not None and self._inject(fault, path):
+            return
+        try:
+            response = self._handle(route, path, url.query, body)
+        except HttpProblem as problem:
+            response = self._problem_response(problem, path)
+        except Exception:  # the request edge: a bug answers 500 instead of killing the connection thread
+            log.exception("fake service failed on %s %s", self.command, route.key)
+            response = self._problem_response(
+                HttpProblem(500, "INTERNAL_SERVER_ERROR", "Internal error."), path
+            )
+        self._send(response, fault)
+
+    def _handle(self, route: endpoints.Route, path: str, query: str, body: bytes) -> Response:
+        ctx = self.server.context
+        auth = self.headers.get("Authorization") or ""
+        scheme, _, token = auth.partition(" ")
+        org = ctx.state.org_for(token.strip()) if scheme.lower() == "bearer" else None
+        if org is None:
+            raise HttpProblem(
+                401, "UNAUTHORIZED", "You are not authorized. Make sure your bearer token is correct.",
+                "The bearer token is missing, malformed, expired or not valid for this environment.",
+            )  # fmt: skip
+        handler = routes.HANDLERS.get(route.key) or control.HANDLERS.get(route.key)
+        if handler is None:
+            raise HttpProblem(404, "RESOURCE_NOT_FOUND", f"No endpoint {self.command} {path}.")
+        request = Request(
+            method=self.command, path=path, query=parse_qs(query, keep_blank_values=True),
+            headers=self.headers, body=body, org=org, params=route.params,
+        )  # fmt: skip
+        return handler(ctx, request)
+
+    def _problem_response(self, problem: HttpProblem, path: str) -> Response:
+        now = self.server.context.state.clock.now()
+        body = error_body(
+            problem.status, problem.code, problem.message, problem.details, path, now, problem.violations
+        )
+        return Response(problem.status, body)
+
+    # --- faults ---------------------------------------------------------------------------------
+
+    def _inject(self, fault: FaultSpec, path: str) -> bool:
+        """Apply a fired fault; True when it replaced the response entirely."""
+        if fault.latency and self.server.context.stopping.wait(fault.latency):
+            self.close_connection = True
+            return True
+        if fault.kind == "reset":
+            self.close_connection = True
+            self.server.mark_reset(self.connection)
+            return True
+        if fault.kind == "garbage":
+            self._send(Response(200, b"<<garbage>> this is not JSON {", content_type="application/json"))
+            return True
+        if fault.kind == "wrong_types":
+            self._send(Response(200, _WRONG_TYPES))
+            return True
+        if fault.kind != "status" or fault.status is None:
+            return False  # latency only, or a transport fault applied while sending
+        headers: list[tuple[str, str]] = []
+        retry_after = (
+            fault.retry_after if fault.retry_after is not None else (1.0 if fault.status == 429 else None)
+        )
+        if retry_after is not None:
+            headers.append(("Retry-After", str(math.ceil(retry_after))))
+        if fault.status in (502, 504):
+            self._send(
+                Response(
+                    fault.status, html_gateway_page(fault.status), content_type="text/html", headers=headers
+                )
+            )
+            return True
+        code = ERROR_CODES.get(fault.status, "ERROR")
+        problem = HttpProblem(
+            fault.status, code, "Injected failure.", "A fault switch of the fake service answered."
+        )
+        response = self._problem_response(problem, path)
+        response.headers.extend(headers)
+        self._send(response)
+        return True
+
+    # --- response -------------------------------------------------------------------------------
+
+    def _send(self, response: Response, fault: FaultSpec | None = None) -> None:
+        mode = fault.kind if fault is not None and fault.kind in ("truncate", "drip") else None
+        body = response.body
+        try:
+            self.send_response(response.status, REASONS.get(response.status))
+            if response.content_type:
+                self.send_header("Content-Type", response.content_type)
+            for name, value in response.headers:
+                self.send_header(name, value)
+            if isinstance(body, bytes):
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self._write_fixed(body, mode, fault)
+            else:
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self._write_chunked(body, mode, fault)
+        except (BrokenPipeError, ConnectionResetError, TimeoutError, OSError):
+            self.close_connection = True  # the client went away: nothing left to tell it
+        finally:
+            close = getattr(body, "close", None)
+            if close is not None:
+                close()
+
+    def _write_fixed(self, body: bytes, mode: str | None, fault: FaultSpec | None) -> None:
+        if mode == "truncate":
+            # Content-Length promised the whole body; half of it arrives, then the connection ends.
+            self.wfile.write(body[: len(body) // 2])
+            self.close_connection = True
+        elif mode == "drip" and fault is not None:
+            self._drip(body, fault)
+        else:
+            self.wfile.write(body)
+
+    def _write_chunked(self, chunks: Iterator[bytes], mode: str | None, fault: FaultSpec | None) -> None:
+        stopping = self.server.context.stopping
+        for chunk in chunks:
+            if not chunk:
+                continue
+            if stopping.is_set():
+                self.close_connection = True
+                return
+            if mode == "truncate":
+                # Announce the whole chunk, send half, close: no terminating chunk ever comes.
+                self.wfile.write(b"%x\r\n" % len(chunk) + chunk[: len(chunk) // 2])
+                self.close_connection = True
+                return
+            if mode == "drip" and fault is not None:
+                for i in range(0, len(chunk), DRIP_PIECE):
+                    if stopping.wait(fault.interval):
+                        self.close_connection = True
+                        return
+                    piece = chunk[i : i + DRIP_PIECE]
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                continue
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        if stopping.is_set():
+            # A stream cut short by shutdown must not look complete: no terminating chunk.
+            self.close_connection = True
+            return
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _drip(self, body: bytes, fault: FaultSpec) -> None:
+        stopping = self.server.context.stopping
+        # Headers went out at once; every piece of the body waits ``interval`` first.
+        for i in range(0, len(body), DRIP_PIECE):
+            if stopping.wait(fault.interval):
+                self.close_connection = True
+                return
+            self.wfile.write(body[i : i + DRIP_PIECE])

@@ -1,0 +1,293 @@
+"""The fetch stage's I/O: stream one item's body from the upstream into a durable spool file.
+
+A body goes to `spool/<item-id>.partial` while its sha256 is computed on the way, is fsynced,
+renamed to `spool/<item-id>` and the directory fsynced; only then may the caller commit
+`spooled`. Logs are gzip-compressed on the way in (stored as received, just smaller); artifacts
+are kept byte for byte. Nothing here touches the state DB: `Fetcher.fetch` returns what happened
+and the pipeline records it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from archiver import keys
+from archiver.api import Download, SessionHostClient
+from archiver.crashpoints import crashpoint
+from archiver.errors import ApiError, NotFoundError
+from archiver.retry import RetryPolicy
+from archiver.state import ItemRow
+
+log = logging.getLogger(__name__)
+
+#: Level 6: log text compresses about as well as at 9 for a fraction of the CPU.
+GZIP_LEVEL = 6
+GZIP_MAGIC = b"\x1f\x8b"
+#: Content type of every stored log object: the key says what is inside (`.txt.gz` / `.jsonl.gz`).
+LOGS_CONTENT_TYPE = "application/gzip"
+#: How many leading raw bytes are kept to sniff formats (gzip magic, a JSON opening brace).
+_HEAD = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Spooled:
+    """The body is durable in the spool; commit `spooled` with these values."""
+
+    path: Path
+    size: int
+    sha256: str
+    content_type: str
+    source: str
+    key: str
+    #: Bytes received from the upstream (before compression), for archiver_bytes_total{stage="fetch"}.
+    received: int
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The item has its final outcome without a stored object (source_gone, too_large, expired)."""
+
+    outcome: str
+    error: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Nothing usable this time (transient upstream failure, broken stream, spool disk error)."""
+
+    error: str
+    source: str
+    #: True for a local problem (spool disk): counted as an archiver error, not an upstream one.
+    local: bool = False
+
+
+FetchResult = Spooled | Finished | Retry
+
+
+class TooLargeError(Exception):
+    """The body passed the size limit while streaming (the partial file is already removed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolFile:
+    path: Path
+    size: int
+    sha256: str
+    received: int
+    head: bytes
+
+
+def logs_source(session_id: str) -> str:
+    return f"GET /query/log?matchKey={quote(session_id, safe='')}"
+
+
+def fallback_logs_source(session_id: str) -> str:
+    return f"GET /logs?id={quote(session_id, safe='')}&follow=false"
+
+
+def artifact_source(session_id: str, path: str) -> str:
+    return f"GET /artifacts?session={quote(session_id, safe='')}&path={quote(path, safe='/')}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _json_shaped(content_type: str, head: bytes) -> bool:
+    """JSON log shapes (NDJSON entries, the legacy `{"line": {...}}` object) go to `logs.jsonl.gz`."""
+    if "json" in content_type.lower():
+        return True
+    # A text/plain label on a JSON body: text log lines start with a timestamp, not a brace.
+    return head.lstrip()[:1] == b"{"
+
+
+def _usable_log_type(content_type: str) -> bool:
+    # A 200 carrying an HTML page is a proxy's or portal's error page, not the session's log.
+    return "html" not in content_type.lower()
+
+
+class Spool:
+    """The spool directory: durable files named by item id."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def final_path(self, item_id: int) -> Path:
+        return self.directory / str(item_id)
+
+    def partial_path(self, item_id: int) -> Path:
+        return self.directory / f"{item_id}.partial"
+
+    def write(self, item_id: int, chunks: Iterator[bytes], *, compress: bool, limit: int | None) -> SpoolFile:
+        """Stream `chunks` into the spool durably; TooLargeError past `limit` received bytes."""
+        partial = self.partial_path(item_id)
+        digest = hashlib.sha256()
+        size = received = 0
+        head = b""
+        compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 31) if compress else None  # 31: gzip
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for chunk in chunks:
+                    received += len(chunk)
+                    if limit is not None and received > limit:
+                        raise TooLargeError(f"body passed {limit} bytes while streaming")
+                    if len(head) < _HEAD:
+                        head += chunk[: _HEAD - len(head)]
+                    data = compressor.compress(chunk) if compressor is not None else chunk
+                    if data:
+                        digest.update(data)
+                        out.write(data)
+                        size += len(data)
+                if compressor is not None:
+                    # zlib with wbits=31 writes mtime 0 and no name: the same body gives the same bytes.
+                    tail = compressor.flush()
+                    digest.update(tail)
+                    out.write(tail)
+                    size += len(tail)
+                crashpoint("after_spool_write")
+                out.flush()
+                os.fsync(out.fileno())
+            final = self.final_path(item_id)
+            os.rename(partial, final)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+            raise
+        _fsync_dir(self.directory)
+        crashpoint("after_spool_rename")
+        return SpoolFile(final, size, digest.hexdigest(), received, head)
+
+    def remove(self, path: Path) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+    def sweep(self, keep: set[str]) -> int:
+        """Delete `.partial` files and spool files no spooled item refers to (start-up only).
+
+        `keep` holds file names (not paths): the state dir may be reached by another path after
+        a restart.
+        """
+        removed = 0
+        for entry in self.directory.iterdir():
+            if entry.is_file() and entry.name not in keep:
+                entry.unlink()
+                removed += 1
+        if removed:
+            _fsync_dir(self.directory)
+        return removed
+
+
+class Fetcher:
+    """Fetches items through the upstream client into the spool (one call per attempt, thread-safe)."""
+
+    def __init__(
+        self,
+        client: SessionHostClient,
+        spool: Spool,
+        *,
+        prefix: str,
+        max_artifact_size: int,
+        policy: RetryPolicy,
+    ) -> None:
+        self._client = client
+        self._spool = spool
+        self._prefix = prefix
+        self._max_artifact_size = max_artifact_size
+        self._policy = policy
+
+    def fetch(self, item: ItemRow, *, remaining: float) -> FetchResult:
+        """One attempt at `item`; `remaining` seconds to its deadline (<= 0: a last try, no retries).
+
+        404 means the upstream no longer has it: `source_gone` inside the window, `expired` after.
+        """
+        last_chance = remaining <= 0
+        policy = self._policy.bounded_by(
+            max_elapsed=0.0 if last_chance else min(self._policy.max_elapsed, remaining)
+        )
+        source = item.source
+        try:
+            if item.kind == "logs":
+                return self._fetch_logs(item, policy)
+            return self._fetch_artifact(item, policy)
+        except NotFoundError as exc:
+            return Finished("expired" if last_chance else "source_gone", str(exc), source)
+        except ApiError as exc:
+            return Retry(str(exc), source)
+        except OSError as exc:
+            # The spool disk (ENOSPC, EIO): the upstream still has the data until the deadline.
+            return Retry(f"spool: {exc.strerror or exc}", source, local=True)
+
+    def _fetch_logs(self, item: ItemRow, policy: RetryPolicy) -> FetchResult:
+        sid = item.session_id
+        source = logs_source(sid)
+        try:
+            download: Download | None = self._client.open_query_log(sid, policy=policy)
+        except NotFoundError:
+            download = None  # /query/log may not exist for this account or session: try /logs
+        if download is not None:
+            with download:
+                if _usable_log_type(download.content_type):
+                    spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
+                    if spooled.received > 0:
+                        return self._logs_result(sid, spooled, download.content_type, source)
+                    self._spool.remove(spooled.path)
+                else:
+                    log.info("GET /query/log for %r answered %s; using /logs", sid, download.content_type)
+        source = fallback_logs_source(sid)
+        with self._client.open_logs(sid, follow=False, policy=policy) as download:
+            spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
+            return self._logs_result(sid, spooled, download.content_type, source)
+
+    def _logs_result(self, sid: str, spooled: SpoolFile, content_type: str, source: str) -> Spooled:
+        ext = "jsonl" if _json_shaped(content_type, spooled.head) else "txt"
+        return Spooled(
+            path=spooled.path,
+            size=spooled.size,
+            sha256=spooled.sha256,
+            content_type=LOGS_CONTENT_TYPE,
+            source=source,
+            key=keys.logs_key(self._prefix, sid, ext),
+            received=spooled.received,
+        )
+
+    def _fetch_artifact(self, item: ItemRow, policy: RetryPolicy) -> FetchResult:
+        sid, path = item.session_id, item.path
+        source = artifact_source(sid, path)
+        limit = self._max_artifact_size
+        with self._client.open_artifact(sid, path, policy=policy) as download:
+            if download.content_length is not None and download.content_length > limit:
+                return Finished(
+                    "too_large", f"Content-Length {download.content_length} > limit {limit}", source
+                )
+            try:
+                spooled = self._spool.write(item.id, download.iter_bytes(), compress=False, limit=limit)
+            except TooLargeError:
+                return Finished(
+                    "too_large", f"body larger than {limit} bytes (stopped while streaming)", source
+                )
+        # The upstream labels its gzip bodies application/x-tar: the magic bytes decide.
+        content_type = "application/gzip" if spooled.head[:2] == GZIP_MAGIC else download.content_type
+        return Spooled(
+            path=spooled.path,
+            size=spooled.size,
+            sha256=spooled.sha256,
+            content_type=content_type or "application/octet-stream",
+            source=source,
+            key=keys.artifact_key(self._prefix, sid, path),
+            received=spooled.received,
+        )

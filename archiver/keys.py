@@ -1,0 +1,178 @@
+"""Object-store key layout of the archive: key-safe session ids, artifact names and key builders (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from datetime import UTC, datetime
+
+#: Characters a session id keeps as-is in a key; everything else is percent-encoded.
+_PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+#: Longest escaped id used verbatim. With `sessions/` + `/artifacts/` + an artifact name the key
+#: stays far below S3's 1024 bytes, and `{sid}.json` / `{sid}` stay below 255-byte file names.
+MAX_ESCAPED_LEN = 150
+#: Length of the escaped-id head kept in front of `~` + hash for longer ids.
+HASHED_HEAD_LEN = 128
+#: Hex digits of sha256(id) after `~` (80 bits: collisions are not a practical concern).
+HASH_SUFFIX_LEN = 20
+
+_ESCAPED_RE = re.compile(r"^[A-Za-z0-9_%~-]+$")
+_PLAIN_ESCAPED_RE = re.compile(r"^(?:[A-Za-z0-9_-]|%[0-9A-F]{2})+$")
+_SLUG_DROP_RE = re.compile(r"[^A-Za-z0-9._-]+")
+_SLUG_DASHES_RE = re.compile(r"-{2,}")
+_LOG_EXTS = frozenset({"txt", "jsonl"})
+
+#: Longest artifact slug (the hash suffix disambiguates paths that share a truncated slug).
+MAX_SLUG_LEN = 60
+
+
+def _utf8(text: str) -> bytes:
+    # Ids come from JSON, which can carry lone surrogates ("\ud800"); keep them encodable.
+    return text.encode("utf-8", "surrogatepass")
+
+
+def escape_session_id(sid: str) -> str:
+    """The session id made safe for one key segment or file name, reversibly where possible.
+
+    Every character outside ``[A-Za-z0-9_-]`` is percent-encoded as the uppercase ``%XX`` of its
+    UTF-8 bytes, so ``.`` (and thus a leading dot, ``.`` and ``..``), ``/``, ``%``, ``~``, control
+    characters and unicode can never form a path component or escape a prefix.
+
+    When the escaped form is longer than ``MAX_ESCAPED_LEN`` (150) characters (ids may be 500
+    unicode characters, about 4,500 escaped), the result is ``escaped[:128] + "~" +
+    sha256(utf8(sid)).hexdigest()[:20]``. ``~`` is itself escaped in the plain form, so a hashed
+    form never equals any plain form. Hashed forms are NOT reversible: the manifest stored under
+    the key carries the real ``session_id``, which is how such ids round-trip (read the manifest,
+    not the key). :func:`unescape_session_id` refuses them.
+
+    Raises ``ValueError`` for an empty id.
+    """
+    if not sid:
+        raise ValueError("session id must not be empty")
+    escaped = "".join(ch if ch in _PLAIN else "".join(f"%{b:02X}" for b in _utf8(ch)) for ch in sid)
+    if len(escaped) <= MAX_ESCAPED_LEN:
+        return escaped
+    digest = hashlib.sha256(_utf8(sid)).hexdigest()[:HASH_SUFFIX_LEN]
+    return f"{escaped[:HASHED_HEAD_LEN]}~{digest}"
+
+
+def is_hashed_session_id(escaped: str) -> bool:
+    """Whether an escaped id is the shortened, non-reversible form (read the manifest instead)."""
+    return "~" in escaped
+
+
+def unescape_session_id(escaped: str) -> str:
+    """The session id of a plain (not hashed) escaped form; ``ValueError`` for anything else.
+
+    Only canonical forms are accepted (uppercase hex, nothing encoded that need not be), so every
+    key maps to exactly one id and back.
+    """
+    if is_hashed_session_id(escaped):
+        raise ValueError(
+            f"escaped session id {escaped[:40]!r}… is a shortened (hashed) form; "
+            "read the session id from its manifest"
+        )
+    if not _PLAIN_ESCAPED_RE.match(escaped):
+        raise ValueError(f"not an escaped session id: {escaped[:60]!r}")
+    raw = bytearray()
+    i = 0
+    while i < len(escaped):
+        if escaped[i] == "%":
+            raw.append(int(escaped[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            raw += escaped[i].encode("ascii")
+            i += 1
+    try:
+        sid = raw.decode("utf-8", "surrogatepass")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"escaped session id {escaped[:60]!r} is not UTF-8") from exc
+    if escape_session_id(sid) != escaped:
+        raise ValueError(f"not the canonical escaped form of a session id: {escaped[:60]!r}")
+    return sid
+
+
+def artifact_slug(path: str) -> str:
+    """A readable, key-safe slug of an artifact path.
+
+    ``/srv/replays/match.replay`` → ``srv-replays-match.replay``.
+
+    Separators and runs of other characters become ``-``; only ``[A-Za-z0-9._-]`` remains. Long
+    slugs keep their last ``MAX_SLUG_LEN`` characters (the file name is the informative end).
+    Never empty, never starts with ``.`` or ``-``.
+    """
+    slug = _SLUG_DASHES_RE.sub("-", _SLUG_DROP_RE.sub("-", path))
+    slug = slug[-MAX_SLUG_LEN:].lstrip(".-").rstrip("-")
+    return slug or "artifact"
+
+
+def artifact_name(path: str) -> str:
+    """The object name of an artifact path: ``{slug}-{sha256(path)[:8]}.tar.gz`` (one path, one name)."""
+    digest = hashlib.sha256(_utf8(path)).hexdigest()[:8]
+    return f"{artifact_slug(path)}-{digest}.tar.gz"
+
+
+def check_prefix(prefix: str) -> str:
+    """The prefix itself if it is ``""`` or ends with (and does not start with) ``/``; else ``ValueError``."""
+    if prefix and (not prefix.endswith("/") or prefix.startswith("/")):
+        raise ValueError(f"key prefix must be empty or end with '/' (and not start with one): {prefix!r}")
+    return prefix
+
+
+def session_prefix(prefix: str, sid: str) -> str:
+    """``{prefix}sessions/{sid}/``: everything of one session lives below it."""
+    return f"{check_prefix(prefix)}sessions/{escape_session_id(sid)}/"
+
+
+def manifest_key(prefix: str, sid: str) -> str:
+    """``{prefix}sessions/{sid}/manifest.json``: written last, the session's commit marker."""
+    return session_prefix(prefix, sid) + "manifest.json"
+
+
+def logs_key(prefix: str, sid: str, ext: str) -> str:
+    """``{prefix}sessions/{sid}/logs.{ext}.gz`` for ``ext`` ``txt`` or ``jsonl``."""
+    if ext not in _LOG_EXTS:
+        raise ValueError(f"log extension must be one of {sorted(_LOG_EXTS)}, got {ext!r}")
+    return session_prefix(prefix, sid) + f"logs.{ext}.gz"
+
+
+def artifact_key(prefix: str, sid: str, path: str) -> str:
+    """``{prefix}sessions/{sid}/artifacts/{slug}-{hash8}.tar.gz`` for one artifact path."""
+    return session_prefix(prefix, sid) + "artifacts/" + artifact_name(path)
+
+
+def _hour_partition(prefix: str, hour: datetime) -> str:
+    return f"{prefix}index/dt={hour:%Y-%m-%d}/hour={hour:%H}/"
+
+
+def _utc_hour(epoch_seconds: float) -> datetime:
+    return datetime.fromtimestamp(epoch_seconds, UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def index_key(prefix: str, ended_at: float, sid: str) -> str:
+    """``{prefix}index/dt=YYYY-MM-DD/hour=HH/{sid}.json``, the hour (UTC) of ``ended_at`` (epoch seconds)."""
+    check_prefix(prefix)
+    return _hour_partition(prefix, _utc_hour(ended_at)) + f"{escape_session_id(sid)}.json"
+
+
+#: One hour in seconds, the index partition width.
+_HOUR = 3600
+
+
+def index_partitions(prefix: str, since: float, until: float) -> list[str]:
+    """The index hour-partition prefixes (UTC) covering ``[since, until]`` (epoch seconds), oldest first.
+
+    Retrieval lists only these instead of the whole index. Empty when ``since > until``.
+    """
+    check_prefix(prefix)
+    if since > until:
+        return []
+    start = int(_utc_hour(since).timestamp())
+    end = int(_utc_hour(until).timestamp())
+    return [_hour_partition(prefix, datetime.fromtimestamp(t, UTC)) for t in range(start, end + 1, _HOUR)]
+
+
+def is_key_safe(escaped: str) -> bool:
+    """Whether a string has the shape every escaped id has (used by tests and defensive checks)."""
+    return bool(_ESCAPED_RE.match(escaped)) and len(escaped) <= MAX_ESCAPED_LEN

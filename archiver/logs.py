@@ -1,0 +1,81 @@
+"""Structured logging for the daemon: text or JSON lines, and a last-resort redaction of known secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable
+from typing import Any
+
+#: Attributes every LogRecord has; anything else passed via `extra=` is emitted as a field.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()) | {"message", "asctime"}
+
+
+class Redactor(logging.Filter):
+    """Replaces known secret strings in every record. Defence in depth: no code path is meant to log
+    a secret, but a token pasted into a URL or an upstream echoing it must still not reach a log."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        super().__init__()
+        self._secrets = tuple(s for s in secrets if len(s) >= 4)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if self._secrets:
+            message = record.getMessage()
+            redacted = message
+            for secret in self._secrets:
+                redacted = redacted.replace(secret, "***")
+            if redacted != message:
+                record.msg, record.args = redacted, None
+        return True
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        entry.update(_fields(record))
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        extras = " ".join(f"{k}={v}" for k, v in _fields(record).items())
+        line = f"{stamp} {record.levelname.lower():7} {record.name}: {record.getMessage()}"
+        if extras:
+            line += " " + extras
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+def configure(
+    fmt: str = "text", level: str = "info", secrets: Iterable[str] = (), stream: Any = None
+) -> None:
+    """Install one handler on the root logger (idempotent: replaces a previous one of ours)."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(Redactor(secrets))
+    handler.set_name("archiver")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == "archiver"]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    # Third-party chatter (botocore, httpx per-request lines) stays out unless debugging.
+    for noisy in ("botocore", "boto3", "urllib3", "httpx", "httpcore", "s3transfer"):
+        logging.getLogger(noisy).setLevel(logging.WARNING if level != "debug" else logging.DEBUG)

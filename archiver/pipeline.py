@@ -1,0 +1,651 @@
+"""The archive pipeline: end detection, confirmation, the deadline-bound fetch stage and the upload stage.
+
+Everything durable goes through the state DB (`archiver.state`), so every thread here can die at
+any instant: `recover()` at start-up puts in-flight work back and the next run carries on. The
+hand-off between the stages is a fsynced spool file plus a committed `spooled` row: only the fetch
+is bound to the upstream's removal deadline; an object store outage costs latency, never data.
+
+Threads: confirmers (`GET /session/{id}` for candidates), `fetch_workers` fetchers (earliest
+deadline first) and `upload_workers` uploaders (objects, then manifest + index entry per
+complete session). Work is always picked from SQLite, never from lists in memory, so memory does
+not grow with the backlog; bodies are streamed, so it does not grow with object size either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from archiver import keys
+from archiver.api import SessionHostClient
+from archiver.crashpoints import crashpoint
+from archiver.errors import (
+    ApiError,
+    NotFoundError,
+    ObjectConflictError,
+    StoreError,
+    StorePermissionError,
+    StoreUnavailableError,
+)
+from archiver.fetch import Fetcher, Finished, Retry, Spool, Spooled, artifact_source, logs_source
+from archiver.models import Session
+from archiver.retry import RetryPolicy
+from archiver.selfmetrics import SelfMetrics
+from archiver.settings import Settings
+from archiver.state import Backlog, ItemRow, NewItem, PendingItem, SessionRow, StateDB
+from archiver.store.base import ObjectStore
+from archiver.upload import Conflict, SpoolBroken, Stored, Uploader
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Timings of the pipeline's own loops (defaults for production; tests shorten them)."""
+
+    #: Threads describing candidates.
+    confirm_workers: int = 2
+    #: Candidates leased per claim.
+    confirm_batch: int = 20
+    #: A claimed candidate is not claimed again for this long (a confirmer that died mid-way).
+    confirm_lease: float = 120.0
+    #: Re-describe a candidate whose describe failed after this long.
+    confirm_retry: float = 5.0
+    #: Re-describe a candidate the upstream still calls alive (absent from the list) after this long.
+    confirm_recheck: float = 15.0
+    #: Persist last_seen_active of all listed sessions at most this often (a stale value only
+    #: makes deadlines earlier, i.e. safe; exact values are written when a session disappears).
+    last_seen_persist_interval: float = 30.0
+    #: Item-level fetch re-attempts: exponential from initial to max (bounded by the deadline).
+    fetch_backoff_initial: float = 2.0
+    fetch_backoff_max: float = 300.0
+    #: Upload stage pause after StoreUnavailableError: exponential from initial to max, forever.
+    upload_backoff_initial: float = 1.0
+    upload_backoff_max: float = 60.0
+    #: Pause after StorePermissionError (an operator must act; don't hammer the store).
+    permission_backoff: float = 300.0
+    #: Longest a worker sleeps before looking at the DB again even without a notification.
+    idle_wait: float = 5.0
+    #: Minimum interval between gauge refreshes triggered by workers.
+    gauge_interval: float = 1.0
+
+
+def _same_metadata(a: Session, b: Session) -> bool:
+    """Whether the stored row of `a` is still right for `b`.
+
+    Player count and status change all the time and are re-read from the describe at the end,
+    so they alone never cost a write per poll.
+    """
+    return (
+        a.image == b.image
+        and a.tag == b.tag
+        and a.location == b.location
+        and a.host == b.host
+        and a.created_ms == b.created_ms
+        and a.labels == b.labels
+    )
+
+
+def _backoff(initial: float, maximum: float, attempt: int) -> float:
+    return float(min(maximum, initial * 2.0 ** max(0, attempt - 1)))
+
+
+class Pipeline:
+    """Archives every session that ends: detect → confirm → fetch (deadline) → upload → manifest."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: SessionHostClient,
+        store: ObjectStore,
+        state: StateDB,
+        metrics: SelfMetrics,
+        clock: Clock = time.time,
+        *,
+        policy: RetryPolicy | None = None,
+        tuning: Tuning | None = None,
+        monotonic: Clock = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.store = store
+        self.state = state
+        self.metrics = metrics
+        self.clock = clock
+        self.tuning = tuning or Tuning()
+        self._mono = monotonic
+        self._policy = policy or RetryPolicy()
+        # Describes of candidates are short and repeated later anyway: a few quick tries only.
+        self._confirm_policy = self._policy.bounded_by(max_elapsed=min(10.0, self._policy.max_elapsed))
+        self.spool = Spool(settings.state_dir / "spool")
+        self._conflicts_dir = settings.state_dir / "conflicts"
+        self.fetcher = Fetcher(
+            client,
+            self.spool,
+            prefix=store.prefix,
+            max_artifact_size=settings.max_artifact_size,
+            policy=self._policy,
+        )
+        self.uploader = Uploader(store, state.journal)
+        # The store has no hook between parts; the journal is ours, so the crash point hangs there.
+        state.journal.on_part_done = lambda: crashpoint("after_part_upload")
+
+        self._cv = threading.Condition()
+        self._generation = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        # Detection (touched by the poller thread only, in observe_poll).
+        self._known: dict[str, Session | None] = {}
+        self._last_seen: dict[str, float] = {}
+        self._last_seen_persisted = float("-inf")
+        # Upload stage pause after store failures (monotonic).
+        self._pause_lock = threading.Lock()
+        self._paused_until = 0.0
+        self._store_failures = 0
+        self._finalizing: set[str] = set()
+        self._orphan_sweep_needed = False
+        self._sweep_lock = threading.Lock()
+        self._gauges_at = float("-inf")
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Start-up: put in-flight work back, clean the spool, resume/abort multipart uploads.
+
+        Call once before `start()`. Sessions the DB knows as active become candidates if the
+        first successful poll does not list them.
+        """
+        fetches, uploads = self.state.reset_in_flight()
+        keep = {Path(p).name for p in self.state.spool_paths_in_use()}
+        removed = self.spool.sweep(keep)
+        # Multipart uploads in the journal are resumed by put_file itself; everything else under
+        # our prefix is an orphan of a crash between CreateMultipartUpload and the journal commit.
+        self._sweep_orphans()
+        self._known = dict.fromkeys(self.state.active_session_ids())
+        self._last_seen.clear()
+        self.metrics.set_retention(self.settings.retention)
+        backlog = self.gauges()
+        log.info(
+            "state recovered: %d fetches and %d uploads resumed, %d stale spool files removed, "
+            "%d sessions known active, %d candidates, %d items to fetch, %d to upload",
+            fetches, uploads, removed, len(self._known), backlog.candidates,
+            backlog.pending_fetch, backlog.pending_upload,
+        )  # fmt: skip
+
+    def _sweep_orphans(self) -> None:
+        try:
+            aborted = self.store.abort_orphaned_uploads(self.store.prefix, self.state.journal.upload_ids())
+        except StoreError as exc:
+            # The store is down at start-up: the first upload worker sweeps before uploading.
+            log.warning("could not sweep orphaned multipart uploads yet: %s", exc)
+            self._orphan_sweep_needed = True
+            return
+        self._orphan_sweep_needed = False
+        if aborted:
+            log.info("aborted %d orphaned multipart uploads under %s", aborted, self.store.url)
+
+    def start(self) -> None:
+        """Start the confirm, fetch and upload threads."""
+        if self._threads:
+            raise RuntimeError("the pipeline is already started")
+        self._stop.clear()
+        specs = (
+            [("confirm", self._confirm_loop)] * self.tuning.confirm_workers
+            + [("fetch", self._fetch_loop)] * self.settings.fetch_workers
+            + [("upload", self._upload_loop)] * self.settings.upload_workers
+        )
+        for n, (name, target) in enumerate(specs):
+            thread = threading.Thread(target=target, name=f"archiver-{name}-{n}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Ask every thread to stop and wait up to `timeout` s; True if all stopped.
+
+        An item interrupted mid-fetch or mid-upload is simply resumed by the next `recover()`.
+        """
+        self._stop.set()
+        self._notify()
+        until = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, until - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        self._threads = [t for t in self._threads if t.is_alive()]
+        if alive:
+            log.warning("pipeline threads still busy after %.0f s: %s", timeout, ", ".join(alive))
+        return not alive
+
+    # --- wake-ups ---------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        with self._cv:
+            self._generation += 1
+            self._cv.notify_all()
+
+    def _snapshot(self) -> int:
+        with self._cv:
+            return self._generation
+
+    def _wait(self, generation: int, timeout: float) -> None:
+        """Sleep until something changed since `generation`, the stop signal, or `timeout`."""
+        with self._cv:
+            if self._generation == generation and not self._stop.is_set():
+                self._cv.wait(max(0.0, min(timeout, self.tuning.idle_wait)))
+
+    def _until(self, gate: float | None) -> float:
+        return self.tuning.idle_wait if gate is None else gate - self._mono()
+
+    # --- detection --------------------------------------------------------------------------
+
+    def observe_poll(self, sessions: Sequence[Session] | None, now: float) -> None:
+        """Record one list poll (None = failed: nothing ends on a failed poll).
+
+        Only new or changed sessions are written; last_seen_active of the rest is persisted in one
+        bulk statement at most every `last_seen_persist_interval` seconds. Known-active sessions
+        missing from the list become candidates, confirmed by the confirm threads.
+        """
+        if sessions is None:
+            return
+        known = self._known
+        listed: dict[str, Session] = {}
+        upserts: list[Session] = []
+        for s in sessions:
+            listed[s.id] = s
+            old = known.get(s.id)
+            if old is None or not _same_metadata(old, s):
+                upserts.append(s)
+        gone = [(sid, self._last_seen.get(sid)) for sid in known if sid not in listed]
+        touch = now - self._last_seen_persisted >= self.tuning.last_seen_persist_interval
+        self.state.record_poll(upserts, gone, now, touch_active=touch)
+        if touch:
+            self._last_seen_persisted = now
+        self._known = dict(listed)
+        last_seen = self._last_seen
+        for sid, _ in gone:
+            last_seen.pop(sid, None)
+        for sid in listed:
+            last_seen[sid] = now
+        if gone:
+            log.info("%d sessions left the list; confirming their end", len(gone))
+            self._notify()
+        self._refresh_gauges(force=False)
+
+    def _deadline_for(self, row: SessionRow) -> float:
+        """Fetch deadline: last seen alive + retention - margin (never later than the real removal)."""
+        s = self.settings
+        if row.last_seen_active is not None:
+            return row.last_seen_active + s.retention - s.deadline_margin
+        # A backfilled session we never saw: it ended after it was created, so this bound is safe;
+        # when it is already past, the upstream still holding the session (it was just described
+        # as ended) is all we know: allow a short window rather than giving up unseen.
+        bound = (row.created or 0.0) + s.retention - s.deadline_margin
+        return max(bound, self.clock() + max(s.deadline_margin, 60.0))
+
+    def _items_for(self, sid: str, image: str) -> list[NewItem]:
+        items = [NewItem("logs", "", logs_source(sid))]
+        items += [
+            NewItem("artifact", path, artifact_source(sid, path))
+            for path in self.settings.artifact_paths_for(image)
+        ]
+        return items
+
+    def _end(self, sid: str, described: Session | None, image: str, *, backfill: bool = False) -> bool:
+        row = self.state.end_session(
+            sid,
+            described=described,
+            deadline_for=self._deadline_for,
+            items=self._items_for(sid, described.image if described else image),
+            now=self.clock(),
+            backfill=backfill,
+        )
+        if row is None:
+            return False
+        self.metrics.sessions_ended()
+        log.info("session %r ended (%s); fetch deadline %.0f", sid, row.status, row.fetch_deadline or 0)
+        self._notify()
+        return True
+
+    def _confirm_loop(self) -> None:
+        while not self._stop.is_set():
+            generation = self._snapshot()
+            try:
+                rows = self.state.claim_candidates(
+                    self._mono(), self.tuning.confirm_lease, self.tuning.confirm_batch
+                )
+                for row in rows:
+                    if self._stop.is_set():
+                        break
+                    self._confirm(row)
+                if not rows:
+                    self._wait(generation, self._until(self.state.next_candidate_wake()))
+            except Exception:  # loop edge: a bug must not silently end confirmations
+                log.exception("confirm loop failed; continuing")
+                self.metrics.error("confirm")
+                self._stop.wait(1.0)
+
+    def _confirm(self, row: SessionRow) -> None:
+        try:
+            described = self.client.describe_session(row.id, policy=self._confirm_policy)
+        except NotFoundError:
+            # Removed already (we were down, or the window is over): ended; its fetches will tell.
+            self._end(row.id, None, row.image)
+            return
+        except ApiError as exc:
+            log.warning("describing candidate %r failed (retrying): %s", row.id, exc)
+            self.state.candidate_retry(row.id, self._mono() + self.tuning.confirm_retry, str(exc))
+            return
+        if described.terminal:
+            self._end(row.id, described, row.image)
+        else:
+            self.state.candidate_alive(row.id, self.clock(), self._mono() + self.tuning.confirm_recheck)
+
+    def backfill(self, session_ids: Sequence[str]) -> list[str]:
+        """Archive these sessions now if the upstream still holds them ended; returns the ids queued.
+
+        Already ended/archived sessions, running ones (archived when they end) and unknown or
+        removed ones are skipped with a log line saying why.
+        """
+        queued = []
+        for sid in session_ids:
+            row = self.state.session(sid)
+            if row is not None and row.state in ("ended", "finalizing", "archived"):
+                log.info("session %r is already %s", sid, row.state)
+                continue
+            try:
+                described = self.client.describe_session(sid, policy=self._confirm_policy)
+            except NotFoundError:
+                log.warning("session %r is unknown or past its retention window: nothing to fetch", sid)
+                continue
+            if not described.terminal:
+                log.warning("session %r is still %s: it is archived when it ends", sid, described.status)
+                continue
+            if self._end(sid, described, described.image, backfill=True):
+                queued.append(sid)
+        return queued
+
+    # --- fetch stage ------------------------------------------------------------------------
+
+    def _fetch_loop(self) -> None:
+        while not self._stop.is_set():
+            generation = self._snapshot()
+            item: ItemRow | None = None
+            try:
+                item = self.state.claim_fetch(self._mono())
+                if item is None:
+                    self._wait(generation, self._until(self.state.next_gate("pending_fetch")))
+                    continue
+                self._fetch(item)
+            except Exception as exc:  # loop edge: count it, put the item back, keep the worker alive
+                log.exception("fetch worker failed")
+                self.metrics.error("fetch")
+                if item is not None:
+                    self._release_fetch(item, f"internal error: {type(exc).__name__}: {exc}")
+                self._stop.wait(1.0)
+
+    def _release_fetch(self, item: ItemRow, error: str) -> None:
+        with contextlib.suppress(Exception):
+            delay = _backoff(self.tuning.fetch_backoff_initial, self.tuning.fetch_backoff_max, item.attempts)
+            self.state.retry_item(
+                item.id, status="pending_fetch", not_before=self._mono() + delay, error=error
+            )
+
+    def _fetch(self, item: ItemRow) -> None:
+        remaining = item.deadline - self.clock()
+        if remaining <= 0 and item.attempts > 1:
+            self._finish(item, "expired", error=f"fetch deadline passed; last error: {item.last_error}")
+            return
+        result = self.fetcher.fetch(item, remaining=remaining)
+        now = self.clock()
+        if isinstance(result, Spooled):
+            self.state.mark_spooled(
+                item.id,
+                spool_path=str(result.path),
+                size=result.size,
+                sha256=result.sha256,
+                content_type=result.content_type,
+                source=result.source,
+                key=result.key,
+                fetched_at=now,
+            )
+            self.metrics.add_bytes("fetch", item.kind, result.received)
+            self.metrics.fetch_completed(item.deadline - now)
+            self._notify()
+        elif isinstance(result, Finished):
+            log.info("item %s of %r: %s (%s)", item.kind, item.session_id, result.outcome, result.error)
+            self._finish(item, result.outcome, error=result.error, source=result.source)
+        else:
+            self._retry_fetch(item, result, now)
+        self._refresh_gauges(force=False)
+
+    def _retry_fetch(self, item: ItemRow, result: Retry, now: float) -> None:
+        left = item.deadline - now
+        if left <= 0:
+            self._finish(item, "expired", error=result.error, source=result.source)
+            return
+        if result.local:
+            self.metrics.error("spool")
+            log.error(
+                "spool write failed for %s of %r (retrying): %s", item.kind, item.session_id, result.error
+            )
+        else:
+            log.warning("fetching %s of %r failed (retrying): %s", item.kind, item.session_id, result.error)
+        # Wait less as the deadline nears, so the last tries still happen inside the window.
+        delay = min(
+            _backoff(self.tuning.fetch_backoff_initial, self.tuning.fetch_backoff_max, item.attempts),
+            max(0.5, left / 2),
+        )
+        self.state.retry_item(
+            item.id, status="pending_fetch", not_before=self._mono() + delay, error=result.error
+        )
+
+    def _finish(
+        self,
+        item: ItemRow,
+        outcome: str,
+        *,
+        error: str | None = None,
+        source: str | None = None,
+        key: str | None = None,
+        spool_path: str | None = None,
+    ) -> None:
+        self.state.finish_item(
+            item.id, outcome, now=self.clock(), error=error, source=source, key=key, spool_path=spool_path
+        )
+        self.metrics.item_done(item.kind, outcome)
+        self._notify()
+
+    # --- upload stage -----------------------------------------------------------------------
+
+    def _paused_for(self) -> float:
+        with self._pause_lock:
+            return self._paused_until - self._mono()
+
+    def _store_failed(self, exc: StoreError) -> None:
+        with self._pause_lock:
+            self._store_failures += 1
+            if isinstance(exc, StorePermissionError):
+                pause = self.tuning.permission_backoff
+            else:
+                pause = _backoff(
+                    self.tuning.upload_backoff_initial, self.tuning.upload_backoff_max, self._store_failures
+                )
+            self._paused_until = max(self._paused_until, self._mono() + pause)
+            failures = self._store_failures
+        if isinstance(exc, StorePermissionError):
+            # Loud: an operator must fix credentials or the bucket; nothing is lost meanwhile.
+            log.error("STORE REFUSES US (uploads paused %.0f s, spooled data kept): %s", pause, exc)
+        else:
+            log.warning("store unavailable (failure %d, uploads paused %.1f s): %s", failures, pause, exc)
+        self.metrics.error("store")
+
+    def _store_ok(self) -> None:
+        with self._pause_lock:
+            if self._store_failures:
+                log.info("store is back after %d failures", self._store_failures)
+            self._store_failures = 0
+            self._paused_until = 0.0
+
+    def _upload_loop(self) -> None:
+        while not self._stop.is_set():
+            generation = self._snapshot()
+            item: ItemRow | None = None
+            try:
+                paused = self._paused_for()
+                if paused > 0:
+                    self._wait(generation, paused)
+                    continue
+                if self._orphan_sweep_needed:
+                    with self._sweep_lock:
+                        if self._orphan_sweep_needed:
+                            self._sweep_orphans()
+                            if self._orphan_sweep_needed:
+                                raise StoreUnavailableError("orphaned multipart uploads not swept yet")
+                if self._finalize_one():
+                    continue
+                item = self.state.claim_upload(self._mono())
+                if item is None:
+                    self._wait(generation, self._until(self.state.next_gate("spooled")))
+                    continue
+                self._upload(item)
+                self._store_ok()
+            except StoreError as exc:
+                if item is not None:
+                    self.state.retry_item(item.id, status="spooled", not_before=0.0, error=str(exc))
+                self._store_failed(exc)
+            except Exception as exc:  # loop edge
+                log.exception("upload worker failed")
+                self.metrics.error("upload")
+                if item is not None:
+                    with contextlib.suppress(Exception):
+                        self.state.retry_item(
+                            item.id,
+                            status="spooled",
+                            not_before=self._mono() + self.tuning.upload_backoff_max,
+                            error=f"internal error: {type(exc).__name__}: {exc}",
+                        )
+                self._stop.wait(1.0)
+
+    def _upload(self, item: ItemRow) -> None:
+        result = self.uploader.upload(item)
+        assert item.spool_path is not None  # checked by the uploader
+        spool_path = Path(item.spool_path)
+        if isinstance(result, Stored):
+            self._finish(item, "archived")
+            # Only now, with `done` committed, is the spool copy no longer needed.
+            self.spool.remove(spool_path)
+            self.metrics.add_bytes("upload", item.kind, item.size or 0)
+        elif isinstance(result, Conflict):
+            kept = self._keep_conflicting(spool_path)
+            log.error(
+                "item %s of %r: a different object is already at %s; our bytes are kept at %s",
+                item.kind, item.session_id, item.key, kept,
+            )  # fmt: skip
+            self._finish(item, "conflict", error=result.error, spool_path=str(kept))
+        elif isinstance(result, SpoolBroken):
+            log.error(
+                "spool file of %s of %r is unusable, fetching again: %s",
+                item.kind,
+                item.session_id,
+                result.error,
+            )
+            self.metrics.error("spool")
+            self.state.retry_item(item.id, status="pending_fetch", not_before=0.0, error=result.error)
+            self._notify()
+        self._refresh_gauges(force=False)
+
+    def _keep_conflicting(self, path: Path) -> Path:
+        """Fetched bytes that cannot go to their key are evidence too: keep them out of the spool."""
+        self._conflicts_dir.mkdir(parents=True, exist_ok=True)
+        target = self._conflicts_dir / path.name
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, target)
+        return target
+
+    def _finalize_one(self) -> bool:
+        """Write the manifest and index entry of one complete session; False when none is waiting."""
+        with self._pause_lock:
+            busy = set(self._finalizing)
+        sid = next((r.id for r in self.state.sessions_in("finalizing") if r.id not in busy), None)
+        if sid is None:
+            return False
+        with self._pause_lock:
+            if sid in self._finalizing:
+                return True
+            self._finalizing.add(sid)
+        try:
+            self._finalize(sid)
+        finally:
+            with self._pause_lock:
+                self._finalizing.discard(sid)
+        return True
+
+    def _finalize(self, sid: str) -> None:
+        session = self.state.session(sid)
+        if session is None or session.state != "finalizing":
+            return
+        items = self.state.items_of(sid)
+        try:
+            manifest_key = self.uploader.write_manifest(session, items)
+        except ObjectConflictError as exc:
+            # Another manifest holds the key (a session id reused after an earlier archive). The
+            # create-once rule forbids replacing it; our objects and spool copies stay as they are.
+            log.error("session %r: %s; not overwriting the existing manifest", sid, exc)
+            self.metrics.error("manifest")
+            manifest_key = keys.manifest_key(self.store.prefix, sid)
+        self.state.mark_archived(sid, manifest_key)
+        now = self.clock()
+        delay = now - (session.first_seen_ended if session.first_seen_ended is not None else now)
+        self.metrics.archive_completed(delay_seconds=max(0.0, delay), now=now)
+        log.info("session %r archived (%d items): %s", sid, len(items), manifest_key)
+        self._store_ok()
+        self._notify()
+
+    # --- reporting --------------------------------------------------------------------------
+
+    def gauges(self) -> Backlog:
+        """Refresh archiver_pending_items, archiver_next_fetch_deadline..., archiver_spool_bytes."""
+        backlog = self.state.backlog()
+        self.metrics.set_pending("fetch", backlog.pending_fetch)
+        self.metrics.set_pending("upload", backlog.pending_upload)
+        self.metrics.set_next_fetch_deadline(backlog.next_fetch_deadline)
+        self.metrics.set_spool_bytes(backlog.spool_bytes)
+        self._gauges_at = time.monotonic()
+        return backlog
+
+    def _refresh_gauges(self, *, force: bool) -> None:
+        if force or time.monotonic() - self._gauges_at >= self.tuning.gauge_interval:
+            self.gauges()
+
+    def status(self) -> list[PendingItem]:
+        """Unfinished items, earliest deadline first, with the time left (for `archiver status`)."""
+        return self.state.pending_items(self.clock())
+
+    def run_until_idle(self, timeout: float) -> bool:
+        """Wait until no candidate, item or manifest is pending (True) or `timeout` s passed (False)."""
+        until = time.monotonic() + timeout
+        while True:
+            generation = self._snapshot()
+            if self.state.backlog().idle:
+                self.gauges()
+                return True
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            self._wait(generation, left)
+
+
+def pending_status(state_dir: Path, now: float) -> list[PendingItem]:
+    """`archiver status` without a running pipeline: read the state DB beside the daemon."""
+    state = StateDB.open_readonly(state_dir)
+    try:
+        return state.pending_items(now)
+    finally:
+        state.close()

@@ -1,0 +1,133 @@
+"""The poll loop: once per interval, `GET /session` and `GET /metrics`, handed on as one PollResult."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from archiver.api import SessionHostClient
+from archiver.errors import ApiError, ApiStatusError, PayloadError
+from archiver.models import Session
+from archiver.retry import RetryPolicy
+from archiver.upstream_metrics import MetricFamily, parse_upstream_metrics
+
+log = logging.getLogger("archiver.poller")
+
+SESSIONS = "sessions"
+METRICS = "metrics"
+ENDPOINTS = (SESSIONS, METRICS)
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    """What one poll saw. `sessions`/`families` are None when that endpoint failed this time."""
+
+    started_at: float
+    sessions: list[Session] | None
+    families: list[MetricFamily] | None
+    durations: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def poll_policy(interval: float) -> RetryPolicy:
+    """Retries of one poll must finish well inside the interval, so polls never pile up."""
+    return RetryPolicy(
+        attempts=3,
+        max_elapsed=interval * 0.5,
+        initial_wait=min(0.5, interval / 20),
+        max_wait=interval / 4,
+        # A hung upstream must show as down within a poll or two, not after a 30 s read timeout.
+        attempt_timeout=min(30.0, max(1.0, interval * 0.8)),
+    )
+
+
+def _describe_error(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__
+
+
+class Poller:
+    """Polls the upstream on its own thread and hands each result to `on_result` (the daemon)."""
+
+    def __init__(
+        self,
+        client: SessionHostClient,
+        *,
+        interval: float,
+        on_result: Callable[[PollResult], None],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self._interval = interval
+        self._on_result = on_result
+        self._clock = clock
+        self._policy = poll_policy(interval)
+        self._healthy: dict[str, bool | None] = dict.fromkeys(ENDPOINTS)
+        self.heartbeat = 0.0
+        self.polls = 0
+
+    def poll_once(self) -> PollResult:
+        started = self._clock()
+        durations: dict[str, float] = {}
+        errors: dict[str, str] = {}
+
+        sessions: list[Session] | None = None
+        t0 = time.perf_counter()
+        try:
+            sessions = self._client.list_sessions(policy=self._policy)
+        except ApiError as exc:
+            errors[SESSIONS] = _describe_error(exc)
+            self._transition(SESSIONS, False, exc)
+        else:
+            self._transition(SESSIONS, True, None)
+        durations[SESSIONS] = time.perf_counter() - t0
+
+        families: list[MetricFamily] | None = None
+        t0 = time.perf_counter()
+        try:
+            families = parse_upstream_metrics(self._client.metrics_text(policy=self._policy))
+        except (ApiError, PayloadError) as exc:
+            errors[METRICS] = _describe_error(exc)
+            self._transition(METRICS, False, exc)
+        else:
+            self._transition(METRICS, True, None)
+        durations[METRICS] = time.perf_counter() - t0
+
+        self.polls += 1
+        return PollResult(started, sessions, families, durations, errors)
+
+    def _transition(self, endpoint: str, ok: bool, exc: Exception | None) -> None:
+        """One log line per failure, and one per change of state (down → up)."""
+        previous = self._healthy[endpoint]
+        self._healthy[endpoint] = ok
+        if ok:
+            if previous is False:
+                log.info("upstream %s poll recovered", endpoint, extra={"endpoint": endpoint})
+            return
+        extra: dict[str, object] = {"endpoint": endpoint}
+        if isinstance(exc, ApiStatusError):
+            extra["status"] = exc.status
+            if exc.identifier:
+                extra["identifier"] = exc.identifier
+        level = logging.WARNING if previous is not False else logging.INFO
+        log.log(
+            level, "upstream %s poll failed: %s", endpoint, _describe_error(exc or Exception()), extra=extra
+        )
+
+    def run(self, stop: threading.Event) -> None:
+        """Poll until `stop` is set; a poll that overruns the interval starts the next one at once."""
+        next_at = time.monotonic()
+        while not stop.is_set():
+            self.heartbeat = time.monotonic()
+            try:
+                self._on_result(self.poll_once())
+            except Exception:  # the loop edge: a bug in a consumer must not stop polling
+                log.exception("poll cycle failed")
+            next_at = max(next_at + self._interval, time.monotonic())
+            stop.wait(max(0.0, next_at - time.monotonic()))

@@ -1,0 +1,257 @@
+"""The archiver's own health and pipeline metrics (`archiver_*`), on an injected prometheus_client registry.
+
+These are few and change as work happens, so ordinary prometheus_client instrumentation fits; they are
+rendered fresh on every scrape and appended after the pre-rendered snapshot. The two snapshot gauges
+`archiver_sessions_exported` / `archiver_sessions_dropped` are NOT registered here: the snapshot
+renders them (archiver.exposition), and a name must not appear twice in one body.
+"""
+
+from __future__ import annotations
+
+import platform
+import threading
+from collections.abc import Iterable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest as _text_generate_latest
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.openmetrics.exposition import generate_latest as _om_generate_latest
+from prometheus_client.registry import Collector
+
+from archiver import __version__
+
+#: Label values of archiver_items_total / archiver_pending_items (DESIGN §6); pre-created at 0 so
+#: `rate()` and alerts see the series before the first event.
+ITEM_KINDS = ("logs", "artifact")
+ITEM_OUTCOMES = ("archived", "source_gone", "too_large", "expired", "conflict")
+PENDING_STAGES = ("fetch", "upload")
+
+#: Poll durations: a healthy poll is tens of ms, a struggling upstream takes seconds (timeouts ~30 s).
+POLL_DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: Time left before the 4 h removal window closes when a fetch completes: minutes to 4 h; the 0 bucket
+#: catches fetches that completed late (negative slack).
+DEADLINE_SLACK_BUCKETS = (
+    0.0,
+    60.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
+    5400.0,
+    7200.0,
+    9000.0,
+    10800.0,
+    12600.0,
+    14400.0,
+)
+#: End seen → manifest written: seconds when healthy, hours while the store is down.
+COMPLETION_DELAY_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0)
+
+
+class _NextDeadlineCollector(Collector):
+    """`archiver_next_fetch_deadline_timestamp_seconds`, present only while a fetch is pending.
+
+    A Gauge cannot be absent; an absent series is what lets an alert say "nothing pending" rather than
+    compare against a sentinel value.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._value: float | None = None
+
+    def set(self, value: float | None) -> None:
+        with self._lock:
+            self._value = value
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            value = self._value
+        if value is not None:
+            yield GaugeMetricFamily(
+                "archiver_next_fetch_deadline_timestamp_seconds",
+                "Earliest fetch deadline among pending items, in seconds since the epoch.",
+                value=value,
+            )
+
+    def describe(self) -> Iterable[Metric]:
+        # Describing lets the registry reject a second collector that registers the same name.
+        return [GaugeMetricFamily("archiver_next_fetch_deadline_timestamp_seconds", "")]
+
+
+class SelfMetrics:
+    """Creates every `archiver_*` metric of DESIGN §6 (except the two snapshot gauges) and offers one
+    method per event the poller and the pipeline report. All methods are thread-safe."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        version: str = __version__,
+        endpoints: Iterable[str] = ("sessions", "metrics"),
+    ) -> None:
+        self.registry = registry
+        self._build_info = Gauge(
+            "archiver_build_info",
+            "Build information of the running archiver, always 1.",
+            ["version", "python_version"],
+            registry=registry,
+        )
+        self._build_info.labels(version, platform.python_version()).set(1)
+        self._up = Gauge(
+            "archiver_upstream_up",
+            "Whether the last poll of the upstream endpoint succeeded (1) or failed (0).",
+            ["endpoint"],
+            registry=registry,
+        )
+        self._last_success = Gauge(
+            "archiver_upstream_last_success_timestamp_seconds",
+            "When the upstream endpoint was last polled successfully, in seconds since the epoch.",
+            ["endpoint"],
+            registry=registry,
+        )
+        self._poll_duration = Histogram(
+            "archiver_upstream_poll_duration_seconds",
+            "Duration of polls of the upstream endpoint, successful or not.",
+            ["endpoint"],
+            buckets=POLL_DURATION_BUCKETS,
+            registry=registry,
+        )
+        self._requests = Counter(
+            "archiver_upstream_requests",
+            "Requests sent to the upstream, by endpoint and HTTP status (or 'error' without one).",
+            ["endpoint", "code"],
+            registry=registry,
+        )
+        self._sessions_ended = Counter(
+            "archiver_sessions_ended",
+            "Sessions seen disappearing from the session list (candidates for archiving).",
+            registry=registry,
+        )
+        self._items = Counter(
+            "archiver_items",
+            "Archive items (logs, artifacts) finished, by kind and outcome.",
+            ["kind", "outcome"],
+            registry=registry,
+        )
+        self._pending = Gauge(
+            "archiver_pending_items",
+            "Archive items waiting in each pipeline stage.",
+            ["stage"],
+            registry=registry,
+        )
+        self._next_deadline = _NextDeadlineCollector()
+        registry.register(self._next_deadline)
+        self._deadline_slack = Histogram(
+            "archiver_fetch_deadline_slack_seconds",
+            "Time left before the upstream removes a session's data when its fetch completed.",
+            buckets=DEADLINE_SLACK_BUCKETS,
+            registry=registry,
+        )
+        self._completion_delay = Histogram(
+            "archiver_completion_delay_seconds",
+            "Time from a session's end being seen to its manifest being written.",
+            buckets=COMPLETION_DELAY_BUCKETS,
+            registry=registry,
+        )
+        self._bytes = Counter(
+            "archiver_bytes",
+            "Bytes moved by the pipeline, by stage (fetch, upload) and kind (logs, artifact).",
+            ["stage", "kind"],
+            registry=registry,
+        )
+        self._spool_bytes = Gauge(
+            "archiver_spool_bytes", "Bytes held in the local spool awaiting upload.", registry=registry
+        )
+        self._retention = Gauge(
+            "archiver_retention_seconds",
+            "Configured upstream retention window after a session ends (the fetch deadline).",
+            registry=registry,
+        )
+        self._last_archive_success = Gauge(
+            "archiver_last_archive_success_timestamp_seconds",
+            "When a session's manifest was last written, in seconds since the epoch.",
+            registry=registry,
+        )
+        self._errors = Counter(
+            "archiver_errors",
+            "Unexpected errors caught at loop and request edges, by where they happened.",
+            ["where"],
+            registry=registry,
+        )
+        self._conditional_writes = Gauge(
+            "archiver_store_conditional_writes_supported",
+            "Whether the store honours create-once (If-None-Match) writes (1) or is emulated (0).",
+            registry=registry,
+        )
+        # archiver_upstream_up stays absent until the first poll: 0 would claim a failure that did not happen.
+        for endpoint in endpoints:
+            self._poll_duration.labels(endpoint)
+        for kind in ITEM_KINDS:
+            for outcome in ITEM_OUTCOMES:
+                self._items.labels(kind, outcome)
+        for stage in PENDING_STAGES:
+            self._pending.labels(stage)
+
+    # --- poller ---------------------------------------------------------------------------------
+
+    def upstream_request(self, endpoint: str, code: int | str) -> None:
+        """Count one upstream request; `code` is the HTTP status, or e.g. "error" when none came back."""
+        self._requests.labels(endpoint, str(code)).inc()
+
+    def poll_result(self, endpoint: str, *, ok: bool, duration: float, now: float) -> None:
+        """Record one poll of an endpoint (`now` is the wall-clock time of its end)."""
+        self._up.labels(endpoint).set(1 if ok else 0)
+        self._poll_duration.labels(endpoint).observe(duration)
+        if ok:
+            self._last_success.labels(endpoint).set(now)
+
+    def sessions_ended(self, count: int = 1) -> None:
+        self._sessions_ended.inc(count)
+
+    # --- pipeline -------------------------------------------------------------------------------
+
+    def item_done(self, kind: str, outcome: str) -> None:
+        """An item reached a final outcome (kind `logs|artifact`, outcome per ITEM_OUTCOMES)."""
+        self._items.labels(kind, outcome).inc()
+
+    def set_pending(self, stage: str, count: int) -> None:
+        self._pending.labels(stage).set(count)
+
+    def set_next_fetch_deadline(self, timestamp: float | None) -> None:
+        """The earliest pending fetch deadline; None removes the series (nothing pending)."""
+        self._next_deadline.set(timestamp)
+
+    def fetch_completed(self, slack_seconds: float) -> None:
+        """A fetch finished `slack_seconds` before its deadline (negative when after it)."""
+        self._deadline_slack.observe(slack_seconds)
+
+    def archive_completed(self, *, delay_seconds: float, now: float) -> None:
+        """A session's manifest was written `delay_seconds` after its end was seen."""
+        self._completion_delay.observe(delay_seconds)
+        self._last_archive_success.set(now)
+
+    def add_bytes(self, stage: str, kind: str, count: int) -> None:
+        self._bytes.labels(stage, kind).inc(count)
+
+    def set_spool_bytes(self, count: int) -> None:
+        self._spool_bytes.set(count)
+
+    def set_retention(self, seconds: float) -> None:
+        self._retention.set(seconds)
+
+    def set_conditional_writes_supported(self, supported: bool) -> None:
+        self._conditional_writes.set(1 if supported else 0)
+
+    def error(self, where: str) -> None:
+        """An unexpected exception was caught at a loop or request edge (`where`: e.g. poll, fetch, http)."""
+        self._errors.labels(where).inc()
+
+    # --- exposition -----------------------------------------------------------------------------
+
+    def render(self, openmetrics: bool) -> bytes:
+        """The registry in the requested format; the OpenMetrics body ends with `# EOF` (it goes last)."""
+        if openmetrics:
+            # prometheus_client's OpenMetrics writer has no annotations.
+            body: bytes = _om_generate_latest(self.registry)  # type: ignore[no-untyped-call]
+            return body
+        return _text_generate_latest(self.registry)

@@ -1,0 +1,459 @@
+"""The daemon's configuration: the option table, and the one place flags, env vars and the TOML file merge."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from archiver.api import Token
+from archiver.errors import ConfigError
+
+ENV_PREFIX = "ARCHIVER_"
+TOKEN_ENV = "ARCHIVER_API_TOKEN"
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: str | float | int) -> float:
+    """Seconds from `90`, `90s`, `10m`, `4h`, `2h30m`, `1d` (a plain number is seconds)."""
+    if isinstance(value, bool):
+        raise ValueError(f"not a duration: {value!r}")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ValueError(f"negative duration: {value!r}")
+        return float(value)
+    text = value.strip().lower()
+    try:
+        seconds = float(text)
+    except ValueError:
+        pos, total = 0, 0.0
+        for match in _DURATION.finditer(text):
+            if match.start() != pos:
+                break
+            total += float(match.group(1)) * _UNITS[match.group(2)]
+            pos = match.end()
+        if pos != len(text) or not text:
+            raise ValueError(f"not a duration (use e.g. 30s, 10m, 4h, 2h30m): {value!r}") from None
+        return total
+    if seconds < 0:
+        raise ValueError(f"negative duration: {value!r}")
+    return seconds
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """`HOST:PORT`, `:PORT` (all interfaces) or `[::1]:PORT`."""
+    text = value.strip()
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT, got {value!r}")
+    host = host.strip("[]") or "0.0.0.0"
+    return host, int(port)
+
+
+def parse_size(value: str | int) -> int:
+    """Bytes from `1048576`, `100MB`, `100MiB`, `2GiB`."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*", str(value).lower())
+    if not match:
+        raise ValueError(f"not a size (use e.g. 100MB, 512MiB): {value!r}")
+    number, unit = float(match.group(1)), (match.group(2) or "b")
+    base = 1024 if "i" in unit else 1000
+    power = "bkmgt".index(unit[0])
+    return int(number * base**power)
+
+
+def _as_list(value: Any) -> tuple[str, ...]:
+    """A list from a TOML array, a repeated flag, or a comma-separated env var."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, list | tuple):
+        items: list[str] = []
+        for item in value:
+            if not isinstance(item, str):
+                raise ValueError(f"expected strings, got {item!r}")
+            items.extend(_as_list(item))  # a repeated flag may itself be comma-separated
+        return tuple(items)
+    raise ValueError(f"expected a list of strings, got {value!r}")
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    raise ValueError(f"expected an integer, got {value!r}")
+
+
+def _as_str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected a string, got {value!r}")
+    return value
+
+
+def _as_choice(*choices: str) -> Callable[[Any], str]:
+    def convert(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
+        return str(value)
+
+    return convert
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting: its name (flag `--name`, env `ARCHIVER_NAME`, TOML key `name` with underscores)."""
+
+    name: str
+    help: str
+    default: Any
+    convert: Callable[[Any], Any]
+    multiple: bool = False
+    metavar: str = "TEXT"
+
+    @property
+    def key(self) -> str:
+        return self.name.replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.key.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name
+
+
+def _url(value: Any) -> str:
+    text = _as_str(value).strip()
+    if not re.match(r"^https?://[^/\s]+", text):
+        raise ValueError(f"expected an http(s):// URL, got {text!r}")
+    return text.rstrip("/")
+
+
+def _store_url(value: Any) -> str:
+    text = _as_str(value).strip()
+    if not (text.startswith("s3://") or text.startswith("file://")):
+        raise ValueError(f"expected s3://bucket/prefix or file:///dir, got {text!r}")
+    return text
+
+
+def _positive(convert: Callable[[Any], float]) -> Callable[[Any], float]:
+    def wrapped(value: Any) -> float:
+        result = convert(value)
+        if result <= 0:
+            raise ValueError(f"must be greater than zero, got {value!r}")
+        return result
+
+    return wrapped
+
+
+#: Every option of `archiver run` (and the commands that share its configuration), in --help order.
+OPTIONS: tuple[Option, ...] = (
+    Option("api-url", "Base URL of the session hosting API.", None, _url, metavar="URL"),
+    Option(
+        "api-token-file",
+        "File holding the API token (else the ARCHIVER_API_TOKEN env var; never a plain flag).",
+        None,
+        _as_str,
+        metavar="PATH",
+    ),
+    Option(
+        "store",
+        "Where archives go: s3://bucket/prefix or file:///dir. Without it `run` only exports.",
+        None,
+        _store_url,
+        metavar="URL",
+    ),
+    Option(
+        "s3-endpoint-url", "Endpoint of an S3-compatible store (MinIO, Ceph, ...).", None, _url, metavar="URL"
+    ),
+    Option(
+        "s3-checksum",
+        "botocore request checksums: when_supported or when_required (some S3-compatibles reject CRC32).",
+        "when_supported",
+        _as_choice("when_supported", "when_required"),
+        metavar="MODE",
+    ),
+    Option(
+        "listen",
+        "Address of the /metrics server.",
+        "0.0.0.0:9877",
+        lambda v: parse_listen(_as_str(v)),
+        metavar="HOST:PORT",
+    ),
+    Option(
+        "state-dir",
+        "Directory of the durable state DB and the spool.",
+        ".archiver-state",
+        _as_str,
+        metavar="DIR",
+    ),
+    Option(
+        "poll-interval",
+        "How often to poll the upstream.",
+        10.0,
+        _positive(parse_duration),
+        metavar="DURATION",
+    ),
+    Option(
+        "retention",
+        "How long the upstream keeps an ended session's logs and artifacts.",
+        4 * 3600.0,
+        _positive(parse_duration),
+        metavar="DURATION",
+    ),
+    Option(
+        "deadline-margin",
+        "Safety margin: fetches must finish this long before the retention window closes.",
+        600.0,
+        parse_duration,
+        metavar="DURATION",
+    ),
+    Option(
+        "artifact-path",
+        "Absolute path inside every session's container to archive (repeatable).",
+        (),
+        _as_list,
+        multiple=True,
+        metavar="PATH",
+    ),
+    Option(
+        "session-label-allowlist",
+        "Caller labels exported on sessionhost_session_labels (repeatable or comma-separated).",
+        (),
+        _as_list,
+        multiple=True,
+        metavar="KEY",
+    ),
+    Option(
+        "max-sessions",
+        "Cap on sessions with per-session series (aggregates stay exact).",
+        10000,
+        _as_int,
+        metavar="N",
+    ),
+    Option(
+        "max-artifact-size",
+        "Artifacts larger than this are stopped while streaming and recorded as too_large.",
+        110_000_000,
+        parse_size,
+        metavar="SIZE",
+    ),
+    Option("fetch-workers", "Parallel fetches from the upstream.", 4, _as_int, metavar="N"),
+    Option("upload-workers", "Parallel uploads to the store.", 2, _as_int, metavar="N"),
+    Option("log-format", "Log line format.", "text", _as_choice("text", "json"), metavar="FORMAT"),
+    Option(
+        "log-level", "Log level.", "info", _as_choice("debug", "info", "warning", "error"), metavar="LEVEL"
+    ),
+    Option(
+        "web-config-file",
+        "Exporter-toolkit web config (TLS, basic auth) for the /metrics server.",
+        None,
+        _as_str,
+        metavar="PATH",
+    ),
+)
+OPTIONS_BY_KEY: Mapping[str, Option] = {opt.key: opt for opt in OPTIONS}
+#: Tables of the TOML file that are not plain options.
+_FILE_TABLES = frozenset({"images"})
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the daemon and the CLI commands need, resolved once (flag > env > file > default)."""
+
+    api_url: str | None = None
+    api_token: Token | None = None
+    store: str | None = None
+    s3_endpoint_url: str | None = None
+    s3_checksum: str = "when_supported"
+    listen: tuple[str, int] = ("0.0.0.0", 9877)
+    state_dir: Path = Path(".archiver-state")
+    poll_interval: float = 10.0
+    retention: float = 4 * 3600.0
+    deadline_margin: float = 600.0
+    artifact_paths: tuple[str, ...] = ()
+    image_artifact_paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    session_label_allowlist: tuple[str, ...] = ()
+    max_sessions: int = 10000
+    max_artifact_size: int = 110_000_000
+    fetch_workers: int = 4
+    upload_workers: int = 2
+    log_format: str = "text"
+    log_level: str = "info"
+    web_config_file: Path | None = None
+
+    def artifact_paths_for(self, image: str) -> tuple[str, ...]:
+        """Global paths plus the image's own, without duplicates, in a stable order."""
+        extra = self.image_artifact_paths.get(image, ())
+        return tuple(dict.fromkeys((*self.artifact_paths, *extra)))
+
+    def require_api(self) -> tuple[str, Token]:
+        if not self.api_url:
+            raise ConfigError(
+                "no upstream configured: set --api-url (or ARCHIVER_API_URL, or api_url in the config file)"
+            )
+        if self.api_token is None:
+            raise ConfigError(f"no API token: set {TOKEN_ENV} or --api-token-file")
+        return self.api_url, self.api_token
+
+    def require_store(self) -> str:
+        if not self.store:
+            raise ConfigError(
+                "no store configured: set --store s3://bucket/prefix or file:///dir (or ARCHIVER_STORE)"
+            )
+        return self.store
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    if "api_token" in data:
+        raise ConfigError(f"config file {path}: the token never goes in the config file; use api_token_file")
+    for key in data:
+        if key not in OPTIONS_BY_KEY and key not in _FILE_TABLES:
+            raise ConfigError(f"config file {path}: unknown key {key!r}")
+    return data
+
+
+def _image_paths(raw: Any, source: str) -> dict[str, tuple[str, ...]]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: [images] must be a table of image names")
+    result: dict[str, tuple[str, ...]] = {}
+    for image, table in raw.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"{source}: [images.{image!r}] must be a table")
+        for key in table:
+            if key != "artifact_path":
+                raise ConfigError(f"{source}: unknown key {key!r} in [images.{image!r}] (only artifact_path)")
+        try:
+            result[str(image)] = _check_paths(_as_list(table.get("artifact_path")))
+        except ValueError as exc:
+            raise ConfigError(f"{source}: images.{image}.artifact_path: {exc}") from None
+    return result
+
+
+def _check_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
+    for path in paths:
+        if not path.startswith("/"):
+            raise ValueError(f"artifact paths are absolute paths inside the container, got {path!r}")
+    return paths
+
+
+def load_settings(
+    flags: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    config_file: str | Path | None = None,
+) -> Settings:
+    """Merge flag values (keys as in OPTIONS, None/empty = not given), env vars and the TOML file."""
+    env = os.environ if env is None else env
+    file_path = config_file or env.get(ENV_PREFIX + "CONFIG")
+    file_data = read_config_file(Path(file_path)) if file_path else {}
+    source_name = str(file_path) if file_path else ""
+
+    values: dict[str, Any] = {}
+    for opt in OPTIONS:
+        raw, source = _pick(opt, flags, env, file_data, source_name)
+        if raw is None:
+            values[opt.key] = opt.default
+            continue
+        try:
+            values[opt.key] = opt.convert(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+    try:
+        artifact_paths = _check_paths(values["artifact_path"])
+    except ValueError as exc:
+        raise ConfigError(f"artifact-path: {exc}") from None
+    image_paths = _image_paths(file_data["images"], source_name) if "images" in file_data else {}
+    token = _load_token(values["api_token_file"], env)
+    if values["fetch_workers"] < 1 or values["upload_workers"] < 1 or values["max_sessions"] < 0:
+        raise ConfigError("fetch-workers and upload-workers must be at least 1, max-sessions at least 0")
+    return Settings(
+        api_url=values["api_url"],
+        api_token=token,
+        store=values["store"],
+        s3_endpoint_url=values["s3_endpoint_url"],
+        s3_checksum=values["s3_checksum"],
+        listen=values["listen"],
+        state_dir=Path(values["state_dir"]),
+        poll_interval=values["poll_interval"],
+        retention=values["retention"],
+        deadline_margin=values["deadline_margin"],
+        artifact_paths=artifact_paths,
+        image_artifact_paths=image_paths,
+        session_label_allowlist=values["session_label_allowlist"],
+        max_sessions=values["max_sessions"],
+        max_artifact_size=values["max_artifact_size"],
+        fetch_workers=values["fetch_workers"],
+        upload_workers=values["upload_workers"],
+        log_format=values["log_format"],
+        log_level=values["log_level"],
+        web_config_file=Path(values["web_config_file"]) if values["web_config_file"] else None,
+    )
+
+
+def _pick(
+    opt: Option,
+    flags: Mapping[str, Any],
+    env: Mapping[str, str],
+    file_data: Mapping[str, Any],
+    file_name: str,
+) -> tuple[Any, str]:
+    flag_value = flags.get(opt.key)
+    if flag_value is not None and flag_value != ():
+        return flag_value, opt.flag
+    if env.get(opt.env):
+        return env[opt.env], opt.env
+    if opt.key in file_data:
+        return file_data[opt.key], f"{file_name}: {opt.key}"
+    return None, ""
+
+
+def _load_token(token_file: str | None, env: Mapping[str, str]) -> Token | None:
+    try:
+        if token_file:
+            try:
+                return Token(Path(token_file).read_text(encoding="utf-8"))
+            except OSError as exc:
+                raise ConfigError(f"--api-token-file {token_file}: {exc.strerror}") from None
+        if env.get(TOKEN_ENV):
+            return Token(env[TOKEN_ENV])
+    except ValueError as exc:
+        # The message names the problem, never the value.
+        raise ConfigError(f"API token: {exc}") from None
+    return None
+
+
+def option_table(options: Sequence[Option] = OPTIONS) -> list[tuple[str, str, str, str]]:
+    """(flag, env var, default, help) rows for the README's configuration table."""
+    rows = []
+    for opt in options:
+        default = opt.default
+        if isinstance(default, tuple):
+            shown = ", ".join(default) if default else "(none)"
+        elif default is None:
+            shown = "(none)"
+        else:
+            shown = str(default)
+        rows.append((opt.flag, opt.env, shown, opt.help))
+    return rows

@@ -1,0 +1,785 @@
+"""The durable state DB (SQLite): sessions, archive items, multipart journal; every SQL statement lives here.
+
+One writer connection guarded by a lock; each public write method is one `BEGIN IMMEDIATE`
+transaction that has committed (WAL, `synchronous=FULL`: on disk) before the method returns, so
+a caller may act on it (delete a spool file, tell the store) only afterwards. Readers (`status`,
+gauges) use their own connection: WAL lets them run beside the writer.
+
+Two clocks appear in rows. Deadlines and timestamps (`deadline`, `last_seen_active`, ...) are in the
+pipeline's clock (epoch seconds). Retry gates (`not_before`, `wake_at`) are `time.monotonic()`
+values of the running process only: `reset_in_flight()` zeroes them at start-up, which is exactly
+"retry everything now" after a restart and keeps a frozen or jumping test clock from stalling
+backoffs.
+
+Session states: `active` (listed) → `candidate` (absent from a successful list, to be confirmed)
+→ `ended` (confirmed; items exist) → `finalizing` (every item has an outcome; `archived_at`
+fixed so a re-written manifest is byte-identical) → `archived` (manifest and index stored).
+Item statuses: `pending_fetch` → `fetching` → `spooled` → `uploading` → `done` (with an outcome).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from archiver.models import Session
+from archiver.store.base import JournalEntry
+
+SCHEMA_VERSION: Final = 1
+DB_NAME: Final = "state.db"
+#: How long a writer waits for the file lock another process holds (`archiver status` reads only).
+BUSY_TIMEOUT_MS: Final = 10_000
+
+ITEM_STATUSES: Final = ("pending_fetch", "fetching", "spooled", "uploading", "done")
+SESSION_STATES: Final = ("active", "candidate", "ended", "finalizing", "archived")
+
+_SCHEMA = """
+CREATE TABLE sessions (
+    id                TEXT PRIMARY KEY,
+    image             TEXT NOT NULL,
+    tag               TEXT NOT NULL DEFAULT '',
+    location          TEXT NOT NULL DEFAULT '',
+    host              TEXT NOT NULL DEFAULT '',
+    created           REAL,                      -- epoch seconds (upstream sends ms)
+    labels            TEXT NOT NULL DEFAULT '{}',  -- caller labels only, JSON, never the env
+    players           TEXT NOT NULL DEFAULT '[]',  -- JSON list, from the describe at the end
+    player_count      INTEGER,
+    status            TEXT NOT NULL DEFAULT 'unknown',  -- last upstream status
+    state             TEXT NOT NULL,
+    last_seen_active  REAL,
+    first_seen_ended  REAL,
+    fetch_deadline    REAL,
+    archived_at       REAL,
+    manifest_key      TEXT,
+    wake_at           REAL NOT NULL DEFAULT 0,   -- monotonic, this process only
+    confirm_attempts  INTEGER NOT NULL DEFAULT 0,
+    last_error        TEXT
+);
+CREATE INDEX sessions_by_state ON sessions(state, wake_at);
+
+CREATE TABLE items (
+    id            INTEGER PRIMARY KEY,
+    session_id    TEXT NOT NULL REFERENCES sessions(id),
+    kind          TEXT NOT NULL,                 -- logs | artifact
+    path          TEXT NOT NULL DEFAULT '',      -- artifact path, '' for logs
+    status        TEXT NOT NULL,
+    outcome       TEXT,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    last_error    TEXT,
+    deadline      REAL NOT NULL,
+    not_before    REAL NOT NULL DEFAULT 0,       -- monotonic, this process only
+    source        TEXT NOT NULL,                 -- request line (no token, no header)
+    key           TEXT,
+    spool_path    TEXT,
+    size          INTEGER,
+    sha256        TEXT,
+    content_type  TEXT,
+    fetched_at    REAL,
+    UNIQUE (session_id, kind, path)
+);
+CREATE INDEX items_by_status ON items(status, deadline);
+
+CREATE TABLE multipart_uploads (
+    key        TEXT PRIMARY KEY,
+    upload_id  TEXT NOT NULL,
+    sha256     TEXT NOT NULL,
+    part_size  INTEGER NOT NULL
+);
+CREATE TABLE multipart_parts (
+    key     TEXT NOT NULL REFERENCES multipart_uploads(key) ON DELETE CASCADE,
+    number  INTEGER NOT NULL,
+    etag    TEXT NOT NULL,
+    PRIMARY KEY (key, number)
+);
+"""
+
+_OPEN_ITEM_STATUSES = ("pending_fetch", "fetching", "spooled", "uploading")
+
+
+class StateError(Exception):
+    """The state DB is unusable (newer schema, corrupt file); the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """One session as the state DB knows it."""
+
+    id: str
+    image: str
+    tag: str
+    location: str
+    host: str
+    created: float | None
+    labels: Mapping[str, str]
+    players: tuple[str, ...]
+    player_count: int | None
+    status: str
+    state: str
+    last_seen_active: float | None
+    first_seen_ended: float | None
+    fetch_deadline: float | None
+    archived_at: float | None
+    manifest_key: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRow:
+    """One archive item: a session's logs or one artifact path."""
+
+    id: int
+    session_id: str
+    kind: str
+    path: str
+    status: str
+    outcome: str | None
+    attempts: int
+    last_error: str | None
+    deadline: float
+    source: str
+    key: str | None
+    spool_path: str | None
+    size: int | None
+    sha256: str | None
+    content_type: str | None
+    fetched_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class NewItem:
+    """An item to create when a session's end is confirmed."""
+
+    kind: str
+    path: str
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingItem:
+    """A not yet finished item, for `archiver status` (time_left is None once fetched: no deadline)."""
+
+    session_id: str
+    kind: str
+    path: str
+    stage: str  # fetch | upload
+    status: str
+    deadline: float
+    time_left: float | None
+    attempts: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What the gauges show: items per stage, the earliest fetch deadline, spooled bytes."""
+
+    pending_fetch: int
+    pending_upload: int
+    next_fetch_deadline: float | None
+    spool_bytes: int
+    candidates: int
+    finalizing: int
+
+    @property
+    def idle(self) -> bool:
+        return not (self.pending_fetch or self.pending_upload or self.candidates or self.finalizing)
+
+
+_SESSION_COLUMNS = (
+    "id, image, tag, location, host, created, labels, players, player_count, status, state, "
+    "last_seen_active, first_seen_ended, fetch_deadline, archived_at, manifest_key"
+)
+_ITEM_COLUMNS = (
+    "id, session_id, kind, path, status, outcome, attempts, last_error, deadline, source, key, "
+    "spool_path, size, sha256, content_type, fetched_at"
+)
+
+
+def _session_row(r: Sequence[Any]) -> SessionRow:
+    return SessionRow(
+        id=r[0],
+        image=r[1],
+        tag=r[2],
+        location=r[3],
+        host=r[4],
+        created=r[5],
+        labels=json.loads(r[6]),
+        players=tuple(json.loads(r[7])),
+        player_count=r[8],
+        status=r[9],
+        state=r[10],
+        last_seen_active=r[11],
+        first_seen_ended=r[12],
+        fetch_deadline=r[13],
+        archived_at=r[14],
+        manifest_key=r[15],
+    )
+
+
+def _item_row(r: Sequence[Any]) -> ItemRow:
+    return ItemRow(*r)
+
+
+def _labels_json(session: Session) -> str:
+    # Caller labels only (`labels.tags`); image labels and env keys never reach the archive.
+    return json.dumps(dict(session.labels), sort_keys=True, ensure_ascii=True)
+
+
+def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+    uri = f"file:{path}?mode=ro" if readonly else f"file:{path}"
+    # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a transaction is exactly one method.
+    conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=10.0)
+    conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    if not readonly:
+        conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+class StateDB:
+    """The state DB of one archiver (`{state_dir}/state.db`). Thread-safe."""
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        self.readonly = readonly
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        try:
+            if readonly:
+                self._conn = _connect(path, readonly=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = _connect(path)
+                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StateError(f"state DB {path}: the filesystem does not support WAL mode")
+                self._migrate()
+            self._reader = _connect(path, readonly=readonly)
+            version = self._reader.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"state DB {path} cannot be opened: {exc}") from None
+        if version != SCHEMA_VERSION:
+            raise StateError(
+                f"state DB {path} has schema version {version}, this archiver uses {SCHEMA_VERSION}"
+            )
+        self.journal = SqliteJournal(self)
+
+    @classmethod
+    def open(cls, state_dir: Path) -> StateDB:
+        """Open (creating if needed) the writable state DB in `state_dir`."""
+        return cls(state_dir / DB_NAME)
+
+    @classmethod
+    def open_readonly(cls, state_dir: Path) -> StateDB:
+        """Open an existing state DB for reading beside a running daemon (`archiver status`)."""
+        path = state_dir / DB_NAME
+        if not path.is_file():
+            raise StateError(f"no state DB at {path} (has `archiver run` used this --state-dir?)")
+        return cls(path, readonly=True)
+
+    def close(self) -> None:
+        with self._write_lock, self._read_lock:
+            self._reader.close()
+            if not self.readonly:
+                self._conn.close()
+
+    def _migrate(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise StateError(
+                f"state DB {self.path} was written by a newer archiver (schema {version}); "
+                f"this one reads schema {SCHEMA_VERSION}"
+            )
+        if version != 0:
+            raise StateError(f"state DB {self.path}: no migration from schema {version}")
+        with self.write() as db:
+            # Statement by statement: executescript() would COMMIT in the middle of our transaction
+            # (the schema has no ";" inside comments or strings, so splitting on it is exact).
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    # --- transactions -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed (durable) when the block ends, rolled back on error."""
+        if self.readonly:
+            raise StateError("the state DB is open read-only")
+        with self._write_lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent read snapshot on the reader connection."""
+        with self._read_lock:
+            self._reader.execute("BEGIN")
+            try:
+                yield self._reader
+            finally:
+                self._reader.execute("COMMIT")
+
+    # --- detection --------------------------------------------------------------------------
+
+    def record_poll(
+        self,
+        upserts: Sequence[Session],
+        gone: Sequence[tuple[str, float | None]],
+        now: float,
+        *,
+        touch_active: bool,
+    ) -> None:
+        """One successful list poll, in one transaction.
+
+        `upserts`: listed sessions that are new or whose metadata changed (re-activates
+        candidates; never touches ended/archived rows). `gone`: (id, last seen) of sessions known
+        active but absent: they become candidates (None keeps the stored last_seen_active).
+        `touch_active`: also set last_seen_active=now on every remaining active row (done only
+        every few polls: a stale value only makes a deadline earlier, never later).
+        """
+        rows = [
+            (
+                s.id, s.image, s.tag, s.location, s.host, s.created_seconds, _labels_json(s),
+                s.player_count, s.status, now,
+            )
+            for s in upserts
+        ]  # fmt: skip
+        with self.write() as db:
+            if rows:
+                db.executemany(
+                    """
+                    INSERT INTO sessions (id, image, tag, location, host, created, labels,
+                                          player_count, status, state, last_seen_active)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'active', ?)
+                    ON CONFLICT (id) DO UPDATE SET
+                        image = excluded.image, tag = excluded.tag, location = excluded.location,
+                        host = excluded.host, created = excluded.created, labels = excluded.labels,
+                        player_count = excluded.player_count, status = excluded.status,
+                        state = 'active', last_seen_active = excluded.last_seen_active,
+                        first_seen_ended = NULL, wake_at = 0, confirm_attempts = 0
+                    WHERE sessions.state IN ('active', 'candidate')
+                    """,
+                    rows,
+                )
+            if gone:
+                db.executemany(
+                    """
+                    UPDATE sessions SET state = 'candidate',
+                        last_seen_active = COALESCE(?, last_seen_active),
+                        first_seen_ended = ?, wake_at = 0, confirm_attempts = 0
+                    WHERE id = ? AND state = 'active'
+                    """,
+                    [(seen, now, sid) for sid, seen in gone],
+                )
+            if touch_active:
+                db.execute(
+                    "UPDATE sessions SET last_seen_active = ? "
+                    "WHERE state = 'active' AND last_seen_active < ?",
+                    (now, now),
+                )
+
+    def active_session_ids(self) -> list[str]:
+        with self.read() as db:
+            return [r[0] for r in db.execute("SELECT id FROM sessions WHERE state = 'active'")]
+
+    def claim_candidates(self, now_mono: float, lease: float, limit: int) -> list[SessionRow]:
+        """Candidates due for a describe; leased (`wake_at` moved) so another confirmer skips them."""
+        with self.write() as db:
+            rows = db.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE state = 'candidate' AND wake_at <= ? "
+                "ORDER BY first_seen_ended LIMIT ?",
+                (now_mono, limit),
+            ).fetchall()
+            db.executemany(
+                "UPDATE sessions SET wake_at = ? WHERE id = ?", [(now_mono + lease, r[0]) for r in rows]
+            )
+        return [_session_row(r) for r in rows]
+
+    def next_candidate_wake(self) -> float | None:
+        with self.read() as db:
+            value = db.execute("SELECT MIN(wake_at) FROM sessions WHERE state = 'candidate'").fetchone()[0]
+        return None if value is None else float(value)
+
+    def candidate_alive(self, sid: str, now: float, retry_at: float) -> None:
+        """The describe says it still runs (listed late?): seen alive now, check again at `retry_at`."""
+        with self.write() as db:
+            db.execute(
+                "UPDATE sessions SET last_seen_active = MAX(COALESCE(last_seen_active, 0), ?), "
+                "wake_at = ?, confirm_attempts = confirm_attempts + 1, last_error = NULL "
+                "WHERE id = ? AND state = 'candidate'",
+                (now, retry_at, sid),
+            )
+
+    def candidate_retry(self, sid: str, retry_at: float, error: str) -> None:
+        """The describe failed (transient or not): try again at `retry_at`."""
+        with self.write() as db:
+            db.execute(
+                "UPDATE sessions SET wake_at = ?, confirm_attempts = confirm_attempts + 1, last_error = ? "
+                "WHERE id = ? AND state = 'candidate'",
+                (retry_at, error[:500], sid),
+            )
+
+    def end_session(
+        self,
+        sid: str,
+        *,
+        described: Session | None,
+        deadline_for: Callable[[SessionRow], float],
+        items: Sequence[NewItem],
+        now: float,
+        backfill: bool = False,
+    ) -> SessionRow | None:
+        """Confirmed ended: store the describe's metadata, fix the deadline and create the items, at once.
+
+        `deadline_for(row)` computes the fetch deadline from the (updated) row. Returns the row, or
+        None when the session was not a candidate (re-listed meanwhile, already ended) — or, with
+        `backfill`, when it is already ended/archived. A backfilled id unknown to the DB is created
+        from `described` (required then).
+        """
+        with self.write() as db:
+            found = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (sid,)).fetchone()
+            allowed = ("active", "candidate") if backfill else ("candidate",)
+            if found is None:
+                if not backfill or described is None:
+                    return None
+                db.execute(
+                    "INSERT INTO sessions (id, image, tag, location, host, created, labels, player_count, "
+                    "status, state, first_seen_ended) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'candidate', ?)",
+                    (
+                        sid, described.image, described.tag, described.location, described.host,
+                        described.created_seconds, _labels_json(described), described.player_count,
+                        described.status, now,
+                    ),
+                )  # fmt: skip
+            elif found[10] not in allowed:
+                return None
+            if described is not None:
+                db.execute(
+                    "UPDATE sessions SET image = ?, tag = ?, location = ?, host = ?, created = ?, "
+                    "labels = ?, players = ?, player_count = ?, status = ? WHERE id = ?",
+                    (
+                        described.image, described.tag, described.location, described.host,
+                        described.created_seconds, _labels_json(described),
+                        json.dumps(list(described.players or ())), described.player_count,
+                        described.status, sid,
+                    ),
+                )  # fmt: skip
+            row = _session_row(
+                db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (sid,)).fetchone()
+            )
+            deadline = deadline_for(row)
+            db.execute(
+                "UPDATE sessions SET state = 'ended', fetch_deadline = ?, "
+                "first_seen_ended = COALESCE(first_seen_ended, ?), wake_at = 0, last_error = NULL "
+                "WHERE id = ?",
+                (deadline, now, sid),
+            )
+            db.executemany(
+                "INSERT OR IGNORE INTO items (session_id, kind, path, status, deadline, source) "
+                "VALUES (?, ?, ?, 'pending_fetch', ?, ?)",
+                [(sid, i.kind, i.path, deadline, i.source) for i in items],
+            )
+            if not items:
+                # Nothing to fetch at all: the session is complete as soon as it ended.
+                db.execute(
+                    "UPDATE sessions SET state = 'finalizing', archived_at = ? WHERE id = ?", (now, sid)
+                )
+            final = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (sid,)).fetchone()
+        return _session_row(final)
+
+    def session(self, sid: str) -> SessionRow | None:
+        with self.read() as db:
+            row = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (sid,)).fetchone()
+        return None if row is None else _session_row(row)
+
+    def sessions_in(self, state: str) -> list[SessionRow]:
+        with self.read() as db:
+            rows = db.execute(
+                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE state = ? ORDER BY id", (state,)
+            ).fetchall()
+        return [_session_row(r) for r in rows]
+
+    # --- items ------------------------------------------------------------------------------
+
+    def items_of(self, sid: str) -> list[ItemRow]:
+        with self.read() as db:
+            rows = db.execute(
+                f"SELECT {_ITEM_COLUMNS} FROM items WHERE session_id = ? ORDER BY kind DESC, path", (sid,)
+            ).fetchall()
+        return [_item_row(r) for r in rows]
+
+    def item(self, item_id: int) -> ItemRow | None:
+        with self.read() as db:
+            row = db.execute(f"SELECT {_ITEM_COLUMNS} FROM items WHERE id = ?", (item_id,)).fetchone()
+        return None if row is None else _item_row(row)
+
+    def claim_fetch(self, now_mono: float) -> ItemRow | None:
+        """The pending item with the earliest deadline whose retry gate is open, now `fetching`."""
+        with self.write() as db:
+            row = db.execute(
+                f"SELECT {_ITEM_COLUMNS} FROM items WHERE status = 'pending_fetch' AND not_before <= ? "
+                "ORDER BY deadline, id LIMIT 1",
+                (now_mono,),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute(
+                "UPDATE items SET status = 'fetching', attempts = attempts + 1 WHERE id = ?", (row[0],)
+            )
+        item = _item_row(row)
+        return dataclasses.replace(item, status="fetching", attempts=item.attempts + 1)
+
+    def claim_upload(self, now_mono: float) -> ItemRow | None:
+        """The oldest spooled item whose retry gate is open, now `uploading`."""
+        with self.write() as db:
+            row = db.execute(
+                f"SELECT {_ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? "
+                "ORDER BY id LIMIT 1",
+                (now_mono,),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("UPDATE items SET status = 'uploading' WHERE id = ?", (row[0],))
+        return dataclasses.replace(_item_row(row), status="uploading")
+
+    def next_gate(self, status: str) -> float | None:
+        """The earliest retry gate (monotonic) among items in `status`, for a worker's wait."""
+        with self.read() as db:
+            value = db.execute("SELECT MIN(not_before) FROM items WHERE status = ?", (status,)).fetchone()[0]
+        return None if value is None else float(value)
+
+    def mark_spooled(
+        self,
+        item_id: int,
+        *,
+        spool_path: str,
+        size: int,
+        sha256: str,
+        content_type: str,
+        source: str,
+        key: str,
+        fetched_at: float,
+    ) -> None:
+        with self.write() as db:
+            db.execute(
+                "UPDATE items SET status = 'spooled', spool_path = ?, size = ?, sha256 = ?, "
+                "content_type = ?, source = ?, key = ?, fetched_at = ?, not_before = 0, last_error = NULL "
+                "WHERE id = ?",
+                (spool_path, size, sha256, content_type, source, key, fetched_at, item_id),
+            )
+
+    def retry_item(self, item_id: int, *, status: str, not_before: float, error: str) -> None:
+        """Back to `status` (pending_fetch or spooled), not to be picked before `not_before`."""
+        with self.write() as db:
+            db.execute(
+                "UPDATE items SET status = ?, not_before = ?, last_error = ? WHERE id = ?",
+                (status, not_before, error[:500], item_id),
+            )
+
+    def finish_item(
+        self,
+        item_id: int,
+        outcome: str,
+        *,
+        now: float,
+        error: str | None = None,
+        source: str | None = None,
+        key: str | None = None,
+        spool_path: str | None = None,
+    ) -> bool:
+        """The item reached its outcome. True when that completed its session, which is then
+        `finalizing` with `archived_at=now` fixed in the same transaction."""
+        with self.write() as db:
+            db.execute(
+                "UPDATE items SET status = 'done', outcome = ?, last_error = ?, "
+                "source = COALESCE(?, source), key = COALESCE(?, key), spool_path = ? WHERE id = ?",
+                (outcome, error[:500] if error else None, source, key, spool_path, item_id),
+            )
+            sid = db.execute("SELECT session_id FROM items WHERE id = ?", (item_id,)).fetchone()[0]
+            open_left = db.execute(
+                "SELECT COUNT(*) FROM items WHERE session_id = ? AND status != 'done'", (sid,)
+            ).fetchone()[0]
+            if open_left:
+                return False
+            changed = db.execute(
+                "UPDATE sessions SET state = 'finalizing', archived_at = ? WHERE id = ? AND state = 'ended'",
+                (now, sid),
+            ).rowcount
+        return bool(changed)
+
+    def mark_archived(self, sid: str, manifest_key: str) -> bool:
+        with self.write() as db:
+            return bool(
+                db.execute(
+                    "UPDATE sessions SET state = 'archived', manifest_key = ? "
+                    "WHERE id = ? AND state = 'finalizing'",
+                    (manifest_key, sid),
+                ).rowcount
+            )
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    def reset_in_flight(self) -> tuple[int, int]:
+        """After a restart: fetching → pending_fetch, uploading → spooled, every retry gate open.
+
+        Returns (fetches reset, uploads reset).
+        """
+        with self.write() as db:
+            fetches = db.execute(
+                "UPDATE items SET status = 'pending_fetch' WHERE status = 'fetching'"
+            ).rowcount
+            uploads = db.execute("UPDATE items SET status = 'spooled' WHERE status = 'uploading'").rowcount
+            db.execute("UPDATE items SET not_before = 0 WHERE not_before != 0")
+            db.execute("UPDATE sessions SET wake_at = 0 WHERE wake_at != 0")
+        return fetches, uploads
+
+    def spool_paths_in_use(self) -> set[str]:
+        with self.read() as db:
+            return {
+                r[0]
+                for r in db.execute(
+                    "SELECT spool_path FROM items WHERE status IN ('spooled', 'uploading') "
+                    "AND spool_path IS NOT NULL"
+                )
+            }
+
+    # --- reporting --------------------------------------------------------------------------
+
+    def backlog(self) -> Backlog:
+        marks = ",".join("?" * len(_OPEN_ITEM_STATUSES))
+        with self.read() as db:
+            counts: dict[str, int] = {}
+            next_deadline: float | None = None
+            spool = 0
+            for status, count, deadline, size in db.execute(
+                f"SELECT status, COUNT(*), MIN(deadline), SUM(COALESCE(size, 0)) FROM items "
+                f"WHERE status IN ({marks}) GROUP BY status",
+                _OPEN_ITEM_STATUSES,
+            ):
+                counts[status] = count
+                if status in ("pending_fetch", "fetching") and deadline is not None:
+                    next_deadline = deadline if next_deadline is None else min(next_deadline, deadline)
+                if status in ("spooled", "uploading"):
+                    spool += int(size or 0)
+            states = dict(
+                db.execute(
+                    "SELECT state, COUNT(*) FROM sessions WHERE state IN ('candidate', 'finalizing') "
+                    "GROUP BY state"
+                ).fetchall()
+            )
+        return Backlog(
+            pending_fetch=counts.get("pending_fetch", 0) + counts.get("fetching", 0),
+            pending_upload=counts.get("spooled", 0) + counts.get("uploading", 0),
+            next_fetch_deadline=next_deadline,
+            spool_bytes=spool,
+            candidates=int(states.get("candidate", 0)),
+            finalizing=int(states.get("finalizing", 0)),
+        )
+
+    def pending_items(self, now: float) -> list[PendingItem]:
+        """Every unfinished item, earliest deadline first."""
+        marks = ",".join("?" * len(_OPEN_ITEM_STATUSES))
+        with self.read() as db:
+            rows = db.execute(
+                f"SELECT session_id, kind, path, status, deadline, attempts, last_error FROM items "
+                f"WHERE status IN ({marks}) ORDER BY deadline, id",
+                _OPEN_ITEM_STATUSES,
+            ).fetchall()
+        result = []
+        for sid, kind, path, status, deadline, attempts, error in rows:
+            fetch = status in ("pending_fetch", "fetching")
+            result.append(
+                PendingItem(
+                    session_id=sid,
+                    kind=kind,
+                    path=path,
+                    stage="fetch" if fetch else "upload",
+                    status=status,
+                    deadline=deadline,
+                    time_left=deadline - now if fetch else None,
+                    attempts=attempts,
+                    last_error=error,
+                )
+            )
+        return result
+
+    def outcome_counts(self) -> dict[tuple[str, str], int]:
+        """(kind, outcome) → items, over the whole DB (tests and the demo summary)."""
+        with self.read() as db:
+            return {
+                (kind, outcome): count
+                for kind, outcome, count in db.execute(
+                    "SELECT kind, outcome, COUNT(*) FROM items WHERE status = 'done' GROUP BY kind, outcome"
+                )
+            }
+
+
+class SqliteJournal:
+    """The store's MultipartJournal on the state DB: every call is a committed transaction.
+
+    `on_part_done` (set by the pipeline) runs after a part's row is committed; the crash point
+    `after_part_upload` hangs there, since the store itself has no hook.
+    """
+
+    def __init__(self, db: StateDB) -> None:
+        self._db = db
+        self.on_part_done: Callable[[], None] | None = None
+
+    def get(self, key: str) -> JournalEntry | None:
+        with self._db.read() as conn:
+            row = conn.execute(
+                "SELECT upload_id, sha256, part_size FROM multipart_uploads WHERE key = ?", (key,)
+            ).fetchone()
+            if row is None:
+                return None
+            parts = dict(
+                conn.execute("SELECT number, etag FROM multipart_parts WHERE key = ?", (key,)).fetchall()
+            )
+        return JournalEntry(upload_id=row[0], sha256=row[1], part_size=row[2], parts=parts)
+
+    def start(self, key: str, upload_id: str, *, sha256: str, part_size: int) -> None:
+        with self._db.write() as conn:
+            conn.execute("DELETE FROM multipart_parts WHERE key = ?", (key,))
+            conn.execute(
+                "INSERT OR REPLACE INTO multipart_uploads (key, upload_id, sha256, part_size) "
+                "VALUES (?, ?, ?, ?)",
+                (key, upload_id, sha256, part_size),
+            )
+
+    def part_done(self, key: str, number: int, etag: str) -> None:
+        with self._db.write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO multipart_parts (key, number, etag) VALUES (?, ?, ?)",
+                (key, number, etag),
+            )
+        if self.on_part_done is not None:
+            self.on_part_done()
+
+    def finish(self, key: str) -> None:
+        with self._db.write() as conn:
+            conn.execute("DELETE FROM multipart_parts WHERE key = ?", (key,))
+            conn.execute("DELETE FROM multipart_uploads WHERE key = ?", (key,))
+
+    def upload_ids(self) -> set[str]:
+        """Upload ids in progress: what the orphan sweep must keep."""
+        with self._db.read() as conn:
+            return {r[0] for r in conn.execute("SELECT upload_id FROM multipart_uploads")}
+
+    def entries(self) -> Iterable[tuple[str, str]]:
+        with self._db.read() as conn:
+            return list(conn.execute("SELECT key, upload_id FROM multipart_uploads ORDER BY key"))

@@ -1,0 +1,688 @@
+"""The S3 object store: create-once PUTs, resumable multipart uploads, error translation (boto3 client)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import math
+import re
+import uuid
+from collections import deque
+from collections.abc import Iterator, Set
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    CredentialRetrievalError,
+    NoCredentialsError,
+    ParamValidationError,
+    PartialCredentialsError,
+)
+
+from archiver.errors import (
+    ObjectConflictError,
+    ObjectNotFoundError,
+    SourceFileError,
+    StoreError,
+    StorePermissionError,
+    StoreUnavailableError,
+    excerpt,
+)
+from archiver.store.base import (
+    DEFAULT_MULTIPART_THRESHOLD,
+    DEFAULT_PART_CONCURRENCY,
+    DEFAULT_PART_SIZE,
+    MAX_PARTS,
+    MIN_PART_SIZE,
+    READ_CHUNK,
+    JournalEntry,
+    MultipartJournal,
+    ObjectInfo,
+    PutOutcome,
+    RequestCounter,
+    check_sha256,
+    validate_key,
+    validate_prefix,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+else:
+    S3Client = Any
+
+log = logging.getLogger(__name__)
+
+ChecksumMode = Literal["when_supported", "when_required"]
+
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_MIB = 1024 * 1024
+
+#: Error codes meaning "we are not allowed / misconfigured": retrying will not help, alert.
+_PERMISSION_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AllAccessDisabled",
+        "AccountProblem",
+        "AuthorizationHeaderMalformed",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "InvalidBucketName",
+        "InvalidToken",
+        "NoSuchBucket",
+        "PermanentRedirect",
+        "RequestTimeTooSkewed",
+        "SignatureDoesNotMatch",
+    }
+)
+#: Error codes (besides 5xx) that a later retry may get past: pause and retry.
+_TRANSIENT_CODES = frozenset(
+    {
+        "ConditionalRequestConflict",
+        "InternalError",
+        "OperationAborted",
+        "RequestLimitExceeded",
+        "RequestTimeout",
+        "ServiceUnavailable",
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+    }
+)
+#: Per-part checksum fields UploadPart / ListParts may answer and CompleteMultipartUpload wants back.
+_PART_CHECKSUM_FIELDS = (
+    "ChecksumCRC32",
+    "ChecksumCRC32C",
+    "ChecksumSHA1",
+    "ChecksumSHA256",
+    "ChecksumCRC64NVME",
+)
+
+
+class _PreconditionFailedError(StoreError):
+    """412: a create-once write met an existing object (internal: resolved by comparing sha256)."""
+
+
+class _NoSuchUploadError(StoreError):
+    """The multipart upload id is unknown: completed (answer lost) or aborted (internal)."""
+
+
+def make_s3_client(
+    *, endpoint_url: str | None = None, checksum_mode: ChecksumMode = "when_supported"
+) -> S3Client:
+    """A boto3 S3 client with botocore's standard retries (the only retry layer) and configurable checksums.
+
+    Path-style addressing is used with a custom endpoint (MinIO, Ceph, moto expect it).
+    Credentials and region come from the usual AWS environment/config chain.
+    """
+    import boto3  # local: keeps `import archiver.store` cheap for commands that never touch S3
+
+    config = Config(
+        retries={"mode": "standard", "max_attempts": 5},
+        request_checksum_calculation=checksum_mode,
+        response_checksum_validation="when_required",
+        s3={"addressing_style": "path"} if endpoint_url else None,
+        max_pool_connections=32,
+    )
+    client: S3Client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
+    return client
+
+
+class S3Store:
+    """A bucket prefix as an ObjectStore.
+
+    Create-once: ``PutObject`` and ``CompleteMultipartUpload`` carry ``If-None-Match: *``; a 412
+    (also the one botocore's retry provokes after a lost answer) is resolved by comparing the
+    stored ``x-amz-meta-sha256`` and size with ours. Servers that ignore ``If-None-Match`` are
+    detected by :meth:`probe_conditional_writes`, after which writes HEAD first (a small race
+    window remains: such servers cannot do better).
+    """
+
+    def __init__(
+        self,
+        client: S3Client,
+        bucket: str,
+        prefix: str = "",
+        *,
+        multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
+        part_size: int = DEFAULT_PART_SIZE,
+        part_concurrency: int = DEFAULT_PART_CONCURRENCY,
+        list_page_size: int = 1000,
+        checksum_mode: str | None = None,
+    ) -> None:
+        if part_size < MIN_PART_SIZE:
+            raise ValueError(f"part size must be at least {MIN_PART_SIZE} bytes (S3's minimum)")
+        if part_concurrency < 1:
+            raise ValueError("part concurrency must be at least 1")
+        self._concurrency = part_concurrency
+        self._client = client
+        self._bucket = bucket
+        self.prefix = validate_prefix(prefix)
+        self.url = f"s3://{bucket}/{prefix}"
+        self._threshold = multipart_threshold
+        self._part_size = part_size
+        self._page_size = list_page_size
+        if checksum_mode is None:
+            checksum_mode = getattr(client.meta.config, "request_checksum_calculation", "when_supported")
+        # With "when_supported" botocore sends CRC32 with every part; S3 then wants the upload
+        # created with that algorithm and each part's checksum repeated on completion (as
+        # s3transfer does). With "when_required" (servers that reject checksum headers) we send
+        # Content-MD5 instead, which every S3 implementation verifies.
+        self._crc32 = checksum_mode == "when_supported"
+        self.conditional_writes = True
+        self.metadata_supported = True
+        self.requests_made = RequestCounter()
+
+    # --- plumbing -----------------------------------------------------------------------------
+
+    def _where(self, key: str | None) -> str:
+        return f"s3://{self._bucket}/{key}" if key is not None else f"s3://{self._bucket}/{self.prefix}"
+
+    def _call(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
+        """One S3 API call (botocore retries inside it), counted, with errors translated."""
+        self.requests_made.add(operation)
+        method = getattr(self._client, _SNAKE[operation])
+        try:
+            response: dict[str, Any] = method(Bucket=self._bucket, **params)
+        except ClientError as exc:
+            raise self._translate(exc, operation, key) from exc
+        except (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError) as exc:
+            raise StorePermissionError(
+                f"S3 {operation} {self._where(key)}: no usable AWS credentials ({type(exc).__name__})"
+            ) from exc
+        except ParamValidationError as exc:
+            raise StoreError(
+                f"S3 {operation} {self._where(key)}: invalid request ({excerpt(str(exc))})"
+            ) from exc
+        except BotoCoreError as exc:
+            # Connection refused/reset, timeouts, broken streams, after botocore's own retries.
+            raise StoreUnavailableError(
+                f"S3 {operation} {self._where(key)} failed: {type(exc).__name__}: {excerpt(str(exc))}"
+            ) from exc
+        return response
+
+    def _translate(self, exc: ClientError, operation: str, key: str | None) -> StoreError:
+        error = exc.response.get("Error", {})
+        code = str(error.get("Code", ""))
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        # Only the code and the server's message: never request headers (signatures) or params.
+        message = f"S3 {operation} {self._where(key)} failed: {code or '?'} (HTTP {status})"
+        if error.get("Message"):
+            message += f": {excerpt(str(error['Message']))}"
+        if code == "PreconditionFailed" or status == 412:
+            return _PreconditionFailedError(message)
+        if code == "NoSuchUpload":
+            return _NoSuchUploadError(message)
+        if code == "NoSuchKey" or (
+            status == 404 and operation in ("HeadObject", "GetObject") and code != "NoSuchBucket"
+        ):
+            return ObjectNotFoundError(key or "")
+        if code in _PERMISSION_CODES or status in (401, 403):
+            return StorePermissionError(message)
+        if code in _TRANSIENT_CODES or status >= 500 or status == 429:
+            return StoreUnavailableError(message)
+        return StoreError(message)
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def head(self, key: str) -> ObjectInfo | None:
+        validate_key(key)
+        try:
+            response = self._call("HeadObject", key, Key=key)
+        except ObjectNotFoundError:
+            return None
+        sha256 = (response.get("Metadata") or {}).get("sha256")
+        return ObjectInfo(
+            key=key,
+            size=int(response["ContentLength"]),
+            sha256=sha256 if isinstance(sha256, str) and _SHA256_RE.match(sha256) else None,
+            content_type=response.get("ContentType"),
+        )
+
+    def iter_bytes(self, key: str, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
+        validate_key(key)
+        response = self._call("GetObject", key, Key=key)
+        return self._stream(response["Body"], key, chunk_size)
+
+    def _stream(self, body: Any, key: str, chunk_size: int) -> Iterator[bytes]:
+        try:
+            yield from body.iter_chunks(chunk_size)
+        except (BotoCoreError, OSError) as exc:
+            raise StoreUnavailableError(
+                f"S3 GetObject {self._where(key)}: download broke off ({type(exc).__name__})"
+            ) from exc
+        finally:
+            body.close()
+
+    def list_keys(self, prefix: str) -> Iterator[str]:
+        validate_prefix(prefix)
+        token: str | None = None
+        while True:
+            params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": self._page_size}
+            if token:
+                params["ContinuationToken"] = token
+            response = self._call("ListObjectsV2", prefix, **params)
+            for obj in response.get("Contents", []):
+                yield obj["Key"]
+            token = response.get("NextContinuationToken")
+            if not response.get("IsTruncated") or not token:
+                return
+
+    def _stored_sha256(self, key: str, info: ObjectInfo) -> str:
+        """The stored object's sha256: from metadata, or by re-reading it when the server dropped that."""
+        if info.sha256 is not None:
+            return info.sha256
+        digest = hashlib.sha256()
+        for chunk in self.iter_bytes(key):
+            digest.update(chunk)
+        return digest.hexdigest()
+
+    # --- create-once writes -------------------------------------------------------------------
+
+    def _resolve_existing(
+        self, key: str, sha256: str, size: int, info: ObjectInfo | None = None
+    ) -> PutOutcome:
+        """An object exists at ``key``: ours (ALREADY_PRESENT) or another one (ObjectConflictError)."""
+        if info is None:
+            info = self.head(key)
+        if info is None:
+            # 412 says it exists, HEAD says it does not (a concurrent delete or a lagging
+            # replica): nothing is decided, try again later.
+            raise StoreUnavailableError(
+                f"S3 {self._where(key)} refused a create-once write but cannot be read back"
+            )
+        if info.size != size:
+            raise ObjectConflictError(key, detail=f"stored size {info.size}, ours {size}")
+        stored = self._stored_sha256(key, info)
+        if stored != sha256:
+            raise ObjectConflictError(key, detail=f"stored sha256 {stored[:16]}…, ours {sha256[:16]}…")
+        return PutOutcome.ALREADY_PRESENT
+
+    def _put_small(self, key: str, data: bytes, sha256: str, content_type: str) -> PutOutcome:
+        if not self.conditional_writes:
+            info = self.head(key)
+            if info is not None:
+                return self._resolve_existing(key, sha256, len(data), info)
+        params: dict[str, Any] = {
+            "Key": key,
+            "Body": data,
+            "ContentType": content_type,
+            "Metadata": {"sha256": sha256},
+            # Sent even in HEAD-before-PUT mode: harmless where ignored, decisive where honoured.
+            "IfNoneMatch": "*",
+        }
+        if not self._crc32:
+            params["ContentMD5"] = base64.b64encode(
+                hashlib.md5(data, usedforsecurity=False).digest()
+            ).decode()
+        try:
+            self._call("PutObject", key, **params)
+        except _PreconditionFailedError:
+            return self._resolve_existing(key, sha256, len(data))
+        return PutOutcome.CREATED
+
+    def put_bytes(self, key: str, data: bytes, *, content_type: str) -> PutOutcome:
+        validate_key(key)
+        return self._put_small(key, data, hashlib.sha256(data).hexdigest(), content_type)
+
+    def put_file(
+        self,
+        key: str,
+        path: Path,
+        *,
+        sha256: str,
+        size: int,
+        content_type: str,
+        journal: MultipartJournal | None = None,
+    ) -> PutOutcome:
+        validate_key(key)
+        check_sha256(sha256)
+        try:
+            source = path.open("rb")
+        except OSError as exc:
+            raise SourceFileError(f"cannot open local file {path}: {exc.strerror}") from exc
+        with source:
+            if size < self._threshold:
+                data = source.read(size + 1)
+                _check_source(path, hashlib.sha256(data).hexdigest(), len(data), sha256, size)
+                return self._put_small(key, data, sha256, content_type)
+            return self._put_multipart(key, source, path, sha256, size, content_type, journal)
+
+    def _part_size_for(self, size: int) -> int:
+        needed = math.ceil(size / MAX_PARTS)
+        return max(self._part_size, math.ceil(needed / _MIB) * _MIB)
+
+    def _put_multipart(
+        self,
+        key: str,
+        source: BinaryIO,
+        path: Path,
+        sha256: str,
+        size: int,
+        content_type: str,
+        journal: MultipartJournal | None,
+    ) -> PutOutcome:
+        part_size = self._part_size_for(size)
+        count = max(1, math.ceil(size / part_size))
+        lengths = [min(part_size, size - (n - 1) * part_size) for n in range(1, count + 1)]
+
+        upload_id, done = self._resume(key, sha256, part_size, lengths, journal)
+        if upload_id is None:
+            # Fresh upload: a HEAD first avoids sending 100 MB only to learn the key is taken.
+            info = self.head(key)
+            if info is not None:
+                return self._resolve_existing(key, sha256, size, info)
+            params: dict[str, Any] = {"Key": key, "ContentType": content_type, "Metadata": {"sha256": sha256}}
+            if self._crc32:
+                params["ChecksumAlgorithm"] = "CRC32"
+            upload_id = str(self._call("CreateMultipartUpload", key, **params)["UploadId"])
+            if journal is not None:
+                journal.start(key, upload_id, sha256=sha256, part_size=part_size)
+
+        try:
+            parts = self._send_parts(key, upload_id, source, path, lengths, done, sha256, size, journal)
+        except SourceFileError:
+            # The spool file is not what the caller recorded: this upload can never complete.
+            self._abort_quietly(key, upload_id)
+            if journal is not None:
+                journal.finish(key)
+            raise
+        except StoreError:
+            if journal is None:  # nobody could resume it
+                self._abort_quietly(key, upload_id)
+            raise
+        return self._complete(key, upload_id, parts, sha256, size, journal)
+
+    def _resume(
+        self,
+        key: str,
+        sha256: str,
+        part_size: int,
+        lengths: list[int],
+        journal: MultipartJournal | None,
+    ) -> tuple[str | None, dict[int, dict[str, Any]]]:
+        """The journaled upload to continue and its parts verified on the server, or (None, {})."""
+        entry: JournalEntry | None = journal.get(key) if journal is not None else None
+        if entry is None or journal is None:
+            return None, {}
+        if entry.sha256 != sha256 or entry.part_size != part_size:
+            # Started for other bytes or another part size: its parts are useless to us.
+            self._abort_quietly(key, entry.upload_id)
+            journal.finish(key)
+            return None, {}
+        try:
+            server = self._list_parts(key, entry.upload_id)
+        except _NoSuchUploadError:
+            # Completed (its answer lost in a crash) or aborted: start over; the HEAD before a
+            # fresh upload finds a completed object.
+            journal.finish(key)
+            return None, {}
+        done: dict[int, dict[str, Any]] = {}
+        for number, etag in entry.parts.items():
+            part = server.get(number)
+            # Trust a part only if the server has it with the ETag we recorded and the size we
+            # expect; anything else is simply sent again (UploadPart overwrites a part number).
+            if (
+                part is not None
+                and part["ETag"] == etag
+                and 1 <= number <= len(lengths)
+                and int(part["Size"]) == lengths[number - 1]
+            ):
+                done[number] = part
+        log.info(
+            "resuming multipart upload of %s: %d of %d parts already stored", key, len(done), len(lengths)
+        )
+        return entry.upload_id, done
+
+    def _list_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]]:
+        parts: dict[int, dict[str, Any]] = {}
+        marker = 0
+        while True:
+            response = self._call("ListParts", key, Key=key, UploadId=upload_id, PartNumberMarker=marker)
+            for part in response.get("Parts", []):
+                parts[int(part["PartNumber"])] = part
+            if not response.get("IsTruncated"):
+                return parts
+            marker = int(response["NextPartNumberMarker"])
+
+    def _send_parts(
+        self,
+        key: str,
+        upload_id: str,
+        source: BinaryIO,
+        path: Path,
+        lengths: list[int],
+        done: dict[int, dict[str, Any]],
+        sha256: str,
+        size: int,
+        journal: MultipartJournal | None,
+    ) -> list[dict[str, Any]]:
+        """Read the file part by part, hash all of it, upload the missing parts; the completion list.
+
+        Reading and hashing the next part overlaps the upload of the previous ones: at most
+        ``part_concurrency`` parts are in flight, so memory stays at about
+        ``(part_concurrency + 1) * part_size`` whatever the file size. The journal is told about
+        each part from this thread, in part order.
+        """
+        digest = hashlib.sha256()
+        total = 0
+        completed: dict[int, dict[str, Any]] = {}
+        in_flight: deque[tuple[int, Future[dict[str, Any]]]] = deque()
+
+        def collect_oldest() -> None:
+            number, future = in_flight.popleft()
+            completed[number] = future.result()
+            if journal is not None:
+                journal.part_done(key, number, str(completed[number]["ETag"]))
+
+        with ThreadPoolExecutor(max_workers=self._concurrency, thread_name_prefix="s3-part") as pool:
+            try:
+                for number, length in enumerate(lengths, start=1):
+                    try:
+                        chunk = source.read(length)
+                    except OSError as exc:
+                        raise SourceFileError(f"cannot read local file {path}: {exc.strerror}") from exc
+                    digest.update(chunk)
+                    total += len(chunk)
+                    if len(chunk) != length:
+                        break  # short file: reported by _check_source below
+                    if number in done:
+                        server_part = done[number]
+                        completed[number] = {"PartNumber": number, "ETag": server_part["ETag"]}
+                        completed[number].update(
+                            {f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part}
+                        )
+                        continue
+                    while len(in_flight) >= self._concurrency:
+                        collect_oldest()
+                    in_flight.append((number, pool.submit(self._upload_part, key, upload_id, number, chunk)))
+                    del chunk  # the future holds the only reference until the part is sent
+                while in_flight:
+                    collect_oldest()
+            finally:
+                for _, future in in_flight:
+                    future.cancel()
+        if total == size and source.read(1):
+            total += 1  # longer than declared
+        _check_source(path, digest.hexdigest(), total, sha256, size)
+        return [completed[n] for n in sorted(completed)]
+
+    def _upload_part(self, key: str, upload_id: str, number: int, chunk: bytes) -> dict[str, Any]:
+        """UploadPart (in a pool thread); the part's entry for CompleteMultipartUpload."""
+        params: dict[str, Any] = {
+            "Key": key,
+            "UploadId": upload_id,
+            "PartNumber": number,
+            "Body": chunk,
+            "ContentLength": len(chunk),
+        }
+        if self._crc32:
+            params["ChecksumAlgorithm"] = "CRC32"
+        else:
+            params["ContentMD5"] = base64.b64encode(
+                hashlib.md5(chunk, usedforsecurity=False).digest()
+            ).decode()
+        response = self._call("UploadPart", key, **params)
+        entry = {"PartNumber": number, "ETag": response["ETag"]}
+        entry.update({f: response[f] for f in _PART_CHECKSUM_FIELDS if f in response})
+        return entry
+
+    def _complete(
+        self,
+        key: str,
+        upload_id: str,
+        parts: list[dict[str, Any]],
+        sha256: str,
+        size: int,
+        journal: MultipartJournal | None,
+    ) -> PutOutcome:
+        if not self.conditional_writes:
+            info = self.head(key)
+            if info is not None:
+                self._abort_quietly(key, upload_id)
+                if journal is not None:
+                    journal.finish(key)
+                return self._resolve_existing(key, sha256, size, info)
+        try:
+            self._call(
+                "CompleteMultipartUpload",
+                key,
+                Key=key,
+                UploadId=upload_id,
+                MultipartUpload={"Parts": parts},
+                IfNoneMatch="*",
+            )
+        except _PreconditionFailedError:
+            # The key was taken (or our own earlier completion's answer was lost). The upload
+            # stays listed on some servers (moto): abort it, then compare.
+            self._abort_quietly(key, upload_id)
+            if journal is not None:
+                journal.finish(key)
+            return self._resolve_existing(key, sha256, size)
+        except _NoSuchUploadError:
+            # A retried completion whose first attempt succeeded: the object should be ours.
+            if journal is not None:
+                journal.finish(key)
+            return self._resolve_existing(key, sha256, size)
+        except StoreError:
+            if journal is None:
+                self._abort_quietly(key, upload_id)
+            raise
+        if journal is not None:
+            journal.finish(key)
+        return PutOutcome.CREATED
+
+    def _abort_quietly(self, key: str, upload_id: str) -> bool:
+        """Abort a multipart upload; False (logged) when that failed, an orphan for the next sweep."""
+        try:
+            self._call("AbortMultipartUpload", key, Key=key, UploadId=upload_id)
+        except _NoSuchUploadError:
+            return False
+        except StoreError as exc:
+            log.warning("could not abort multipart upload of %s (left for the orphan sweep): %s", key, exc)
+            return False
+        return True
+
+    def abort_orphaned_uploads(self, prefix: str, keep: Set[str]) -> int:
+        """Abort in-progress multipart uploads under ``prefix`` whose id is not in ``keep`` (journal ids).
+
+        Call it at start-up, before upload workers run: an upload created by a worker but not yet
+        journaled would look orphaned. Another process writing to the same prefix is not supported.
+        """
+        validate_prefix(prefix)
+        aborted = 0
+        params: dict[str, Any] = {"Prefix": prefix}
+        while True:
+            response = self._call("ListMultipartUploads", prefix, **params)
+            for upload in response.get("Uploads", []):
+                if upload["UploadId"] not in keep and self._abort_quietly(upload["Key"], upload["UploadId"]):
+                    aborted += 1
+            if not response.get("IsTruncated"):
+                return aborted
+            params["KeyMarker"] = response.get("NextKeyMarker", "")
+            params["UploadIdMarker"] = response.get("NextUploadIdMarker", "")
+
+    # --- start-up probe -----------------------------------------------------------------------
+
+    def probe_conditional_writes(self) -> bool:
+        """Two create-once writes of one probe key: does the server refuse the second?
+
+        Writes ``{prefix}_probe/<random>`` and deletes it afterwards: probe keys are the one
+        exception to create-once. If the second write succeeds, the server ignores
+        ``If-None-Match``: ``conditional_writes`` becomes False and writes HEAD first from then
+        on (logged as a warning). A HEAD without our ``sha256`` metadata sets
+        ``metadata_supported`` to False (sha256 comparisons then re-read the object).
+        Permission problems raise StorePermissionError (``archiver check`` reports them).
+        """
+        key = f"{self.prefix}_probe/{uuid.uuid4().hex}"
+        first, second = b"archiver probe: first write\n", b"archiver probe: second write\n"
+        sums = {hashlib.sha256(first).hexdigest(), hashlib.sha256(second).hexdigest()}
+        enforced = False
+        try:
+            for n, body in enumerate((first, second)):
+                try:
+                    self._call(
+                        "PutObject",
+                        key,
+                        Key=key,
+                        Body=body,
+                        ContentType="text/plain",
+                        Metadata={"sha256": hashlib.sha256(body).hexdigest()},
+                        IfNoneMatch="*",
+                    )
+                except _PreconditionFailedError:
+                    if n == 0:
+                        raise StoreUnavailableError(f"probe key {self._where(key)} already exists") from None
+                    enforced = True
+                else:
+                    enforced = False
+            info = self.head(key)
+            metadata = info is not None and info.sha256 in sums
+        finally:
+            try:
+                self._call("DeleteObject", key, Key=key)
+            except StoreError as exc:
+                log.warning("could not delete store probe object %s: %s", key, exc)
+        self.conditional_writes = enforced
+        self.metadata_supported = metadata
+        if not enforced:
+            log.warning(
+                "%s ignores If-None-Match: falling back to HEAD-before-PUT (a concurrent writer could "
+                "still overwrite an object between the HEAD and the PUT)",
+                self.url,
+            )
+        if not metadata:
+            log.warning("%s drops user metadata: sha256 comparisons will re-read objects", self.url)
+        return enforced
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _check_source(path: Path, got_sha: str, got_size: int, sha256: str, size: int) -> None:
+    if got_size != size:
+        raise SourceFileError(
+            f"local file {path} has {'more' if got_size > size else got_size} bytes, expected {size}"
+        )
+    if got_sha != sha256:
+        raise SourceFileError(f"local file {path} has sha256 {got_sha[:16]}…, expected {sha256[:16]}…")
+
+
+#: boto3 client method per S3 operation name (the names `requests_made` counts by).
+_SNAKE = {
+    "AbortMultipartUpload": "abort_multipart_upload",
+    "CompleteMultipartUpload": "complete_multipart_upload",
+    "CreateMultipartUpload": "create_multipart_upload",
+    "DeleteObject": "delete_object",
+    "GetObject": "get_object",
+    "HeadObject": "head_object",
+    "ListMultipartUploads": "list_multipart_uploads",
+    "ListObjectsV2": "list_objects_v2",
+    "ListParts": "list_parts",
+    "PutObject": "put_object",
+    "UploadPart": "upload_part",
+}

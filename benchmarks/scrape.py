@@ -1,0 +1,432 @@
+"""Benchmark of the /metrics path (DESIGN §8): scrape latency, poll cycle and peak RSS per session count.
+
+Usage: python benchmarks/scrape.py [--sessions 10000,50000] [--json out.json]
+
+Each measured server runs in a fresh subprocess (so sizes do not pollute each other's RSS and the
+client does not share a GIL with the server); this process is only the HTTP client (httpx, over
+127.0.0.1). Per size:
+- ours: a child decodes realistic `GET /session` bodies (json + parse_session_list), renders snapshots
+  (with ~2 % of sessions changing per poll) and serves them with archiver.httpserver.MetricsServer;
+- baseline: a child sets the same series on prometheus_client Gauges and serves them with
+  prometheus_client's own start_http_server (gzip when the client asks, as Prometheus does).
+Scrape times are request sent → last body byte received (no client-side decompression, which is the
+scraper's cost and the same for both). Peak RSS is the child's ru_maxrss after polling and serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+IMAGES = (("demo-game", ("1.0.0", "1.1.0")), ("arena-shooter", ("2024.11.1", "2024.12.0")), ("racer", ("7",)))
+LOCATIONS = ("eu-west-1", "us-east-1", "ap-southeast-1", "eu-central-1")
+STATUSES = ("running",) * 18 + ("draining", "restarting")
+MODES = ("duel", "ffa", "ranked", "casual")
+#: Sessions whose labels change between two consecutive polls, and sessions replaced (ended + new).
+CHANGED_FRACTION = 0.01
+REPLACED_FRACTION = 0.01
+#: Polls cycle back and forth over this many bodies, so each step differs by ~2 %.
+VARIANTS = 6
+BUDGETS = {
+    10_000: {
+        "gzip_p50_ms": 25.0,
+        "identity_p50_ms": 10.0,
+        "ratio": 30.0,
+        "poll_p50_ms": 100.0,
+        "rss_mb": 80.0,
+    },
+    50_000: {"gzip_p50_ms": 150.0, "rss_mb": 300.0},
+}
+PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=1"
+
+
+# --- data -------------------------------------------------------------------------------------------
+
+
+def make_session(rnd: random.Random, created_ms: int) -> dict[str, Any]:
+    """A list entry shaped like the real service's (labels as JSON strings, env with secrets)."""
+    sid = "-".join(f"{rnd.getrandbits(bits):0{bits // 4}x}" for bits in (32, 16, 16, 16, 48))
+    image, tags = rnd.choice(IMAGES)
+    host = f"203.0.{rnd.randrange(113, 120)}.{rnd.randrange(1, 255)}"
+    ports = {"7777/udp": rnd.randrange(20000, 30000), "27015/tcp": rnd.randrange(20000, 30000)}
+    env = {
+        "GAMEYE_SESSION_ID": sid,
+        "GAMEYE_HOST": host,
+        "GAMEYE_PORT_7777_UDP": str(ports["7777/udp"]),
+        "MATCH_SECRET": f"{rnd.getrandbits(128):032x}",
+        "LOG_LEVEL": "info",
+    }
+    return {
+        "id": sid,
+        "image": image,
+        "tag": rnd.choice(tags),
+        "location": rnd.choice(LOCATIONS),
+        "host": host,
+        "created": created_ms,
+        "port": ports,
+        "status": rnd.choice(STATUSES),
+        "playerCount": rnd.randrange(0, 17) if rnd.random() > 0.02 else None,
+        "enableMetrics": False,
+        "labels": {
+            "env": json.dumps(env),
+            "tags": json.dumps({"mode": rnd.choice(MODES), "tournament": "winter-cup", "match": sid[:8]}),
+            "gameye": json.dumps({"version": "1.2.1"}),
+        },
+    }
+
+
+def write_variants(count: int, directory: Path, seed: int = 7) -> list[Path]:
+    """VARIANTS session-list bodies, each ~2 % different from the previous one."""
+    rnd = random.Random(seed)
+    base_ms = 1_760_000_000_000
+    sessions = [make_session(rnd, base_ms + i * 250) for i in range(count)]
+    next_created = base_ms + count * 250
+    paths = []
+    for v in range(VARIANTS):
+        if v:
+            for entry in rnd.sample(sessions, max(1, int(count * CHANGED_FRACTION))):
+                entry["playerCount"] = rnd.randrange(0, 17)
+            for index in rnd.sample(range(count), max(1, int(count * REPLACED_FRACTION))):
+                next_created += 250
+                sessions[index] = make_session(rnd, next_created)
+        path = directory / f"sessions-{count}-{v}.json"
+        path.write_bytes(json.dumps({"sessions": sessions}).encode())
+        paths.append(path)
+    return paths
+
+
+def poll_sequence(polls: int) -> list[int]:
+    """0,1,..,V-1,V-2,..,1,0,1,..: every step moves to a neighbouring variant (~2 % change)."""
+    cycle = list(range(VARIANTS)) + list(range(VARIANTS - 2, 0, -1))
+    return [cycle[i % len(cycle)] for i in range(polls)]
+
+
+def maxrss_mb() -> float:
+    """Peak RSS of this process in MB. Linux keeps ru_maxrss across fork+exec, so a child reports at
+    least its parent's RSS at fork time: the parent therefore stays small (it only runs httpx; the
+    bodies are generated in a child of their own)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _p50_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+# --- children ---------------------------------------------------------------------------------------
+
+
+def child_ours(paths: list[Path], polls: int, allowlist: list[str]) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from archiver.exposition import SnapshotRenderer
+    from archiver.httpserver import MetricsServer
+    from archiver.models import parse_session_list
+    from archiver.selfmetrics import SelfMetrics
+    from archiver.upstream_metrics import parse_upstream_metrics
+
+    renderer = SnapshotRenderer(max_sessions=10**6, label_allowlist=allowlist)
+    decode, parse, render, total = [], [], [], []
+    first_ms = 0.0
+    snapshot = None
+    for i, variant in enumerate([0, *poll_sequence(polls)]):
+        body = paths[variant].read_bytes()  # arrives from the network in the daemon: not timed
+        t0 = time.perf_counter()
+        data = json.loads(body)
+        t1 = time.perf_counter()
+        sessions = parse_session_list(data)
+        families = parse_upstream_metrics(f"session_count {len(sessions)}\n".encode())
+        t2 = time.perf_counter()
+        snapshot = renderer.render(sessions, families, now=time.time())
+        t3 = time.perf_counter()
+        del body, data, sessions
+        if i == 0:
+            first_ms = (t3 - t0) * 1000  # the first poll renders every session
+            continue
+        decode.append(t1 - t0)
+        parse.append(t2 - t1)
+        render.append(t3 - t2)
+        total.append(t3 - t0)
+    registry = CollectorRegistry()
+    server = MetricsServer(
+        ("127.0.0.1", 0),
+        snapshot_source=lambda: snapshot,
+        self_metrics=SelfMetrics(registry),
+        health=lambda: (True, "ok"),
+        ready=lambda: (True, "ok"),
+        web_config=None,
+    )
+    server.start()
+    print(
+        json.dumps(
+            {
+                "url": server.url,
+                "first_poll_ms": first_ms,
+                "poll_p50_ms": _p50_ms(total),
+                "decode_p50_ms": _p50_ms(decode),
+                "parse_p50_ms": _p50_ms(parse),
+                "render_p50_ms": _p50_ms(render),
+                "polls": len(total),
+                "renders": renderer.render_count,
+            }
+        ),
+        flush=True,
+    )
+    sys.stdin.readline()  # the parent scrapes, then says it is done
+    print(json.dumps({"maxrss_mb": maxrss_mb()}), flush=True)
+    server.stop()
+
+
+def child_baseline(paths: list[Path], allowlist: list[str]) -> None:
+    """The same series through prometheus_client Gauges, the way a direct-instrumentation exporter does."""
+    from prometheus_client import CollectorRegistry, Gauge, start_http_server
+
+    from archiver.exposition import label_names_for
+    from archiver.models import parse_session_list
+
+    label_names = label_names_for(allowlist)
+    registry = CollectorRegistry()
+    info = Gauge(
+        "sessionhost_session_info", "i", ["session_id", "image", "tag", "location", "host"], registry=registry
+    )
+    created = Gauge("sessionhost_session_created_timestamp_seconds", "c", ["session_id"], registry=registry)
+    players = Gauge("sessionhost_session_players", "p", ["session_id"], registry=registry)
+    status = Gauge("sessionhost_session_status", "s", ["session_id", "status"], registry=registry)
+    labels = Gauge(
+        "sessionhost_session_labels", "l", ["session_id", *label_names.values()], registry=registry
+    )
+    agg = Gauge("sessionhost_sessions", "a", ["location", "image", "tag", "status"], registry=registry)
+    agg_players = Gauge("sessionhost_players", "a", ["location", "image", "tag"], registry=registry)
+    upstream = Gauge("sessionhost_upstream_session_count", "u", registry=registry)
+    exported = Gauge("archiver_sessions_exported", "e", registry=registry)
+
+    sessions = parse_session_list(json.loads(paths[0].read_bytes()))
+    t0 = time.perf_counter()
+    counts: dict[tuple[str, ...], int] = {}
+    sums: dict[tuple[str, ...], int] = {}
+    for s in sessions:
+        info.labels(s.id, s.image, s.tag, s.location, s.host).set(1)
+        created.labels(s.id).set(s.created_ms / 1000)
+        if s.player_count is not None:
+            players.labels(s.id).set(s.player_count)
+        status.labels(s.id, s.status).set(1)
+        labels.labels(s.id, *(s.labels.get(k, "") for k in label_names)).set(1)
+        key = (s.location, s.image, s.tag, s.status)
+        counts[key] = counts.get(key, 0) + 1
+        sums[key[:3]] = sums.get(key[:3], 0) + (s.player_count or 0)
+    for key, n in counts.items():
+        agg.labels(*key).set(n)
+    for key3, n in sums.items():
+        agg_players.labels(*key3).set(n)
+    upstream.set(len(sessions))
+    exported.set(len(sessions))
+    update_ms = (time.perf_counter() - t0) * 1000
+    del sessions
+    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    print(json.dumps({"url": f"http://127.0.0.1:{server.server_port}", "update_ms": update_ms}), flush=True)
+    sys.stdin.readline()
+    print(json.dumps({"maxrss_mb": maxrss_mb()}), flush=True)
+    server.shutdown()
+
+
+# --- parent -----------------------------------------------------------------------------------------
+
+
+def scrape_p50(
+    client: httpx.Client, url: str, *, gzip: bool, samples: int, warmup: int = 3
+) -> tuple[float, int]:
+    """Median of `samples` scrapes (after `warmup`), in ms, and the body size on the wire."""
+    headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip" if gzip else "identity"}
+    times: list[float] = []
+    size = 0
+    for i in range(warmup + samples):
+        t0 = time.perf_counter()
+        with client.stream("GET", url, headers=headers) as response:
+            response.raise_for_status()
+            size = sum(len(chunk) for chunk in response.iter_raw())
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return _p50_ms(times), size
+
+
+class Child:
+    def __init__(self, args: list[str]) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"benchmark child {args[:2]} exited with {self.proc.wait()}")
+        self.ready: dict[str, Any] = json.loads(line)
+
+    def finish(self) -> dict[str, Any]:
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.proc.stdin.write("done\n")
+        self.proc.stdin.flush()
+        result: dict[str, Any] = json.loads(self.proc.stdout.readline())
+        self.proc.wait(timeout=60)
+        return result
+
+
+def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    subprocess.run(
+        [sys.executable, __file__, "--child", "generate", "--sessions", str(count), "--paths", str(workdir)],
+        check=True,
+    )
+    paths = [workdir / f"sessions-{count}-{v}.json" for v in range(VARIANTS)]
+    common = ["--paths", ",".join(map(str, paths)), "--allowlist", args.allowlist]
+    result: dict[str, Any] = {"sessions": count, "body_bytes": paths[0].stat().st_size}
+    ours = Child(["--child", "ours", "--polls", str(args.polls), *common])
+    with httpx.Client(timeout=120) as client:
+        url = ours.ready["url"] + "/metrics"
+        result["gzip_p50_ms"], result["gzip_bytes"] = scrape_p50(client, url, gzip=True, samples=args.samples)
+        result["identity_p50_ms"], result["identity_bytes"] = scrape_p50(
+            client, url, gzip=False, samples=args.samples
+        )
+        # Sanity: the compressed body decodes to the identity body's size (httpx decodes it here).
+        decoded = client.get(url, headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}).content
+        result["gzip_decodes"] = abs(len(decoded) - result["identity_bytes"]) < 4096
+    result.update({k: v for k, v in ours.ready.items() if k != "url"})
+    result["rss_mb"] = ours.finish()["maxrss_mb"]
+
+    if count <= args.baseline_max:
+        base = Child(["--child", "baseline", *common])
+        with httpx.Client(timeout=300) as client:
+            url = base.ready["url"] + "/metrics"
+            samples = args.baseline_samples
+            result["baseline_gzip_p50_ms"], _ = scrape_p50(client, url, gzip=True, samples=samples, warmup=1)
+            result["baseline_identity_p50_ms"], _ = scrape_p50(
+                client, url, gzip=False, samples=samples, warmup=1
+            )
+        result["baseline_update_ms"] = base.ready["update_ms"]
+        result["baseline_rss_mb"] = base.finish()["maxrss_mb"]
+        result["ratio_gzip"] = result["baseline_gzip_p50_ms"] / result["gzip_p50_ms"]
+        result["ratio_identity"] = result["baseline_identity_p50_ms"] / result["identity_p50_ms"]
+    for path in paths:
+        path.unlink()
+    return result
+
+
+def verdicts(result: dict[str, Any]) -> dict[str, str]:
+    budget = BUDGETS.get(result["sessions"], {})
+    checks = {
+        "gzip_p50_ms": ("gzip_p50_ms", lambda v, b: v <= b),
+        "identity_p50_ms": ("identity_p50_ms", lambda v, b: v <= b),
+        "ratio": ("ratio_gzip", lambda v, b: v >= b),
+        "poll_p50_ms": ("poll_p50_ms", lambda v, b: v <= b),
+        "rss_mb": ("rss_mb", lambda v, b: v <= b),
+    }
+    out = {}
+    for name, limit in budget.items():
+        key, ok = checks[name]
+        if key in result:
+            out[name] = "PASS" if ok(result[key], limit) else "FAIL"
+    return out
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    rows = [
+        ("scrape p50, gzip (ms)", "gzip_p50_ms", "gzip_p50_ms", "{:.1f}"),
+        ("scrape p50, identity (ms)", "identity_p50_ms", "identity_p50_ms", "{:.1f}"),
+        ("baseline p50, gzip (ms)", "baseline_gzip_p50_ms", None, "{:.1f}"),
+        ("baseline p50, identity (ms)", "baseline_identity_p50_ms", None, "{:.1f}"),
+        ("ratio baseline/ours, gzip", "ratio_gzip", "ratio", "{:.0f}x"),
+        ("ratio baseline/ours, identity", "ratio_identity", None, "{:.0f}x"),
+        ("poll cycle p50 (ms)", "poll_p50_ms", "poll_p50_ms", "{:.1f}"),
+        ("  json decode p50 (ms)", "decode_p50_ms", None, "{:.1f}"),
+        ("  parse_session_list p50 (ms)", "parse_p50_ms", None, "{:.1f}"),
+        ("  render + gzip p50 (ms)", "render_p50_ms", None, "{:.1f}"),
+        ("first poll, full render (ms)", "first_poll_ms", None, "{:.1f}"),
+        ("peak RSS (MB)", "rss_mb", "rss_mb", "{:.1f}"),
+        ("baseline peak RSS (MB)", "baseline_rss_mb", None, "{:.1f}"),
+        ("body, identity / gzip (KB)", None, None, ""),
+    ]
+    header = f"{'':34}" + "".join(f"{r['sessions']:>22,}" for r in results)
+    print(header)
+    for label, key, budget_key, fmt in rows:
+        cells = []
+        for r in results:
+            if key is None:
+                cells.append(f"{r['identity_bytes'] // 1024} / {r['gzip_bytes'] // 1024}")
+                continue
+            if key not in r:
+                cells.append("-")
+                continue
+            cell = fmt.format(r[key])
+            budget = BUDGETS.get(r["sessions"], {}).get(budget_key or "")
+            if budget is not None:
+                cell += f" {verdicts(r)[budget_key]} ({'>=' if budget_key == 'ratio' else '<='}{budget:g})"  # type: ignore[index]
+            cells.append(cell)
+        print(f"{label:34}" + "".join(f"{c:>22}" for c in cells))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sessions", default="10000,50000", help="comma-separated session counts")
+    parser.add_argument("--json", type=Path, help="write the results here as JSON")
+    parser.add_argument("--samples", type=int, default=40, help="scrapes per measurement (>= 30)")
+    parser.add_argument("--polls", type=int, default=40, help="poll cycles measured per size")
+    parser.add_argument(
+        "--baseline-max", type=int, default=10_000, help="largest size to run the baseline at"
+    )
+    parser.add_argument("--baseline-samples", type=int, default=30)
+    parser.add_argument("--allowlist", default="mode,tournament", help="session label allowlist")
+    parser.add_argument("--child", choices=("ours", "baseline", "generate"), help=argparse.SUPPRESS)
+    parser.add_argument("--paths", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    allowlist = [k for k in args.allowlist.split(",") if k]
+    if args.child == "generate":
+        write_variants(int(args.sessions), Path(args.paths))
+        return 0
+    if args.child:
+        paths = [Path(p) for p in args.paths.split(",")]
+        if args.child == "ours":
+            child_ours(paths, args.polls, allowlist)
+        else:
+            child_baseline(paths, allowlist)
+        return 0
+
+    sizes = [int(s) for s in args.sessions.split(",") if s]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="archiver-bench-") as tmp:
+        for count in sizes:
+            print(f"measuring {count:,} sessions ...", file=sys.stderr, flush=True)
+            results.append(bench_size(count, args, Path(tmp)))
+    print(
+        f"/metrics benchmark, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs"
+    )
+    print_table(results)
+    failed = [f"{r['sessions']}: {k}" for r in results for k, v in verdicts(r).items() if v == "FAIL"]
+    if args.json:
+        for r in results:
+            r["verdicts"] = verdicts(r)
+        args.json.write_text(
+            json.dumps(
+                {"date": datetime.datetime.now(datetime.UTC).isoformat(), "results": results}, indent=2
+            )
+        )
+    print("all budgets met" if not failed else "budgets missed: " + ", ".join(failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

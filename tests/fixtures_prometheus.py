@@ -1,0 +1,110 @@
+"""A real Prometheus server (Debian package `prometheus`) on loopback, scraping a target the test names."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrometheusServer:
+    """One Prometheus process scraping `target` every 200 ms; `query` polls its HTTP API."""
+
+    def __init__(self, workdir: Path, target: str, scheme: str = "http") -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = workdir / "prometheus.yml"
+        config.write_text(
+            "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n"
+            "scrape_configs:\n"
+            "  - job_name: archiver\n"
+            "    scrape_interval: 500ms\n"
+            "    scrape_timeout: 450ms\n"
+            f"    scheme: {scheme}\n"
+            f"    static_configs:\n      - targets: ['{target}']\n"
+        )
+        self.process = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(workdir / "prometheus.log").open("wb"),
+        )
+        self.log = workdir / "prometheus.log"
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"prometheus exited: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)  # polling interval of a deadline loop, not a wait for a condition
+        raise TimeoutError("prometheus did not become ready")
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        response = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
+        response.raise_for_status()
+        result: list[dict[str, Any]] = response.json()["data"]["result"]
+        return result
+
+    def wait_for(
+        self, promql: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 30.0
+    ) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        result: list[dict[str, Any]] = []
+        while time.monotonic() < deadline:
+            result = self.query(promql)
+            if predicate(result):
+                return result
+            time.sleep(0.2)  # polling interval of a deadline loop
+        raise AssertionError(f"{promql}: condition not met within {timeout}s; last result {result}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def prometheus_factory(tmp_path: Path) -> Iterator[Callable[[str], PrometheusServer]]:
+    if not Path(PROMETHEUS).exists():
+        pytest.skip("the prometheus binary is not installed (CI installs the Debian package)")
+    servers: list[PrometheusServer] = []
+
+    def start(target: str) -> PrometheusServer:
+        workdir = tmp_path / f"prom{len(servers)}"
+        workdir.mkdir()
+        server = PrometheusServer(workdir, target)
+        servers.append(server)
+        server.wait_ready()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()

@@ -1,0 +1,387 @@
+"""End to end: the pipeline archives ended sessions from the fake service into S3 (moto) or a directory."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import tracemalloc
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from archiver import keys
+from archiver.api import SessionHostClient, Token
+from archiver.fake import FakeService
+from archiver.fake.logs import render_ndjson, render_text
+from archiver.manifest import parse_index_entry, parse_manifest
+from archiver.pipeline import Pipeline, Tuning
+from archiver.retry import RetryPolicy
+from archiver.selfmetrics import SelfMetrics
+from archiver.settings import Settings
+from archiver.state import StateDB
+from archiver.store import FileStore, ObjectStore, open_store
+
+TOKEN = "test-token"
+REPLAY = "/srv/replays/match.replay"
+SERVER_LOG = "/var/log/game/server.log"
+MISSING = "/srv/does-not-exist"
+MB = 1024 * 1024
+
+#: Short loops for tests: the production defaults wait seconds to minutes between retries.
+FAST = Tuning(
+    confirm_retry=0.1,
+    confirm_recheck=0.2,
+    fetch_backoff_initial=0.05,
+    fetch_backoff_max=0.2,
+    upload_backoff_initial=0.05,
+    upload_backoff_max=0.2,
+    permission_backoff=0.2,
+    idle_wait=0.5,
+)
+FAST_POLICY = RetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.05, max_elapsed=2.0)
+
+
+@dataclass
+class Harness:
+    """One archiver wired like the daemon: fake upstream, a store, a state dir, a private registry."""
+
+    fake: FakeService
+    store: ObjectStore
+    settings: Settings
+    client: SessionHostClient
+    state: StateDB
+    registry: CollectorRegistry
+    pipeline: Pipeline
+
+    def poll(self) -> None:
+        self.pipeline.observe_poll(self.client.list_sessions(), self.fake.clock.now())
+
+    def items_total(self, kind: str, outcome: str) -> float:
+        value = self.registry.get_sample_value("archiver_items_total", {"kind": kind, "outcome": outcome})
+        return value or 0.0
+
+    def object_bytes(self, key: str) -> bytes:
+        return b"".join(self.store.iter_bytes(key))
+
+    def close(self) -> None:
+        self.pipeline.stop(10.0)
+        self.client.close()
+        self.state.close()
+
+
+@pytest.fixture
+def harness_factory(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
+    made: list[Harness] = []
+
+    def make(fake: FakeService, store: ObjectStore, *, start: bool = True, **overrides: Any) -> Harness:
+        settings = Settings(
+            state_dir=tmp_path / "state",
+            artifact_paths=(REPLAY, MISSING),
+            fetch_workers=2,
+            upload_workers=2,
+            retention=4 * 3600.0,
+            deadline_margin=600.0,
+        )
+        settings = replace(settings, **overrides)
+        client = SessionHostClient.connect(fake.base_url, Token(TOKEN), policy=FAST_POLICY)
+        state = StateDB.open(settings.state_dir)
+        registry = CollectorRegistry()
+        pipeline = Pipeline(
+            settings,
+            client,
+            store,
+            state,
+            SelfMetrics(registry),
+            clock=fake.clock.now,
+            policy=FAST_POLICY,
+            tuning=FAST,
+        )
+        h = Harness(fake, store, settings, client, state, registry, pipeline)
+        made.append(h)
+        if start:
+            pipeline.recover()
+            pipeline.start()
+        return h
+
+    yield make
+    for h in made:
+        h.close()
+
+
+@pytest.fixture
+def s3_store(s3_bucket: tuple[str, str]) -> ObjectStore:
+    endpoint, bucket = s3_bucket
+    return open_store(f"s3://{bucket}/archive/", s3_endpoint_url=endpoint)
+
+
+def _sha(chunks: Iterator[bytes] | bytes) -> str:
+    digest = hashlib.sha256()
+    for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _end_all(h: Harness, ids: list[str]) -> None:
+    h.poll()
+    for sid in ids:
+        h.fake.end_session(TOKEN, sid)
+    h.poll()
+
+
+def test_ended_sessions_are_archived_byte_for_byte_with_manifest_and_index(
+    fake_service: FakeService, s3_store: ObjectStore, harness_factory: Callable[..., Harness]
+) -> None:
+    crashed = fake_service.add_session(
+        TOKEN, id="match-crashed", crashed=True, labels={"mode": "duel"}, env={"SECRET_KEY": "hunter2"}
+    )
+    normal = fake_service.add_session(TOKEN, id="match-normal", players=["p1", "p2"])
+    running = fake_service.add_session(TOKEN, id="match-still-running")
+    h = harness_factory(fake_service, s3_store, artifact_paths=(REPLAY, MISSING, "/srv/crash/core.txt"))
+    _end_all(h, [crashed, normal])
+    assert h.pipeline.run_until_idle(30)
+
+    prefix = s3_store.prefix
+    for sid in (crashed, normal):
+        manifest = parse_manifest(h.object_bytes(keys.manifest_key(prefix, sid)))
+        assert manifest.session_id == sid and manifest.image == "demo-game"
+        assert manifest.last_status == ("dead" if sid == crashed else "exited")
+        by_path = {i.path: i for i in manifest.items}
+        # The artifact is exactly what the upstream served, under its documented key.
+        replay = by_path[REPLAY]
+        assert replay.outcome == "archived" and replay.key == keys.artifact_key(prefix, sid, REPLAY)
+        assert replay.content_type == "application/gzip"
+        expected = _sha(fake_service.artifact_bytes(TOKEN, sid, REPLAY))
+        assert replay.sha256 == expected == _sha(h.object_bytes(replay.key))
+        assert by_path[MISSING].outcome == "source_gone" and by_path[MISSING].key is None
+        # The logs, gzip-compressed but otherwise as received.
+        logs = by_path[None]
+        assert logs.kind == "logs" and logs.key == keys.logs_key(prefix, sid, "txt")
+        body = gzip.decompress(h.object_bytes(logs.key))
+        assert body == render_text(fake_service.log_lines(TOKEN, sid))
+        assert logs.sha256 == _sha(h.object_bytes(logs.key))
+        # The index entry points at the manifest, partitioned by the end time.
+        assert manifest.first_seen_ended is not None and manifest.last_seen_active is not None
+        assert manifest.fetch_deadline == manifest.last_seen_active + 4 * 3600 - 600
+        entry = parse_index_entry(h.object_bytes(keys.index_key(prefix, manifest.first_seen_ended, sid)))
+        assert entry.manifest_key == keys.manifest_key(prefix, sid)
+    crash_manifest = parse_manifest(h.object_bytes(keys.manifest_key(prefix, crashed)))
+    assert {i.path: i.outcome for i in crash_manifest.items}["/srv/crash/core.txt"] == "archived"
+    assert crash_manifest.labels == {"mode": "duel"}
+    assert b"hunter2" not in h.object_bytes(keys.manifest_key(prefix, crashed))
+    normal_manifest = parse_manifest(h.object_bytes(keys.manifest_key(prefix, normal)))
+    assert normal_manifest.players == ("p1", "p2")
+    assert {i.path: i.outcome for i in normal_manifest.items}["/srv/crash/core.txt"] == "source_gone"
+    assert not list(s3_store.list_keys(keys.session_prefix(prefix, running)))
+
+    assert h.items_total("artifact", "archived") == 3
+    assert h.items_total("artifact", "source_gone") == 3
+    assert h.items_total("logs", "archived") == 2
+    assert h.registry.get_sample_value("archiver_sessions_ended_total") == 2
+    assert h.registry.get_sample_value("archiver_pending_items", {"stage": "fetch"}) == 0
+    assert h.registry.get_sample_value("archiver_spool_bytes") == 0
+    assert not os.listdir(h.settings.state_dir / "spool")
+
+    # A second pass (restart, polls, an explicit backfill) writes nothing new.
+    before_keys = sorted(s3_store.list_keys(prefix))
+    writes = s3_store.requests_made["PutObject"] + s3_store.requests_made["CreateMultipartUpload"]
+    h.close()
+    again = harness_factory(fake_service, s3_store)
+    again.poll()
+    again.poll()
+    assert again.pipeline.backfill([crashed, normal]) == []
+    assert again.pipeline.run_until_idle(10)
+    assert sorted(s3_store.list_keys(prefix)) == before_keys
+    assert s3_store.requests_made["PutObject"] + s3_store.requests_made["CreateMultipartUpload"] == writes
+
+
+def test_query_log_shapes_and_the_logs_fallback(
+    fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    fake_service.set_quirks(query_log_shape="ndjson")
+    ndjson = fake_service.add_session(TOKEN, id="ndjson")
+    h = harness_factory(fake_service, store, artifact_paths=())
+    _end_all(h, [ndjson])
+    assert h.pipeline.run_until_idle(20)
+    stored = gzip.decompress(h.object_bytes(keys.logs_key("", ndjson, "jsonl")))
+    assert stored == render_ndjson(fake_service.log_lines(TOKEN, ndjson))
+
+    # /query/log answering 404 (not offered for this account): the logs come from /logs instead.
+    fake_service.set_fault("GET /query/log", status=404, rate=1.0)
+    fallback = fake_service.add_session(TOKEN, id="fallback")
+    _end_all(h, [fallback])
+    assert h.pipeline.run_until_idle(20)
+    manifest = parse_manifest(h.object_bytes(keys.manifest_key("", fallback)))
+    (logs,) = manifest.items
+    assert logs.outcome == "archived" and logs.source == "GET /logs?id=fallback&follow=false"
+    assert gzip.decompress(h.object_bytes(logs.key or "")) == render_text(fake_service.log_lines(TOKEN, fallback))
+
+
+def test_a_stream_broken_mid_body_is_fetched_again_before_the_deadline(
+    fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    sid = fake_service.add_session(TOKEN, id="flaky")
+    fake_service.set_fault("GET /artifacts", kind="truncate", rate=1.0, count=2)
+    h = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
+    _end_all(h, [sid])
+    assert h.pipeline.run_until_idle(20)
+    key = keys.artifact_key("", sid, REPLAY)
+    assert _sha(h.object_bytes(key)) == _sha(fake_service.artifact_bytes(TOKEN, sid, REPLAY))
+    assert h.items_total("artifact", "archived") == 1
+
+
+HOSTILE_IDS = [
+    "../../etc/passwd",
+    "a/b",
+    ".",
+    "..",
+    "päßwörd-🎮-試合",
+    "x" * 300,
+    "ctl\x01\x1f\n\tid",
+    "q?x=1#frag%2F",
+]
+
+
+def test_hostile_session_ids_stay_under_the_prefix_and_round_trip(
+    fake_service: FakeService, s3_store: ObjectStore, harness_factory: Callable[..., Harness]
+) -> None:
+    for sid in HOSTILE_IDS:
+        fake_service.add_session(TOKEN, id=sid)
+    h = harness_factory(fake_service, s3_store, artifact_paths=(REPLAY,))
+    _end_all(h, HOSTILE_IDS)
+    assert h.pipeline.run_until_idle(30)
+    prefix = s3_store.prefix
+    stored = list(s3_store.list_keys(""))
+    assert stored and all(k.startswith(prefix + "sessions/") or k.startswith(prefix + "index/") for k in stored)
+    assert all("/../" not in k and "/./" not in k for k in stored)
+    found = {
+        parse_manifest(h.object_bytes(k)).session_id for k in stored if k.endswith("/manifest.json")
+    }
+    assert found == set(HOSTILE_IDS)
+    for sid in HOSTILE_IDS:
+        m = parse_manifest(h.object_bytes(keys.manifest_key(prefix, sid)))
+        assert [i.outcome for i in m.items] == ["archived", "archived"]
+
+
+def test_a_store_down_longer_than_the_retention_window_loses_nothing_fetched(
+    fake_service_factory: Callable[..., FakeService], tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    fake = fake_service_factory((TOKEN,), retention=3600.0)
+    root = tmp_path / "store"
+    root.mkdir()
+    store = FileStore(root)
+    ids = [fake.add_session(TOKEN, id=f"outage-{n}") for n in range(3)]
+    h = harness_factory(fake, store, retention=3600.0, deadline_margin=60.0)
+    away = tmp_path / "store-unmounted"
+    root.rename(away)  # the store goes away (an unmounted volume): writes fail as unavailable
+    _end_all(h, ids)
+
+    def spooled_everything() -> bool:
+        backlog = h.pipeline.gauges()
+        return backlog.pending_fetch == 0 and backlog.pending_upload == 6
+
+    assert _wait_for(h, spooled_everything, 20)
+    assert h.registry.get_sample_value("archiver_pending_items", {"stage": "upload"}) == 6
+    assert (h.registry.get_sample_value("archiver_spool_bytes") or 0) > 2 * MB
+    # Far past the window: the upstream has removed the sessions, the store is still down.
+    fake.advance(2 * 3600.0)
+    with pytest.raises(Exception, match="404|not find"):
+        h.client.describe_session(ids[0])
+    assert not h.pipeline.run_until_idle(1.0)
+    away.rename(root)  # the store is back
+    assert h.pipeline.run_until_idle(30)
+    for sid in ids:
+        m = parse_manifest(h.object_bytes(keys.manifest_key("", sid)))
+        assert {i.outcome for i in m.items} == {"archived", "source_gone"}
+    assert h.items_total("artifact", "expired") == 0 and h.items_total("logs", "expired") == 0
+    assert h.items_total("logs", "archived") == 3
+    assert (h.registry.get_sample_value("archiver_errors_total", {"where": "store"}) or 0) >= 1
+
+
+def _wait_for(h: Harness, condition: Callable[[], bool], timeout: float) -> bool:
+    """Poll `condition` whenever the pipeline reports progress, up to `timeout` seconds."""
+    import time
+
+    until = time.monotonic() + timeout
+    while time.monotonic() < until:
+        if condition():
+            return True
+        h.pipeline.run_until_idle(0.2)
+    return condition()
+
+
+def test_a_session_discovered_after_its_window_is_expired(
+    fake_service_factory: Callable[..., FakeService], tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    fake = fake_service_factory((TOKEN,), retention=3600.0)
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    sid = fake.add_session(TOKEN, id="late")
+    first = harness_factory(fake, store, start=False, retention=3600.0, deadline_margin=60.0)
+    first.pipeline.recover()
+    first.poll()  # seen active, then the archiver is down while the session ends and is removed
+    first.close()
+    fake.end_session(TOKEN, sid)
+    fake.advance(3 * 3600.0)
+    second = harness_factory(fake, store, retention=3600.0, deadline_margin=60.0)
+    second.poll()
+    assert second.pipeline.run_until_idle(20)
+    m = parse_manifest(second.object_bytes(keys.manifest_key("", sid)))
+    assert [i.outcome for i in m.items] == ["expired", "expired", "expired"]
+    assert second.items_total("logs", "expired") == 1 and second.items_total("artifact", "expired") == 2
+
+
+def test_an_artifact_over_the_limit_ends_too_large_without_memory_growth(
+    fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    big = "/srv/replays/huge.replay"
+    sid = fake_service.add_session(TOKEN, id="huge", files={big: 150 * MB})
+    h = harness_factory(fake_service, store, artifact_paths=(big,), max_artifact_size=100 * MB)
+    tracemalloc.start()
+    try:
+        _end_all(h, [sid])
+        assert h.pipeline.run_until_idle(60)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    # Fake and archiver share this process: both stream, so the peak stays far below the body.
+    assert peak < 32 * MB, peak
+    m = parse_manifest(h.object_bytes(keys.manifest_key("", sid)))
+    outcomes = {i.path: i.outcome for i in m.items}
+    assert outcomes[big] == "too_large"
+    assert h.items_total("artifact", "too_large") == 1
+    assert not os.listdir(h.settings.state_dir / "spool")
+    assert not list(store.list_keys(keys.session_prefix("", sid) + "artifacts/"))
+
+
+def test_status_lists_pending_items_with_time_left(
+    fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    sid = fake_service.add_session(TOKEN, id="pending")
+    fake_service.set_fault("GET /artifacts", status=503, rate=1.0)
+    h = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
+    _end_all(h, [sid])
+    assert _wait_for(h, lambda: any(p.kind == "artifact" for p in h.pipeline.status()), 10)
+    assert _wait_for(h, lambda: all(p.kind == "artifact" for p in h.pipeline.status()), 10)
+    (item,) = h.pipeline.status()
+    assert item.session_id == sid and item.stage == "fetch" and item.path == REPLAY
+    assert item.time_left is not None and 4 * 3600 - 600 - 60 < item.time_left <= 4 * 3600 - 600
+    h.pipeline.gauges()  # what the daemon calls before each scrape
+    assert h.registry.get_sample_value("archiver_next_fetch_deadline_timestamp_seconds") == item.deadline
+    fake_service.clear_faults()
+    assert h.pipeline.run_until_idle(20)
+    assert h.pipeline.status() == []
+    assert json.loads(h.object_bytes(keys.manifest_key("", sid)))["items"][1]["outcome"] == "archived"

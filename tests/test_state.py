@@ -1,0 +1,218 @@
+"""The state DB: schema and durability settings, end detection from list polls, item claims, the journal."""
+
+from __future__ import annotations
+
+import sqlite3
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from archiver.models import Session
+from archiver.pipeline import Pipeline, Tuning
+from archiver.selfmetrics import SelfMetrics
+from archiver.settings import Settings
+from archiver.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, StateError
+from archiver.store import FileStore
+
+
+def _session(i: int, *, players: int = 2, label: str = "duel") -> Session:
+    return Session(
+        id=f"sess-{i:05d}",
+        image="demo-game",
+        tag="1.1.0",
+        location="eu-west-1",
+        host="203.0.113.7",
+        created_ms=1_700_000_000_000 + i,
+        status="running",
+        player_count=players,
+        ports={"7777/udp": 20000 + i % 1000},
+        labels={"mode": label},
+        env_keys=("GAMEYE_SESSION_ID",),
+    )
+
+
+def _pipeline(tmp_path: Path, **tuning: float) -> Pipeline:
+    settings = Settings(state_dir=tmp_path / "state")
+    (tmp_path / "store").mkdir(exist_ok=True)
+    state = StateDB.open(settings.state_dir)
+    # observe_poll never talks to the upstream: the client is not needed for detection.
+    return Pipeline(
+        settings,
+        None,  # type: ignore[arg-type]
+        FileStore(tmp_path / "store"),
+        state,
+        SelfMetrics(CollectorRegistry()),
+        tuning=Tuning(**tuning),  # type: ignore[arg-type]
+    )
+
+
+def test_new_db_uses_wal_full_sync_and_a_versioned_schema(tmp_path: Path) -> None:
+    state = StateDB.open(tmp_path)
+    conn = sqlite3.connect(tmp_path / DB_NAME)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    with state.write() as db:
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    state.close()
+    StateDB.open(tmp_path).close()  # reopening an existing DB keeps it
+
+
+def test_a_db_from_a_newer_archiver_is_refused_with_a_clear_error(tmp_path: Path) -> None:
+    StateDB.open(tmp_path).close()
+    conn = sqlite3.connect(tmp_path / DB_NAME)
+    conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    conn.close()
+    with pytest.raises(StateError, match="newer archiver"):
+        StateDB.open(tmp_path)
+
+
+def test_readonly_open_of_a_missing_db_says_so(tmp_path: Path) -> None:
+    with pytest.raises(StateError, match="no state DB"):
+        StateDB.open_readonly(tmp_path)
+
+
+def test_a_session_missing_from_a_successful_poll_becomes_a_candidate(tmp_path: Path) -> None:
+    p = _pipeline(tmp_path)
+    p.observe_poll([_session(1), _session(2)], 100.0)
+    p.observe_poll([_session(1)], 110.0)
+    gone = p.state.session("sess-00002")
+    assert gone is not None and gone.state == "candidate"
+    assert gone.last_seen_active == 100.0 and gone.first_seen_ended == 110.0
+    assert p.state.session("sess-00001").state == "active"  # type: ignore[union-attr]
+
+
+def test_a_failed_poll_never_ends_a_session(tmp_path: Path) -> None:
+    p = _pipeline(tmp_path)
+    p.observe_poll([_session(1)], 100.0)
+    p.observe_poll(None, 110.0)
+    p.observe_poll(None, 120.0)
+    assert p.state.session("sess-00001").state == "active"  # type: ignore[union-attr]
+
+
+def test_a_candidate_listed_again_is_active_again(tmp_path: Path) -> None:
+    p = _pipeline(tmp_path)
+    p.observe_poll([_session(1)], 100.0)
+    p.observe_poll([], 110.0)
+    p.observe_poll([_session(1)], 120.0)
+    row = p.state.session("sess-00001")
+    assert row is not None and row.state == "active" and row.first_seen_ended is None
+    assert row.last_seen_active == 120.0
+
+
+def test_sessions_active_before_a_restart_and_absent_after_it_are_candidates(tmp_path: Path) -> None:
+    first = _pipeline(tmp_path)
+    first.observe_poll([_session(1), _session(2)], 100.0)
+    first.state.close()
+    second = _pipeline(tmp_path)
+    second.recover()
+    second.observe_poll([_session(1)], 5000.0)
+    row = second.state.session("sess-00002")
+    # Its last_seen_active is the persisted one (never later than the truth): the safe deadline.
+    assert row is not None and row.state == "candidate" and row.last_seen_active == 100.0
+    assert second.state.session("sess-00001").state == "active"  # type: ignore[union-attr]
+
+
+def test_last_seen_is_persisted_in_bulk_at_most_every_interval(tmp_path: Path) -> None:
+    p = _pipeline(tmp_path, last_seen_persist_interval=30.0)
+    p.observe_poll([_session(1)], 100.0)
+    p.observe_poll([_session(1)], 110.0)
+    assert p.state.session("sess-00001").last_seen_active == 100.0  # type: ignore[union-attr]
+    p.observe_poll([_session(1)], 131.0)
+    assert p.state.session("sess-00001").last_seen_active == 131.0  # type: ignore[union-attr]
+    # Disappearing writes the exact in-memory value, not the stale persisted one.
+    p.observe_poll([_session(1)], 140.0)
+    p.observe_poll([], 150.0)
+    assert p.state.session("sess-00001").last_seen_active == 140.0  # type: ignore[union-attr]
+
+
+def test_changed_metadata_is_written_and_player_churn_is_not(tmp_path: Path) -> None:
+    p = _pipeline(tmp_path, last_seen_persist_interval=1e9)
+    p.observe_poll([_session(1)], 100.0)
+    p.observe_poll([_session(1, players=7)], 110.0)
+    p.observe_poll([_session(1, label="ranked")], 120.0)
+    row = p.state.session("sess-00001")
+    assert row is not None and row.labels == {"mode": "ranked"} and row.last_seen_active == 120.0
+
+
+def test_a_poll_of_10k_sessions_takes_well_under_50ms(tmp_path: Path) -> None:
+    """Budget from the issue: steady-state polls write only what changed (median of 7 polls)."""
+    p = _pipeline(tmp_path)
+    p.observe_poll([_session(i) for i in range(10_000)], 100.0)
+    times = []
+    for k in range(7):
+        sessions = [_session(i, players=k) for i in range(10_000)]
+        started = time.perf_counter()
+        p.observe_poll(sessions, 101.0 + k)
+        times.append(time.perf_counter() - started)
+    assert statistics.median(times) < 0.05, times
+
+
+def _ended(state: StateDB, sid: str, deadline: float, paths: tuple[str, ...] = ()) -> None:
+    state.record_poll([_session(int(sid[-5:]))], [], 0.0, touch_active=False)
+    state.record_poll([], [(sid, 0.0)], 1.0, touch_active=False)
+    items = [NewItem("logs", "", "GET /query/log"), *(NewItem("artifact", p, "GET /artifacts") for p in paths)]
+    row = state.end_session(sid, described=None, deadline_for=lambda _r: deadline, items=items, now=2.0)
+    assert row is not None and row.state == "ended"
+
+
+def test_fetch_claims_go_earliest_deadline_first_and_respect_retry_gates(tmp_path: Path) -> None:
+    state = StateDB.open(tmp_path)
+    _ended(state, "sess-00001", 900.0)
+    _ended(state, "sess-00002", 500.0)
+    _ended(state, "sess-00003", 700.0)
+    first = state.claim_fetch(0.0)
+    assert first is not None and first.session_id == "sess-00002" and first.attempts == 1
+    state.retry_item(first.id, status="pending_fetch", not_before=50.0, error="boom")
+    assert state.claim_fetch(10.0).session_id == "sess-00003"  # type: ignore[union-attr]
+    assert state.claim_fetch(10.0).session_id == "sess-00001"  # type: ignore[union-attr]
+    assert state.claim_fetch(10.0) is None
+    again = state.claim_fetch(60.0)
+    assert again is not None and again.id == first.id and again.attempts == 2
+
+
+def test_restart_puts_in_flight_items_back(tmp_path: Path) -> None:
+    state = StateDB.open(tmp_path)
+    _ended(state, "sess-00001", 900.0, ("/a", "/b"))
+    fetching = state.claim_fetch(0.0)
+    second = state.claim_fetch(0.0)
+    assert fetching is not None and second is not None
+    state.mark_spooled(
+        second.id, spool_path="/x", size=1, sha256="0" * 64, content_type="t", source="s", key="k", fetched_at=3
+    )
+    assert state.claim_upload(0.0) is not None
+    assert state.reset_in_flight() == (1, 1)
+    statuses = sorted(i.status for i in state.items_of("sess-00001"))
+    assert statuses == ["pending_fetch", "pending_fetch", "spooled"]
+
+
+def test_the_last_item_finishing_fixes_archived_at_for_the_manifest(tmp_path: Path) -> None:
+    state = StateDB.open(tmp_path)
+    _ended(state, "sess-00001", 900.0, ("/a",))
+    a, b = state.claim_fetch(0.0), state.claim_fetch(0.0)
+    assert a is not None and b is not None
+    assert state.finish_item(a.id, "source_gone", now=10.0, error="404") is False
+    assert state.finish_item(b.id, "too_large", now=11.0, error="big") is True
+    row = state.session("sess-00001")
+    assert row is not None and row.state == "finalizing" and row.archived_at == 11.0
+    assert state.mark_archived("sess-00001", "sessions/sess-00001/manifest.json")
+    assert state.outcome_counts() == {("logs", "source_gone"): 1, ("artifact", "too_large"): 1}
+
+
+def test_the_multipart_journal_survives_a_reopen(tmp_path: Path) -> None:
+    state = StateDB.open(tmp_path)
+    state.journal.start("k/obj", "upload-1", sha256="a" * 64, part_size=8 << 20)
+    state.journal.part_done("k/obj", 1, '"etag-1"')
+    state.journal.part_done("k/obj", 2, '"etag-2"')
+    state.close()
+    reopened = StateDB.open(tmp_path)
+    entry = reopened.journal.get("k/obj")
+    assert entry is not None and entry.upload_id == "upload-1" and entry.part_size == 8 << 20
+    assert dict(entry.parts) == {1: '"etag-1"', 2: '"etag-2"'}
+    assert reopened.journal.upload_ids() == {"upload-1"}
+    reopened.journal.start("k/obj", "upload-2", sha256="b" * 64, part_size=8 << 20)
+    assert dict(reopened.journal.get("k/obj").parts) == {}  # type: ignore[union-attr]
+    reopened.journal.finish("k/obj")
+    assert reopened.journal.get("k/obj") is None and reopened.journal.upload_ids() == set()
