@@ -170,8 +170,10 @@ def _retry_after(value: str | None) -> float | None:
 
 
 def _quote_segment(value: str) -> str:
-    # Session ids are any string the caller chose: '/', '?', '#' and '%' must not change the path.
-    return quote(value, safe="")
+    # Session ids are any string the caller chose: '/', '?', '#' and '%' must not change the path,
+    # and a segment of only dots must not be removed as a dot segment by URL normalisation.
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if set(value) == {"."} else quoted
 
 
 class SessionHostClient:
@@ -255,9 +257,7 @@ class SessionHostClient:
         body.update({k: v for k, v in optional.items() if v is not None})
         # Not retried on 5xx: a create whose answer was lost may have started a session; the
         # caller decides (a retry with the same id answers 409, which is then unambiguous).
-        payload = self._json(
-            "POST", "/session", "POST /session", json_body=body, retry=session_id is not None
-        )
+        payload = self._json("POST", "/session", "POST /session", json_body=body, retry=session_id is not None)
         return self._parse(lambda p: models.parse_created(p, session_id), payload, "POST", "/session")
 
     def list_sessions(
@@ -387,9 +387,7 @@ class SessionHostClient:
     ) -> httpx.Response:
         timeout = (policy or self._policy).attempt_timeout
         return self._retrying(
-            lambda: self._send(
-                method, path, endpoint, (), None, accept=accept, stream=False, timeout=timeout
-            ),
+            lambda: self._send(method, path, endpoint, (), None, accept=accept, stream=False, timeout=timeout),
             endpoint,
             policy,
             True,
@@ -410,9 +408,7 @@ class SessionHostClient:
 
         return self._retrying(attempt, endpoint, policy, True)
 
-    def _retrying(
-        self, attempt: Callable[[], T], endpoint: str, policy: RetryPolicy | None, retry: bool
-    ) -> T:
+    def _retrying(self, attempt: Callable[[], T], endpoint: str, policy: RetryPolicy | None, retry: bool) -> T:
         effective = policy or self._policy
         if not retry:
             effective = effective.bounded_by(max_elapsed=0.0)

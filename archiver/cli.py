@@ -91,5 +91,140 @@ def run(**kwargs: Any) -> None:
     daemon.run_forever(resolve(kwargs))
 
 
+@main.command("fake-service")
+@click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT", help="Address to serve on.")
+@click.option(
+    "--token",
+    "tokens",
+    multiple=True,
+    metavar="TOKEN",
+    help="Accepted token (repeat: one organisation each). [default: test-token]",
+)
+@click.option("--traffic/--no-traffic", default=False, help="Start, fill and end sessions continuously.")
+@click.option("--traffic-rate", type=float, default=6.0, show_default=True, help="Sessions started per virtual minute.")
+@click.option("--time-scale", type=float, default=1.0, show_default=True, help="Virtual seconds per real second.")
+@click.option("--retention", default="4h", show_default=True, metavar="DURATION", help="Kept after termination.")
+@click.option(
+    "--quirk",
+    "quirks",
+    multiple=True,
+    metavar="NAME[=VALUE]",
+    help="Behave like a quirk of the real service.",
+)
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="SPEC",
+    help='Inject faults, e.g. "GET /session:status=502,count=3".',
+)
+@click.option("--capacity", multiple=True, metavar="LOCATION=N", help="Active sessions a location can hold.")
+@click.option("--start-rate", type=int, default=None, metavar="N", help="Starts per organisation per virtual minute.")
+@friendly_errors
+def fake_service(**kwargs: Any) -> None:
+    """The fake session hosting service alone (for trying things out and for your own CI)."""
+    from archiver.fake.main import options_from_cli, serve_forever
+
+    serve_forever(options_from_cli(**kwargs))
+
+
+@main.command()
+@settings_options
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@friendly_errors
+def status(fmt: str, **kwargs: Any) -> None:
+    """Pending items in the local state DB and the time left to each fetch deadline."""
+    import json
+    import time
+
+    from archiver.pipeline import pending_status
+
+    settings = resolve(kwargs)
+    items = pending_status(settings.state_dir, time.time())
+    if fmt == "json":
+        click.echo(json.dumps([_as_dict(item) for item in items]))
+        return
+    if not items:
+        click.echo("nothing pending")
+        return
+    click.echo(f"{'SESSION':40} {'KIND':8} {'STAGE':6} {'STATUS':13} {'TIME LEFT':>10} {'TRIES':>5}  PATH / LAST ERROR")
+    for item in items:
+        left = "-" if item.time_left is None else _duration(item.time_left)
+        detail = item.path or ""
+        if item.last_error:
+            detail = f"{detail} ({item.last_error})" if detail else item.last_error
+        click.echo(
+            f"{_printable(item.session_id)[:40]:40} {item.kind:8} {item.stage:6} {item.status:13} "
+            f"{left:>10} {item.attempts:>5}  {_printable(detail)}"
+        )
+
+
+@main.command()
+@settings_options
+@click.argument("session_ids", nargs=-1, required=True, metavar="ID...")
+@click.option("--timeout", "wait", default="30m", show_default=True, metavar="DURATION", help="How long to wait.")
+@friendly_errors
+def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
+    """Archive these sessions now (backfill, while the upstream still holds them)."""
+    from archiver.daemon import archive_now
+    from archiver.settings import parse_duration
+
+    try:
+        timeout = parse_duration(wait)
+    except ValueError as exc:
+        raise ConfigError(f"--timeout: {exc}") from None
+    queued, finished = archive_now(resolve(kwargs), list(session_ids), timeout=timeout)
+    skipped = [sid for sid in session_ids if sid not in queued]
+    click.echo(f"queued {len(queued)} session(s); skipped {len(skipped)} (see log lines for why)")
+    if not finished:
+        click.echo("error: not finished within --timeout; the daemon or a later run resumes the rest", err=True)
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--archive-dir", type=click.Path(file_okay=False), default="demo-archive", show_default=True)
+@click.option("--state-dir", type=click.Path(file_okay=False), default=".archiver-demo-state", show_default=True)
+@click.option("--listen", default="127.0.0.1:9877", show_default=True, metavar="HOST:PORT")
+@click.option("--duration", type=float, default=None, metavar="SECONDS", help="Stop by itself after this long.")
+@friendly_errors
+def demo(archive_dir: str, state_dir: str, listen: str, duration: float | None) -> None:
+    """Fake service with traffic + local archive + daemon: watch sessions being exported and archived."""
+    import signal
+    import threading
+    from pathlib import Path
+
+    from archiver.demo import DemoOptions, run_demo
+    from archiver.settings import parse_listen
+
+    try:
+        address = parse_listen(listen)
+    except ValueError as exc:
+        raise ConfigError(f"--listen: {exc}") from None
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    options = DemoOptions(archive_dir=Path(archive_dir), state_dir=Path(state_dir), listen=address, duration=duration)
+    run_demo(options, sys.stdout, stop=stop, is_tty=sys.stdout.isatty())
+
+
+def _as_dict(item: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(item)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 0:
+        return "overdue"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _printable(text: str) -> str:
+    """Session ids are caller-chosen: never let one drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
 from typing import Protocol
 
@@ -31,7 +32,7 @@ class ArchivePipeline(Protocol):
 
     def recover(self) -> None: ...
     def start(self) -> None: ...
-    def stop(self, timeout: float = ...) -> None: ...
+    def stop(self, timeout: float = ...) -> bool: ...
     def observe_poll(self, sessions: list[Session] | None, now: float) -> None: ...
     def alive(self) -> bool: ...
 
@@ -40,9 +41,24 @@ PipelineFactory = Callable[[Settings, SessionHostClient, SelfMetrics], ArchivePi
 
 
 def default_pipeline(settings: Settings, client: SessionHostClient, metrics: SelfMetrics) -> ArchivePipeline:
-    from archiver.pipeline import build_pipeline
+    """The store and the state DB named by the settings, with the pipeline between them."""
+    from archiver.pipeline import Pipeline
+    from archiver.state import StateDB
+    from archiver.store import open_store
 
-    return build_pipeline(settings, client, metrics)
+    store = open_store(
+        settings.require_store(), s3_endpoint_url=settings.s3_endpoint_url, checksum_mode=settings.s3_checksum
+    )
+    state = StateDB.open(settings.state_dir)
+    return Pipeline(settings, client, store, state, metrics)
+
+
+@dataclass(frozen=True, slots=True)
+class PollSummary:
+    """Counts of the last successful session poll (for status lines; the snapshot has the detail)."""
+
+    sessions: int = 0
+    players: int = 0
 
 
 class Daemon:
@@ -70,6 +86,7 @@ class Daemon:
         )
         self._snapshot: Snapshot | None = None
         self._first_poll_done = False
+        self.last_poll_summary = PollSummary()
         self._stop = threading.Event()
         self.poller = Poller(client, interval=settings.poll_interval, on_result=self._on_poll, clock=clock)
         self._poll_thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
@@ -130,6 +147,10 @@ class Daemon:
 
     def _on_poll(self, result: PollResult) -> None:
         self._snapshot = self.renderer.render(result.sessions, result.families, now=result.started_at)
+        if result.sessions is not None:
+            self.last_poll_summary = PollSummary(
+                len(result.sessions), sum(s.player_count or 0 for s in result.sessions)
+            )
         for endpoint in ENDPOINTS:
             self.metrics.poll_result(
                 endpoint,
@@ -186,3 +207,29 @@ def run_forever(settings: Settings) -> None:
     while not daemon.wait(1.0):
         pass
     daemon.stop()
+
+
+def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -> tuple[list[str], bool]:
+    """`archiver archive ID...`: backfill these sessions through the same pipeline and wait for it.
+
+    Returns the ids that were queued and whether everything finished within `timeout`.
+    Meant for when no daemon runs on the same state dir (SQLite has one writer).
+    """
+    secrets = [settings.api_token.reveal()] if settings.api_token else []
+    logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
+    api_url, token = settings.require_api()
+    settings.require_store()
+    from archiver.pipeline import Pipeline
+
+    metrics = SelfMetrics(CollectorRegistry(), version=__version__)
+    with SessionHostClient.connect(api_url, token) as client:
+        pipeline = default_pipeline(settings, client, metrics)
+        assert isinstance(pipeline, Pipeline)
+        pipeline.recover()
+        pipeline.start()
+        try:
+            queued = pipeline.backfill(session_ids)
+            finished = pipeline.run_until_idle(timeout)
+        finally:
+            pipeline.stop(30.0)
+    return queued, finished

@@ -48,7 +48,7 @@ class CheckResult:
     detail: str
 
     def line(self, width: int = 20) -> str:
-        return f"{self.status:<5} {self.name:<{width}} {self.detail}"
+        return f"{self.status:<5} {self.name:<{width}}  {self.detail}"
 
 
 StoreFactory = Callable[[Settings], ObjectStore]
@@ -108,16 +108,12 @@ def check_upstream(settings: Settings, api_factory: ApiFactory = default_api_fac
             "(sandbox and production tokens differ)?",
         )
     except ForbiddenError:
-        return CheckResult(
-            FAIL, name, f"token accepted but not allowed to list sessions (403) at {settings.api_url}"
-        )
+        return CheckResult(FAIL, name, f"token accepted but not allowed to list sessions (403) at {settings.api_url}")
     except ApiTransportError as exc:
         return CheckResult(FAIL, name, f"cannot reach {settings.api_url}: {exc}")
     except ApiError as exc:
         return CheckResult(FAIL, name, f"{settings.api_url}: {exc}")
-    return CheckResult(
-        OK, name, f"accepted by {settings.api_url} ({len(sessions)} active session(s) visible)"
-    )
+    return CheckResult(OK, name, f"accepted by {settings.api_url} ({len(sessions)} active session(s) visible)")
 
 
 def check_store(settings: Settings, store_factory: StoreFactory = default_store_factory) -> list[CheckResult]:
@@ -130,9 +126,7 @@ def check_store(settings: Settings, store_factory: StoreFactory = default_store_
     """
     names = ("store reachable", "store writable", "conditional writes")
     if not settings.store:
-        return [
-            CheckResult(SKIP, n, "no --store configured (`run` would only export metrics)") for n in names
-        ]
+        return [CheckResult(SKIP, n, "no --store configured (`run` would only export metrics)") for n in names]
     try:
         store = store_factory(settings)
     except ConfigError as exc:
@@ -156,15 +150,11 @@ def check_store(settings: Settings, store_factory: StoreFactory = default_store_
                 CheckResult(SKIP, names[2], "not writable"),
             ]
         metadata = (
-            ""
-            if store.metadata_supported
-            else "; the server drops object metadata (sha256 checks re-read objects)"
+            "" if store.metadata_supported else "; the server drops object metadata (sha256 checks re-read objects)"
         )
         results.append(CheckResult(OK, names[1], f"probe object written, read back and deleted{metadata}"))
         if enforced:
-            results.append(
-                CheckResult(OK, names[2], "If-None-Match is honoured: archived objects are create-once")
-            )
+            results.append(CheckResult(OK, names[2], "If-None-Match is honoured: archived objects are create-once"))
         else:
             results.append(
                 CheckResult(
@@ -209,15 +199,11 @@ def check_state_dir(settings: Settings) -> CheckResult:
             os.close(dir_fd)
     except OSError as exc:
         probe.unlink(missing_ok=True)
-        return CheckResult(
-            FAIL, name, f"cannot create, fsync and remove a file in {existing}: {exc.strerror}"
-        )
+        return CheckResult(FAIL, name, f"cannot create, fsync and remove a file in {existing}: {exc.strerror}")
     free = human_size(shutil.disk_usage(existing).free)
     if existing == path.absolute():
         return CheckResult(OK, name, f"{path} is writable ({free} free)")
-    return CheckResult(
-        OK, name, f"{path} does not exist yet; {existing} is writable, `run` creates it ({free} free)"
-    )
+    return CheckResult(OK, name, f"{path} does not exist yet; {existing} is writable, `run` creates it ({free} free)")
 
 
 def run_checks(

@@ -10,7 +10,10 @@ Format notes (both formats are served from the same bytes wherever possible):
   OpenMetrics 1.0.0, so the session block is rendered and gzipped once and shared by both formats.
   Only the small upstream block differs per format (TYPE names, counter `_total` rules).
 - Nothing here writes `# EOF`: the self metrics are appended at scrape time and end the body.
-- A gzip response is ONE gzip member stitched from pieces (the technique of zlib's gzjoin): each
+- Upstream families keep their type: the real service's untyped `session_count 3` stays `untyped`
+  in text 0.0.4 (`unknown` in OpenMetrics), which Prometheus stores like a gauge, so
+  `sessionhost_upstream_session_count` is queried as is; guessing `gauge` could be wrong for others.
+- A gzip response is ONE gzip member stitched from pieces (as pigz joins its parallel blocks): each
   precompressed part is a raw deflate stream ended by a sync flush (byte-aligned, not final), the
   per-scrape tail is compressed as the final blocks, and the CRC-32 trailer continues the snapshot's
   precomputed CRC over the tail. Multi-member gzip would be simpler but is not safe: httpx (and
@@ -176,9 +179,7 @@ class Snapshot:
         return b"".join(scrape_parts(self, b"", openmetrics=True, gzip=True))
 
 
-def scrape_parts(
-    snapshot: Snapshot | None, self_metrics: bytes, *, openmetrics: bool, gzip: bool
-) -> tuple[bytes, ...]:
+def scrape_parts(snapshot: Snapshot | None, self_metrics: bytes, *, openmetrics: bool, gzip: bool) -> tuple[bytes, ...]:
     """Everything a `/metrics` response body consists of, in order, ready to be written.
 
     `self_metrics` is rendered fresh per scrape (for OpenMetrics it already ends with `# EOF`). With
@@ -242,9 +243,7 @@ class SnapshotRenderer:
     every session.
     """
 
-    def __init__(
-        self, *, max_sessions: int, label_allowlist: Sequence[str], prefix: str = "sessionhost_"
-    ) -> None:
+    def __init__(self, *, max_sessions: int, label_allowlist: Sequence[str], prefix: str = "sessionhost_") -> None:
         if max_sessions < 0:
             raise ConfigError(f"max-sessions must be 0 or more, got {max_sessions}")
         self._max_sessions = max_sessions
@@ -263,19 +262,13 @@ class SnapshotRenderer:
         self._agg_players_name = f"{p}players"
         # HELP/TYPE headers never change: built once.
         self._h_info = _header(self._info_name, "Information about an active session, always 1.")
-        self._h_created = _header(
-            self._created_name, "When the session was created, in seconds since the epoch."
-        )
+        self._h_created = _header(self._created_name, "When the session was created, in seconds since the epoch.")
         self._h_players = _header(self._players_name, "Players currently in the session.")
         self._h_status = _header(self._status_name, "Current status of the session, always 1.")
         self._h_labels = _header(self._labels_name, "Allowlisted caller labels of the session, always 1.")
         self._h_sessions = _header(self._sessions_name, "Active sessions by location, image, tag and status.")
-        self._h_agg_players = _header(
-            self._agg_players_name, "Players in active sessions by location, image and tag."
-        )
-        self._h_exported = _header(
-            "archiver_sessions_exported", "Sessions with per-session series in /metrics."
-        )
+        self._h_agg_players = _header(self._agg_players_name, "Players in active sessions by location, image and tag.")
+        self._h_exported = _header("archiver_sessions_exported", "Sessions with per-session series in /metrics.")
         self._h_dropped = _header(
             "archiver_sessions_dropped", "Sessions left out of per-session series by --max-sessions."
         )
@@ -283,9 +276,7 @@ class SnapshotRenderer:
         self._last: Snapshot | None = None
         # What the last session block was built from, to skip join + gzip when nothing changed.
         self._last_entries: list[_Entry] = []
-        self._last_aggregates: tuple[
-            dict[tuple[str, str, str, str], int], dict[tuple[str, str, str], int]
-        ] = ({}, {})
+        self._last_aggregates: tuple[dict[tuple[str, str, str, str], int], dict[tuple[str, str, str], int]] = ({}, {})
         self._last_dropped = -1
         self._upstream: tuple[bytes, bytes, bytes, bytes] = (b"", b"", b"", b"")
         self._block: bytes = b""
@@ -370,11 +361,7 @@ class SnapshotRenderer:
         self._cache = cache
 
         aggregates = _aggregate(unique.values())
-        if (
-            entries == self._last_entries
-            and aggregates == self._last_aggregates
-            and dropped == self._last_dropped
-        ):
+        if entries == self._last_entries and aggregates == self._last_aggregates and dropped == self._last_dropped:
             return  # nothing visible changed: keep the block and its compressed form
         self._last_entries = entries
         self._last_aggregates = aggregates
@@ -399,11 +386,7 @@ class SnapshotRenderer:
             user = s.labels
             # Only allowlisted keys are read: every other caller label (and the env, which is not
             # even in the model) stays out of the output.
-            parts = [
-                f'{name}="{esc(value)}",'
-                for name, k in self._label_pairs
-                if (value := user.get(k)) is not None
-            ]
+            parts = [f'{name}="{esc(value)}",' for name, k in self._label_pairs if (value := user.get(k)) is not None]
             labels = f"{self._labels_name}{{{''.join(parts)}{sid}}} 1\n"
         lines = (_encode(info), _encode(created), _encode(players), _encode(status), _encode(labels))
         return _Entry(s, key, lines)
@@ -425,8 +408,7 @@ class SnapshotRenderer:
         agg_players: list[str] = []
         for (image, location, tag), n in sorted(players.items()):
             agg_players.append(
-                f'{self._agg_players_name}{{image="{esc(image)}",location="{esc(location)}",'
-                f'tag="{esc(tag)}"}} {n}\n'
+                f'{self._agg_players_name}{{image="{esc(image)}",location="{esc(location)}",tag="{esc(tag)}"}} {n}\n'
             )
         chunks: list[bytes] = [
             self._h_sessions,
@@ -462,9 +444,7 @@ def _aggregate(
     """
     # Counter's C helper does the counting; only the player sums need a Python loop.
     counts: dict[tuple[str, str, str, str], int] = Counter(map(_AGGREGATE_FIELDS, sessions))
-    players: dict[tuple[str, str, str], int] = dict.fromkeys(
-        ((im, loc, tag) for im, loc, _, tag in counts), 0
-    )
+    players: dict[tuple[str, str, str], int] = dict.fromkeys(((im, loc, tag) for im, loc, _, tag in counts), 0)
     for group, count in zip(map(_GROUP_FIELDS, sessions), map(_PLAYERS_FIELD, sessions), strict=True):
         if count:
             players[group] += count

@@ -216,9 +216,7 @@ class Fetcher:
         404 means the upstream no longer has it: `source_gone` inside the window, `expired` after.
         """
         last_chance = remaining <= 0
-        policy = self._policy.bounded_by(
-            max_elapsed=0.0 if last_chance else min(self._policy.max_elapsed, remaining)
-        )
+        policy = self._policy.bounded_by(max_elapsed=0.0 if last_chance else min(self._policy.max_elapsed, remaining))
         source = item.source
         try:
             if item.kind == "logs":
@@ -271,15 +269,11 @@ class Fetcher:
         limit = self._max_artifact_size
         with self._client.open_artifact(sid, path, policy=policy) as download:
             if download.content_length is not None and download.content_length > limit:
-                return Finished(
-                    "too_large", f"Content-Length {download.content_length} > limit {limit}", source
-                )
+                return Finished("too_large", f"Content-Length {download.content_length} > limit {limit}", source)
             try:
                 spooled = self._spool.write(item.id, download.iter_bytes(), compress=False, limit=limit)
             except TooLargeError:
-                return Finished(
-                    "too_large", f"body larger than {limit} bytes (stopped while streaming)", source
-                )
+                return Finished("too_large", f"body larger than {limit} bytes (stopped while streaming)", source)
         # The upstream labels its gzip bodies application/x-tar: the magic bytes decide.
         content_type = "application/gzip" if spooled.head[:2] == GZIP_MAGIC else download.content_type
         return Spooled(

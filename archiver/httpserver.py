@@ -261,18 +261,14 @@ class MetricsServer:
         self.self_metrics = self_metrics
         self.health = health
         self.ready = ready
-        self.auth = (
-            BasicAuth(web_config.basic_auth_users) if web_config and web_config.basic_auth_users else None
-        )
+        self.auth = BasicAuth(web_config.basic_auth_users) if web_config and web_config.basic_auth_users else None
         context = web_config.ssl_context() if web_config is not None else None
         host, port = listen
         server_class = _Server6 if ":" in host else _Server
         try:
             self._httpd = server_class((host, port), self)
         except OSError as exc:
-            raise ConfigError(
-                f"cannot listen on {_format_host(host)}:{port}: {exc.strerror or exc}"
-            ) from None
+            raise ConfigError(f"cannot listen on {_format_host(host)}:{port}: {exc.strerror or exc}") from None
         if context is not None:
             self._httpd.socket = context.wrap_socket(
                 self._httpd.socket, server_side=True, do_handshake_on_connect=False

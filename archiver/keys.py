@@ -70,8 +70,7 @@ def unescape_session_id(escaped: str) -> str:
     """
     if is_hashed_session_id(escaped):
         raise ValueError(
-            f"escaped session id {escaped[:40]!r}… is a shortened (hashed) form; "
-            "read the session id from its manifest"
+            f"escaped session id {escaped[:40]!r}… is a shortened (hashed) form; read the session id from its manifest"
         )
     if not _PLAIN_ESCAPED_RE.match(escaped):
         raise ValueError(f"not an escaped session id: {escaped[:60]!r}")

@@ -36,11 +36,7 @@ def sniff(head: bytes, content_type: str = "") -> str:
     compact = stripped[:64].replace(b" ", b"").replace(b"\n", b"")
     if compact.startswith(b'{"line":{'):
         return LEGACY
-    if (
-        "ndjson" in content_type
-        or "json" in content_type
-        or compact.startswith((b'{"streamType"', b'{"line"'))
-    ):
+    if "ndjson" in content_type or "json" in content_type or compact.startswith((b'{"streamType"', b'{"line"')):
         return NDJSON
     return TEXT
 

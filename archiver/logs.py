@@ -39,8 +39,7 @@ def _fields(record: logging.LogRecord) -> dict[str, Any]:
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -63,9 +62,7 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure(
-    fmt: str = "text", level: str = "info", secrets: Iterable[str] = (), stream: Any = None
-) -> None:
+def configure(fmt: str = "text", level: str = "info", secrets: Iterable[str] = (), stream: Any = None) -> None:
     """Install one handler on the root logger (idempotent: replaces a previous one of ours)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())

@@ -180,9 +180,7 @@ def iso_utc(epoch_seconds: float | None) -> str | None:
 def _dumps(doc: Mapping[str, Any]) -> bytes:
     # ensure_ascii keeps the bytes valid UTF-8 even for ids with lone surrogates; sort_keys and a
     # fixed indent make the encoding canonical (same manifest → same bytes → same sha256).
-    return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False) + "\n").encode(
-        "ascii"
-    )
+    return (json.dumps(doc, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
 
 
 def _with_times(doc: dict[str, Any], **times: float | None) -> dict[str, Any]:

@@ -292,8 +292,7 @@ class Pipeline:
     def _items_for(self, sid: str, image: str) -> list[NewItem]:
         items = [NewItem("logs", "", logs_source(sid))]
         items += [
-            NewItem("artifact", path, artifact_source(sid, path))
-            for path in self.settings.artifact_paths_for(image)
+            NewItem("artifact", path, artifact_source(sid, path)) for path in self.settings.artifact_paths_for(image)
         ]
         return items
 
@@ -317,9 +316,7 @@ class Pipeline:
         while not self._stop.is_set():
             generation = self._snapshot()
             try:
-                rows = self.state.claim_candidates(
-                    self._mono(), self.tuning.confirm_lease, self.tuning.confirm_batch
-                )
+                rows = self.state.claim_candidates(self._mono(), self.tuning.confirm_lease, self.tuning.confirm_batch)
                 for row in rows:
                     if self._stop.is_set():
                         break
@@ -393,9 +390,7 @@ class Pipeline:
     def _release_fetch(self, item: ItemRow, error: str) -> None:
         with contextlib.suppress(Exception):
             delay = _backoff(self.tuning.fetch_backoff_initial, self.tuning.fetch_backoff_max, item.attempts)
-            self.state.retry_item(
-                item.id, status="pending_fetch", not_before=self._mono() + delay, error=error
-            )
+            self.state.retry_item(item.id, status="pending_fetch", not_before=self._mono() + delay, error=error)
 
     def _fetch(self, item: ItemRow) -> None:
         remaining = item.deadline - self.clock()
@@ -432,9 +427,7 @@ class Pipeline:
             return
         if result.local:
             self.metrics.error("spool")
-            log.error(
-                "spool write failed for %s of %r (retrying): %s", item.kind, item.session_id, result.error
-            )
+            log.error("spool write failed for %s of %r (retrying): %s", item.kind, item.session_id, result.error)
         else:
             log.warning("fetching %s of %r failed (retrying): %s", item.kind, item.session_id, result.error)
         # Wait less as the deadline nears, so the last tries still happen inside the window.
@@ -442,9 +435,7 @@ class Pipeline:
             _backoff(self.tuning.fetch_backoff_initial, self.tuning.fetch_backoff_max, item.attempts),
             max(0.5, left / 2),
         )
-        self.state.retry_item(
-            item.id, status="pending_fetch", not_before=self._mono() + delay, error=result.error
-        )
+        self.state.retry_item(item.id, status="pending_fetch", not_before=self._mono() + delay, error=result.error)
 
     def _finish(
         self,

@@ -116,9 +116,7 @@ class Poller:
             if exc.identifier:
                 extra["identifier"] = exc.identifier
         level = logging.WARNING if previous is not False else logging.INFO
-        log.log(
-            level, "upstream %s poll failed: %s", endpoint, _describe_error(exc or Exception()), extra=extra
-        )
+        log.log(level, "upstream %s poll failed: %s", endpoint, _describe_error(exc or Exception()), extra=extra)
 
     def run(self, stop: threading.Event) -> None:
         """Poll until `stop` is set; a poll that overruns the interval starts the next one at once."""

@@ -130,7 +130,7 @@ def compile_grep(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
     try:
         return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as exc:
-        raise ValueError(f"--grep {pattern!r} is not a valid regular expression: {exc}") from None
+        raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
 
 
 # --- safe text for terminals -------------------------------------------------------------------
@@ -153,9 +153,7 @@ def printable(text: str) -> str:
             out.append("\\\\")
         elif unicodedata.category(ch) in _ESCAPED_CATEGORIES:
             code = ord(ch)
-            out.append(
-                f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-            )
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
         else:
             out.append(ch)
     return "".join(out)
@@ -172,10 +170,7 @@ def _width(text: str) -> int:
     """Terminal columns of a (printable) string: wide East Asian characters take two, combining marks none."""
     if text.isascii():
         return len(text)
-    return sum(
-        0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1
-        for ch in text
-    )
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def human_size(size: int | None) -> str:
@@ -261,9 +256,7 @@ def list_sessions(
 
     def list_partition(partition: str) -> list[str]:
         # Only `{sid}.json` directly inside the partition is an entry.
-        return [
-            k for k in store.list_keys(partition) if k.endswith(".json") and "/" not in k[len(partition) :]
-        ]
+        return [k for k in store.list_keys(partition) if k.endswith(".json") and "/" not in k[len(partition) :]]
 
     def fetch(key: str) -> IndexEntry | None:
         try:
@@ -552,9 +545,7 @@ def logs_item(m: Manifest) -> ManifestItem:
     )
 
 
-def iter_log_lines(
-    store: ObjectStore, sid: str
-) -> tuple[Iterator[logformat.LogLine], _Hashing, ManifestItem]:
+def iter_log_lines(store: ObjectStore, sid: str) -> tuple[Iterator[logformat.LogLine], _Hashing, ManifestItem]:
     """Plain lines of the session's archived logs, streamed, and the hasher that sees the stored bytes."""
     manifest, _ = load_manifest(store, sid)
     item = logs_item(manifest)
@@ -819,7 +810,7 @@ def render_download(result: DownloadResult, out: TextIO) -> None:
     for relative, extracted in result.extracted.items():
         out.write(
             f"  extracted {relative} -> {extracted.destination.relative_to(result.directory).as_posix()}/ "
-            f"({extracted.files} files, {human_size(extracted.bytes_written)})\n"
+            f"({extracted.files} file(s), {human_size(extracted.bytes_written)})\n"
         )
         for refusal in extracted.refused:
             out.write(f"    refused {printable(refusal.member)}: {printable(refusal.reason)}\n")

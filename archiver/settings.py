@@ -175,9 +175,7 @@ OPTIONS: tuple[Option, ...] = (
         _store_url,
         metavar="URL",
     ),
-    Option(
-        "s3-endpoint-url", "Endpoint of an S3-compatible store (MinIO, Ceph, ...).", None, _url, metavar="URL"
-    ),
+    Option("s3-endpoint-url", "Endpoint of an S3-compatible store (MinIO, Ceph, ...).", None, _url, metavar="URL"),
     Option(
         "s3-checksum",
         "botocore request checksums: when_supported or when_required (some S3-compatibles reject CRC32).",
@@ -253,9 +251,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("fetch-workers", "Parallel fetches from the upstream.", 4, _as_int, metavar="N"),
     Option("upload-workers", "Parallel uploads to the store.", 2, _as_int, metavar="N"),
     Option("log-format", "Log line format.", "text", _as_choice("text", "json"), metavar="FORMAT"),
-    Option(
-        "log-level", "Log level.", "info", _as_choice("debug", "info", "warning", "error"), metavar="LEVEL"
-    ),
+    Option("log-level", "Log level.", "info", _as_choice("debug", "info", "warning", "error"), metavar="LEVEL"),
     Option(
         "web-config-file",
         "Exporter-toolkit web config (TLS, basic auth) for the /metrics server.",
@@ -310,9 +306,7 @@ class Settings:
 
     def require_store(self) -> str:
         if not self.store:
-            raise ConfigError(
-                "no store configured: set --store s3://bucket/prefix or file:///dir (or ARCHIVER_STORE)"
-            )
+            raise ConfigError("no store configured: set --store s3://bucket/prefix or file:///dir (or ARCHIVER_STORE)")
         return self.store
 
 

@@ -265,9 +265,7 @@ class StateDB:
         except sqlite3.DatabaseError as exc:
             raise StateError(f"state DB {path} cannot be opened: {exc}") from None
         if version != SCHEMA_VERSION:
-            raise StateError(
-                f"state DB {path} has schema version {version}, this archiver uses {SCHEMA_VERSION}"
-            )
+            raise StateError(f"state DB {path} has schema version {version}, this archiver uses {SCHEMA_VERSION}")
         self.journal = SqliteJournal(self)
 
     @classmethod
@@ -388,8 +386,7 @@ class StateDB:
                 )
             if touch_active:
                 db.execute(
-                    "UPDATE sessions SET last_seen_active = ? "
-                    "WHERE state = 'active' AND last_seen_active < ?",
+                    "UPDATE sessions SET last_seen_active = ? WHERE state = 'active' AND last_seen_active < ?",
                     (now, now),
                 )
 
@@ -405,9 +402,7 @@ class StateDB:
                 "ORDER BY first_seen_ended LIMIT ?",
                 (now_mono, limit),
             ).fetchall()
-            db.executemany(
-                "UPDATE sessions SET wake_at = ? WHERE id = ?", [(now_mono + lease, r[0]) for r in rows]
-            )
+            db.executemany("UPDATE sessions SET wake_at = ? WHERE id = ?", [(now_mono + lease, r[0]) for r in rows])
         return [_session_row(r) for r in rows]
 
     def next_candidate_wake(self) -> float | None:
@@ -479,9 +474,7 @@ class StateDB:
                         described.status, sid,
                     ),
                 )  # fmt: skip
-            row = _session_row(
-                db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (sid,)).fetchone()
-            )
+            row = _session_row(db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (sid,)).fetchone())
             deadline = deadline_for(row)
             db.execute(
                 "UPDATE sessions SET state = 'ended', fetch_deadline = ?, "
@@ -496,9 +489,7 @@ class StateDB:
             )
             if not items:
                 # Nothing to fetch at all: the session is complete as soon as it ended.
-                db.execute(
-                    "UPDATE sessions SET state = 'finalizing', archived_at = ? WHERE id = ?", (now, sid)
-                )
+                db.execute("UPDATE sessions SET state = 'finalizing', archived_at = ? WHERE id = ?", (now, sid))
             final = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (sid,)).fetchone()
         return _session_row(final)
 
@@ -538,9 +529,7 @@ class StateDB:
             ).fetchone()
             if row is None:
                 return None
-            db.execute(
-                "UPDATE items SET status = 'fetching', attempts = attempts + 1 WHERE id = ?", (row[0],)
-            )
+            db.execute("UPDATE items SET status = 'fetching', attempts = attempts + 1 WHERE id = ?", (row[0],))
         item = _item_row(row)
         return dataclasses.replace(item, status="fetching", attempts=item.attempts + 1)
 
@@ -548,8 +537,7 @@ class StateDB:
         """The oldest spooled item whose retry gate is open, now `uploading`."""
         with self.write() as db:
             row = db.execute(
-                f"SELECT {_ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? "
-                "ORDER BY id LIMIT 1",
+                f"SELECT {_ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? ORDER BY id LIMIT 1",
                 (now_mono,),
             ).fetchone()
             if row is None:
@@ -626,8 +614,7 @@ class StateDB:
         with self.write() as db:
             return bool(
                 db.execute(
-                    "UPDATE sessions SET state = 'archived', manifest_key = ? "
-                    "WHERE id = ? AND state = 'finalizing'",
+                    "UPDATE sessions SET state = 'archived', manifest_key = ? WHERE id = ? AND state = 'finalizing'",
                     (manifest_key, sid),
                 ).rowcount
             )
@@ -640,9 +627,7 @@ class StateDB:
         Returns (fetches reset, uploads reset).
         """
         with self.write() as db:
-            fetches = db.execute(
-                "UPDATE items SET status = 'pending_fetch' WHERE status = 'fetching'"
-            ).rowcount
+            fetches = db.execute("UPDATE items SET status = 'pending_fetch' WHERE status = 'fetching'").rowcount
             uploads = db.execute("UPDATE items SET status = 'spooled' WHERE status = 'uploading'").rowcount
             db.execute("UPDATE items SET not_before = 0 WHERE not_before != 0")
             db.execute("UPDATE sessions SET wake_at = 0 WHERE wake_at != 0")
@@ -653,8 +638,7 @@ class StateDB:
             return {
                 r[0]
                 for r in db.execute(
-                    "SELECT spool_path FROM items WHERE status IN ('spooled', 'uploading') "
-                    "AND spool_path IS NOT NULL"
+                    "SELECT spool_path FROM items WHERE status IN ('spooled', 'uploading') AND spool_path IS NOT NULL"
                 )
             }
 
@@ -678,8 +662,7 @@ class StateDB:
                     spool += int(size or 0)
             states = dict(
                 db.execute(
-                    "SELECT state, COUNT(*) FROM sessions WHERE state IN ('candidate', 'finalizing') "
-                    "GROUP BY state"
+                    "SELECT state, COUNT(*) FROM sessions WHERE state IN ('candidate', 'finalizing') GROUP BY state"
                 ).fetchall()
             )
         return Backlog(
@@ -747,17 +730,14 @@ class SqliteJournal:
             ).fetchone()
             if row is None:
                 return None
-            parts = dict(
-                conn.execute("SELECT number, etag FROM multipart_parts WHERE key = ?", (key,)).fetchall()
-            )
+            parts = dict(conn.execute("SELECT number, etag FROM multipart_parts WHERE key = ?", (key,)).fetchall())
         return JournalEntry(upload_id=row[0], sha256=row[1], part_size=row[2], parts=parts)
 
     def start(self, key: str, upload_id: str, *, sha256: str, part_size: int) -> None:
         with self._db.write() as conn:
             conn.execute("DELETE FROM multipart_parts WHERE key = ?", (key,))
             conn.execute(
-                "INSERT OR REPLACE INTO multipart_uploads (key, upload_id, sha256, part_size) "
-                "VALUES (?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO multipart_uploads (key, upload_id, sha256, part_size) VALUES (?, ?, ?, ?)",
                 (key, upload_id, sha256, part_size),
             )
 

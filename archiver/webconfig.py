@@ -24,9 +24,7 @@ from archiver.errors import ConfigError
 log = logging.getLogger("archiver.webconfig")
 
 _TOP_KEYS = frozenset({"tls_server_config", "basic_auth_users", "http_server_config"})
-_TLS_KEYS = frozenset(
-    {"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"}
-)
+_TLS_KEYS = frozenset({"cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version"})
 #: exporter-toolkit keys we recognise but cannot honour with Python's ssl module: refusing them is safer
 #: than silently serving a weaker (or different) TLS setup than the file asks for.
 _TLS_UNSUPPORTED = frozenset(
@@ -207,9 +205,7 @@ def build_ssl_context(tls: TLSConfig) -> ssl.SSLContext:
     try:
         context.load_cert_chain(certfile=str(tls.cert_file), keyfile=str(tls.key_file))
     except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(
-            f"TLS certificate {str(tls.cert_file)!r} / key {str(tls.key_file)!r}: {exc}"
-        ) from None
+        raise ConfigError(f"TLS certificate {str(tls.cert_file)!r} / key {str(tls.key_file)!r}: {exc}") from None
     context.verify_mode = _CLIENT_AUTH[tls.client_auth_type]
     if tls.client_ca_file is not None:
         try:

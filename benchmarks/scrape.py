@@ -144,6 +144,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str]) -> None:
     decode, parse, render, total = [], [], [], []
     first_ms = 0.0
     snapshot = None
+    previous: list[Any] = []  # the daemon keeps the last list (ended-session diff, manifest metadata)
     for i, variant in enumerate([0, *poll_sequence(polls)]):
         body = paths[variant].read_bytes()  # arrives from the network in the daemon: not timed
         t0 = time.perf_counter()
@@ -154,6 +155,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str]) -> None:
         t2 = time.perf_counter()
         snapshot = renderer.render(sessions, families, now=time.time())
         t3 = time.perf_counter()
+        previous = sessions  # noqa: F841 - held like the daemon holds it, so RSS counts it
         del body, data, sessions
         if i == 0:
             first_ms = (t3 - t0) * 1000  # the first poll renders every session

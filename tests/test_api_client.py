@@ -298,7 +298,7 @@ def test_non_transient_errors_are_not_retried(client: SessionHostClient, fake_se
 def test_hostile_session_ids_stay_in_their_path_segment(
     client: SessionHostClient, fake_service: FakeService
 ) -> None:
-    for sid in ["../../etc/passwd", "a/b", "sp ace?x=1#frag", "ünï", "%2F"]:
+    for sid in ["../../etc/passwd", "a/b", "sp ace?x=1#frag", "ünï", "%2F", ".", ".."]:
         fake_service.add_session(TEST_TOKEN, id=sid)
         assert client.describe_session(sid).id == sid
 

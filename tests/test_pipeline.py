@@ -221,7 +221,9 @@ def test_query_log_shapes_and_the_logs_fallback(
     manifest = parse_manifest(h.object_bytes(keys.manifest_key("", fallback)))
     (logs,) = manifest.items
     assert logs.outcome == "archived" and logs.source == "GET /logs?id=fallback&follow=false"
-    assert gzip.decompress(h.object_bytes(logs.key or "")) == render_text(fake_service.log_lines(TOKEN, fallback))
+    assert gzip.decompress(h.object_bytes(logs.key or "")) == render_text(
+        fake_service.log_lines(TOKEN, fallback)
+    )
 
 
 def test_a_stream_broken_mid_body_is_fetched_again_before_the_deadline(
@@ -244,6 +246,8 @@ HOSTILE_IDS = [
     "a/b",
     ".",
     "..",
+    "./x",
+    ".hidden",
     "päßwörd-🎮-試合",
     "x" * 300,
     "ctl\x01\x1f\n\tid",
@@ -261,11 +265,11 @@ def test_hostile_session_ids_stay_under_the_prefix_and_round_trip(
     assert h.pipeline.run_until_idle(30)
     prefix = s3_store.prefix
     stored = list(s3_store.list_keys(""))
-    assert stored and all(k.startswith(prefix + "sessions/") or k.startswith(prefix + "index/") for k in stored)
+    assert stored and all(
+        k.startswith(prefix + "sessions/") or k.startswith(prefix + "index/") for k in stored
+    )
     assert all("/../" not in k and "/./" not in k for k in stored)
-    found = {
-        parse_manifest(h.object_bytes(k)).session_id for k in stored if k.endswith("/manifest.json")
-    }
+    found = {parse_manifest(h.object_bytes(k)).session_id for k in stored if k.endswith("/manifest.json")}
     assert found == set(HOSTILE_IDS)
     for sid in HOSTILE_IDS:
         m = parse_manifest(h.object_bytes(keys.manifest_key(prefix, sid)))
@@ -294,7 +298,7 @@ def test_a_store_down_longer_than_the_retention_window_loses_nothing_fetched(
     assert (h.registry.get_sample_value("archiver_spool_bytes") or 0) > 2 * MB
     # Far past the window: the upstream has removed the sessions, the store is still down.
     fake.advance(2 * 3600.0)
-    with pytest.raises(Exception, match="404|not find"):
+    with pytest.raises(Exception, match=r"404|not find"):
         h.client.describe_session(ids[0])
     assert not h.pipeline.run_until_idle(1.0)
     away.rename(root)  # the store is back

@@ -330,9 +330,7 @@ def listed(store: ObjectStore) -> ObjectStore:
         "s-30h",
         ended_at=NOW - 30 * HOUR,
         extra_items=[
-            ManifestItem(
-                kind="artifact", source="GET /artifacts", outcome="too_large", path="/big", error="x"
-            )
+            ManifestItem(kind="artifact", source="GET /artifacts", outcome="too_large", path="/big", error="x")
         ],
     )
     put_session(store, "s-future", ended_at=NOW + 120)  # a writer whose clock runs ahead
@@ -421,9 +419,7 @@ def test_ls_lists_only_the_hour_partitions_it_needs(listed: ObjectStore) -> None
 def test_ls_skips_an_unreadable_index_entry_with_a_warning(store: ObjectStore) -> None:
     """One corrupt entry is reported and skipped; the others are still listed."""
     put_session(store, "good", ended_at=NOW - 60)
-    store.put_bytes(
-        keys.index_key(store.prefix, NOW - 120, "bad"), b"{not json", content_type="application/json"
-    )
+    store.put_bytes(keys.index_key(store.prefix, NOW - 120, "bad"), b"{not json", content_type="application/json")
     warnings: list[str] = []
     assert _ids(retrieve.list_sessions(store, now=NOW, warn=warnings.append)) == ["good"]
     assert len(warnings) == 1 and "bad.json" in warnings[0]
@@ -464,9 +460,7 @@ def test_hostile_ids_list_show_read_and_download_safely(store: ObjectStore, tmp_
         assert result.directory.parent == downloads
         assert result.directory.name == keys.escape_session_id(sid)
     # Everything landed in one directory per session right below DIR, nothing elsewhere.
-    assert sorted(p.name for p in downloads.iterdir()) == sorted(
-        keys.escape_session_id(s) for s in HOSTILE_IDS
-    )
+    assert sorted(p.name for p in downloads.iterdir()) == sorted(keys.escape_session_id(s) for s in HOSTILE_IDS)
     assert not (tmp_path / "etc").exists() and not (downloads.parent / "b").exists()
 
 
@@ -608,30 +602,32 @@ def test_logs_lets_broken_pipe_through_for_the_cli_to_end_quietly(store: ObjectS
 def test_logs_piped_to_head_exits_quietly(file_store: ObjectStore, tmp_path: Path) -> None:
     """`archiver logs ID | head -1` through a real pipe: one line, no traceback, no error exit.
 
-    Runs print_logs behind cli.friendly_errors in a subprocess (the command wiring of `logs`).
+    Uses the real `archiver logs` command once cli.py wires it; until then print_logs behind
+    cli.friendly_errors (what the command does) in a subprocess.
     """
-    put_session(
-        file_store, "piped", ended_at=NOW - 60, logs=b"".join(b"line %06d\n" % i for i in range(50_000))
-    )
-    script = textwrap.dedent(
-        """
-        import sys
-        from archiver.cli import friendly_errors
-        from archiver.retrieve import print_logs
-        from archiver.store import open_store
+    from archiver import cli
 
-        @friendly_errors
-        def main():
-            print_logs(open_store(sys.argv[1]), sys.argv[2], sys.stdout)
+    lines = b"".join(b"line %06d\n" % i for i in range(50_000))  # far more than a pipe buffer
+    put_session(file_store, "piped", ended_at=NOW - 60, logs=lines)
+    if "logs" in cli.main.commands:
+        argv = [sys.executable, "-m", "archiver.cli", "logs", "piped", "--store", file_store.url]
+    else:
+        script = textwrap.dedent(
+            """
+            import sys
+            from archiver.cli import friendly_errors
+            from archiver.retrieve import print_logs
+            from archiver.store import open_store
 
-        main()
-        """
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-c", script, file_store.url, "piped"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
+            @friendly_errors
+            def main():
+                print_logs(open_store(sys.argv[1]), sys.argv[2], sys.stdout)
+
+            main()
+            """
+        )
+        argv = [sys.executable, "-c", script, file_store.url, "piped"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     first = proc.stdout.readline()
     proc.stdout.close()  # what `head -1` does after its line
@@ -648,9 +644,7 @@ def test_logs_of_a_session_whose_logs_were_not_archived(store: ObjectStore) -> N
         ended_at=NOW - 60,
         logs=None,
         extra_items=[
-            ManifestItem(
-                kind="logs", source="GET /query/log", outcome="expired", error="fetch deadline passed"
-            )
+            ManifestItem(kind="logs", source="GET /query/log", outcome="expired", error="fetch deadline passed")
         ],
     )
     with pytest.raises(SessionNotArchivedError, match=r"not archived \(expired: fetch deadline passed\)"):
@@ -705,9 +699,7 @@ def test_get_downloads_verifies_and_extracts(
     ]
     for path in ("/var/log/game/server.log", "/srv/replays/match.replay"):
         name = keys.artifact_name(path).removesuffix(".tar.gz")
-        with tarfile.open(
-            fileobj=io.BytesIO(b"".join(fake_service.artifact_bytes(TEST_TOKEN, sid, path)))
-        ) as tar:
+        with tarfile.open(fileobj=io.BytesIO(b"".join(fake_service.artifact_bytes(TEST_TOKEN, sid, path)))) as tar:
             members = {i.name.lstrip("./"): tar.extractfile(i).read() for i in tar if i.isreg()}  # type: ignore[union-attr]
         assert members
         for member, data in members.items():
@@ -716,15 +708,28 @@ def test_get_downloads_verifies_and_extracts(
 
     out = io.StringIO()
     retrieve.render_download(result, out)
-    assert (
-        "sha256 verified" in out.getvalue()
-        and "not archived: /srv/crash/core.txt (source_gone" in out.getvalue()
-    )
+    assert "sha256 verified" in out.getvalue() and "not archived: /srv/crash/core.txt (source_gone" in out.getvalue()
 
     # A second run reuses what is there and leaves the extracted trees alone.
     again = retrieve.download_session(store, sid, tmp_path / "out", extract=True)
     assert all(f.reused for f in again.files)
     assert set(again.extract_skipped) == set(result.extracted)
+
+
+def test_a_pipeline_archive_is_listed_shown_and_verifies(
+    store: ObjectStore, fake_service: FakeService, archive_from_fake: Callable[..., Manifest]
+) -> None:
+    """What the real pipeline wrote is found by `ls` (label filter), shown, and passes `verify` with index."""
+    m = archive_from_fake(shape="text", labels={"tournament": "spring-cup"})
+    now = fake_service.clock.now()
+    found = retrieve.list_sessions(store, since=now - HOUR, labels={"tournament": "spring-cup"}, now=now)
+    assert _ids(found) == [m.session_id]
+    assert found[0].counts == {"archived": 3, "source_gone": 1}
+    report = retrieve.verify(store, session_ids=[m.session_id], now=now)
+    assert report.ok and report.objects == 3, report.problems
+    out = io.StringIO()
+    retrieve.show_session(store, m.session_id, out)
+    assert "Labels            tournament=spring-cup" in out.getvalue()
 
 
 def test_get_refuses_a_tampered_object_and_leaves_nothing(store: ObjectStore, tmp_path: Path) -> None:
@@ -888,9 +893,7 @@ def test_ls_over_10k_sessions_in_30_days_is_bounded_and_fast(file_store: ObjectS
     assert sorted(_ids(entries)) == expected and len(entries) == len(expected) > 0
     assert counts["ListObjectsV2"] == len(partitions) == 3
     assert counts["GetObject"] == in_partitions <= len(expected) + 20
-    print(
-        f"\nls --since 2h, {SESSIONS_10K} sessions/{DAYS} days (file store): {elapsed * 1000:.1f} ms {counts}"
-    )
+    print(f"\nls --since 2h, {SESSIONS_10K} sessions/{DAYS} days (file store): {elapsed * 1000:.1f} ms {counts}")
     assert elapsed < 1.0
 
 

@@ -18,9 +18,7 @@ from tests.fixtures_fake import TEST_TOKEN
 MTIME = 1_685_577_600
 
 
-def _info(
-    name: str, kind: bytes = tarfile.REGTYPE, *, linkname: str = "", mode: int = 0o644
-) -> tarfile.TarInfo:
+def _info(name: str, kind: bytes = tarfile.REGTYPE, *, linkname: str = "", mode: int = 0o644) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type = kind
     info.linkname = linkname
@@ -129,9 +127,7 @@ def test_symlink_chains_cannot_lead_writes_outside(tmp_path: Path, filter_mode: 
     assert (tmp_path / "dest/parent/escaped.txt").read_bytes() == b"evil"
 
 
-def test_a_file_member_replaces_a_symlink_instead_of_writing_through_it(
-    tmp_path: Path, filter_mode: str
-) -> None:
+def test_a_file_member_replaces_a_symlink_instead_of_writing_through_it(tmp_path: Path, filter_mode: str) -> None:
     """Tar semantics (the last member of a name wins) without following the earlier link."""
     archive = make_tar(
         tmp_path / "over.tar.gz",

@@ -153,7 +153,10 @@ def test_a_poll_of_10k_sessions_takes_well_under_50ms(tmp_path: Path) -> None:
 def _ended(state: StateDB, sid: str, deadline: float, paths: tuple[str, ...] = ()) -> None:
     state.record_poll([_session(int(sid[-5:]))], [], 0.0, touch_active=False)
     state.record_poll([], [(sid, 0.0)], 1.0, touch_active=False)
-    items = [NewItem("logs", "", "GET /query/log"), *(NewItem("artifact", p, "GET /artifacts") for p in paths)]
+    items = [
+        NewItem("logs", "", "GET /query/log"),
+        *(NewItem("artifact", p, "GET /artifacts") for p in paths),
+    ]
     row = state.end_session(sid, described=None, deadline_for=lambda _r: deadline, items=items, now=2.0)
     assert row is not None and row.state == "ended"
 
@@ -180,7 +183,14 @@ def test_restart_puts_in_flight_items_back(tmp_path: Path) -> None:
     second = state.claim_fetch(0.0)
     assert fetching is not None and second is not None
     state.mark_spooled(
-        second.id, spool_path="/x", size=1, sha256="0" * 64, content_type="t", source="s", key="k", fetched_at=3
+        second.id,
+        spool_path="/x",
+        size=1,
+        sha256="0" * 64,
+        content_type="t",
+        source="s",
+        key="k",
+        fetched_at=3,
     )
     assert state.claim_upload(0.0) is not None
     assert state.reset_in_flight() == (1, 1)

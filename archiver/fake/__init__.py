@@ -78,9 +78,7 @@ class FakeService:
         seed: int = 0,
     ) -> None:
         tokens = list(dict.fromkeys(tokens))
-        if not tokens or not all(
-            isinstance(t, str) and t and t.strip() == t and " " not in t for t in tokens
-        ):
+        if not tokens or not all(isinstance(t, str) and t and t.strip() == t and " " not in t for t in tokens):
             raise FakeConfigError("give at least one token; tokens are non-empty and contain no spaces")
         if retention < 0 or log_lines < 0:
             raise FakeConfigError("retention and log_lines must be >= 0")

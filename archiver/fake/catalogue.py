@@ -71,9 +71,7 @@ class Catalogue:
 def default_catalogue() -> Catalogue:
     """``demo-game`` 1.0.0 and 1.1.0 (highest) in eu-west-1, us-east-1 and ap-southeast-1."""
     return Catalogue(
-        images=MappingProxyType(
-            {"demo-game": ImageSpec("demo-game", MappingProxyType({"1.0.0": 1, "1.1.0": 2}))}
-        ),
+        images=MappingProxyType({"demo-game": ImageSpec("demo-game", MappingProxyType({"1.0.0": 1, "1.1.0": 2}))}),
         # Documentation address ranges (RFC 5737): never routable, fine for a fake.
         locations=MappingProxyType(
             {

@@ -96,8 +96,7 @@ def _text_blocks(rng: random.Random, size: int, templates: tuple[str, ...]) -> I
     # mark every 512 lines: joining pre-rendered bytes runs at hundreds of MB/s where formatting
     # every line would not.
     pool = [
-        (templates[rng.randrange(len(templates))] % (rng.randint(1, 64), rng.randint(1, 999))).encode()
-        + b"\n"
+        (templates[rng.randrange(len(templates))] % (rng.randint(1, 64), rng.randint(1, 999))).encode() + b"\n"
         for _ in range(256)
     ]
     remaining = size

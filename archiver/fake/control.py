@@ -52,9 +52,7 @@ def seed_session(state: ServiceState, org: Org, body: Mapping[str, object]) -> S
         problems.extend(err.violations)
     files: dict[str, int] = {}
     raw_files = body.get("files") or {}
-    if isinstance(raw_files, dict) and all(
-        isinstance(v, int) and not isinstance(v, bool) for v in raw_files.values()
-    ):
+    if isinstance(raw_files, dict) and all(isinstance(v, int) and not isinstance(v, bool) for v in raw_files.values()):
         files = {str(k): int(v) for k, v in raw_files.items()}
     else:
         problems.append(Violation("files", "must map absolute paths to sizes in bytes"))
@@ -67,9 +65,7 @@ def seed_session(state: ServiceState, org: Org, body: Mapping[str, object]) -> S
         problems.append(Violation("crash", "must be a boolean"))
         crash = False
     lifetime = body.get("lifetime")
-    if lifetime is not None and (
-        isinstance(lifetime, bool) or not isinstance(lifetime, int | float) or lifetime <= 0
-    ):
+    if lifetime is not None and (isinstance(lifetime, bool) or not isinstance(lifetime, int | float) or lifetime <= 0):
         problems.append(Violation("lifetime", "must be a positive number of seconds"))
         lifetime = None
     try:

@@ -78,9 +78,7 @@ def match(method: str, raw_path: str) -> Route:
     elif head == "available-location" and len(segs) == 2 and method == "GET":
         return Route(LOCATIONS, {"image": unquote(segs[1])})
     elif head == "tag" and len(segs) == 4 and method == "GET":
-        return Route(
-            TAG, {"region": unquote(segs[1]), "image": unquote(segs[2]), "version": unquote(segs[3])}
-        )
+        return Route(TAG, {"region": unquote(segs[1]), "image": unquote(segs[2]), "version": unquote(segs[3])})
     elif method == "GET" and len(segs) == 1 and head in ("artifacts", "logs", "metrics"):
         return Route({"artifacts": ARTIFACTS, "logs": LOGS, "metrics": METRICS}[head], {})
     elif method == "GET" and segs == ["query", "log"]:

@@ -57,9 +57,7 @@ class FaultSpec:
 def check_endpoint(endpoint: str) -> str:
     """``endpoint`` if it names a spec endpoint key or ``*``; FakeConfigError otherwise."""
     if endpoint != ANY and endpoint not in SPEC_ENDPOINTS:
-        raise FakeConfigError(
-            f"unknown endpoint {endpoint!r}; use '*' or one of: {', '.join(SPEC_ENDPOINTS)}"
-        )
+        raise FakeConfigError(f"unknown endpoint {endpoint!r}; use '*' or one of: {', '.join(SPEC_ENDPOINTS)}")
     return endpoint
 
 

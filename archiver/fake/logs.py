@@ -122,9 +122,7 @@ def render_text(lines: Iterable[LogLine]) -> bytes:
 
 def render_ndjson(lines: Iterable[LogLine]) -> bytes:
     """One ``{"streamType": 1|2, "line": ...}`` object per line (1 stdout, 2 stderr)."""
-    return b"".join(
-        json.dumps({"streamType": stream, "line": line}).encode() + b"\n" for stream, line in lines
-    )
+    return b"".join(json.dumps({"streamType": stream, "line": line}).encode() + b"\n" for stream, line in lines)
 
 
 def render_legacy(lines: Sequence[LogLine]) -> bytes:

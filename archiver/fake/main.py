@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import signal
 import sys
 import threading
@@ -11,14 +10,13 @@ from dataclasses import dataclass, field
 from types import FrameType, MappingProxyType
 from typing import TextIO
 
+from archiver import settings
 from archiver.fake import FakeService
 from archiver.fake.clock import FakeClock
 from archiver.fake.errors import FakeConfigError
 from archiver.fake.faults import FaultSpec, parse_fault_spec
 from archiver.fake.logs import DEFAULT_BODY_LINES
 from archiver.fake.quirks import Quirks, parse_quirk, with_flags
-
-_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,27 +43,18 @@ class FakeServiceOptions:
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:8080`` for IPv6; port 0 picks a free one)."""
-    host, sep, port = text.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise FakeConfigError(f"--listen takes HOST:PORT, e.g. 127.0.0.1:8080, got {text!r}")
-    return host, int(port)
+    try:
+        return settings.parse_listen(text)
+    except ValueError as exc:
+        raise FakeConfigError(f"--listen: {exc}") from None
 
 
 def parse_duration(text: str) -> float:
     """Seconds of ``4h``, ``30m``, ``1h30m``, ``90s`` or a plain number of seconds."""
-    raw = text.strip()
     try:
-        seconds = float(raw)
-    except ValueError:
-        m = _DURATION.match(raw)
-        if not raw or m is None:
-            raise FakeConfigError(f"expected a duration like 4h, 30m, 90s or seconds, got {text!r}") from None
-        h, mi, s = (float(g or 0) for g in m.groups())
-        seconds = h * 3600 + mi * 60 + s
-    if seconds < 0:
-        raise FakeConfigError(f"a duration cannot be negative, got {text!r}")
-    return seconds
+        return settings.parse_duration(text)
+    except ValueError as exc:
+        raise FakeConfigError(str(exc)) from None
 
 
 def parse_capacity(text: str) -> tuple[str, int]:

@@ -114,11 +114,7 @@ def create_session(ctx: Context, req: Request) -> Response:
 
 
 def list_sessions(ctx: Context, req: Request) -> Response:
-    labels = {
-        k[len("filter[") : -1]: v[0]
-        for k, v in req.query.items()
-        if k.startswith("filter[") and k.endswith("]")
-    }
+    labels = {k[len("filter[") : -1]: v[0] for k, v in req.query.items() if k.startswith("filter[") and k.endswith("]")}
     flt = ListFilter(
         labels=labels,
         location=req.arg("location"),
@@ -221,9 +217,7 @@ def artifacts(ctx: Context, req: Request) -> Response:
 
 def _session_log(ctx: Context, req: Request, sid: str) -> list[LogLine]:
     with ctx.state.lock:
-        s = ctx.state.require(
-            req.org, sid, message="That session doesn't seem to exist. Double-check the ID."
-        )
+        s = ctx.state.require(req.org, sid, message="That session doesn't seem to exist. Double-check the ID.")
         return s.log(ctx.state.clock.now())
 
 
@@ -235,9 +229,7 @@ def logs(ctx: Context, req: Request) -> Response:
     lines = _session_log(ctx, req, sid)
     if not _truthy(req.arg("follow")):
         return Response(200, render(lines), content_type=content_type)
-    return Response(
-        200, _follow(ctx, req.org, sid, render, len(lines), render(lines)), content_type=content_type
-    )
+    return Response(200, _follow(ctx, req.org, sid, render, len(lines), render(lines)), content_type=content_type)
 
 
 def _follow(

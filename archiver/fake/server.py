@@ -45,9 +45,7 @@ class FakeHTTPServer(ThreadingHTTPServer):
         super().__init__(address, _Handler)
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        thread = threading.Thread(
-            target=self._serve_one, args=(request, client_address), name="fake-http", daemon=True
-        )
+        thread = threading.Thread(target=self._serve_one, args=(request, client_address), name="fake-http", daemon=True)
         with self._lock:
             self._connections.add(request)
             self._handler_threads.add(thread)
@@ -146,9 +144,7 @@ class _Handler(BaseHTTPRequestHandler):
         if body is None:
             self.close_connection = True
             self._send(
-                self._problem_response(
-                    HttpProblem(413, "PAYLOAD_TOO_LARGE", "Unreadable or too large body."), path
-                )
+                self._problem_response(HttpProblem(413, "PAYLOAD_TOO_LARGE", "Unreadable or too large body."), path)
             )
             return
         route = endpoints.match(self.command, path)
@@ -162,9 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
             response = self._problem_response(problem, path)
         except Exception:  # the request edge: a bug answers 500 instead of killing the connection thread
             log.exception("fake service failed on %s %s", self.command, route.key)
-            response = self._problem_response(
-                HttpProblem(500, "INTERNAL_SERVER_ERROR", "Internal error."), path
-            )
+            response = self._problem_response(HttpProblem(500, "INTERNAL_SERVER_ERROR", "Internal error."), path)
         self._send(response, fault)
 
     def _handle(self, route: endpoints.Route, path: str, query: str, body: bytes) -> Response:
@@ -188,9 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _problem_response(self, problem: HttpProblem, path: str) -> Response:
         now = self.server.context.state.clock.now()
-        body = error_body(
-            problem.status, problem.code, problem.message, problem.details, path, now, problem.violations
-        )
+        body = error_body(problem.status, problem.code, problem.message, problem.details, path, now, problem.violations)
         return Response(problem.status, body)
 
     # --- faults ---------------------------------------------------------------------------------
@@ -213,22 +205,16 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.kind != "status" or fault.status is None:
             return False  # latency only, or a transport fault applied while sending
         headers: list[tuple[str, str]] = []
-        retry_after = (
-            fault.retry_after if fault.retry_after is not None else (1.0 if fault.status == 429 else None)
-        )
+        retry_after = fault.retry_after if fault.retry_after is not None else (1.0 if fault.status == 429 else None)
         if retry_after is not None:
             headers.append(("Retry-After", str(math.ceil(retry_after))))
         if fault.status in (502, 504):
             self._send(
-                Response(
-                    fault.status, html_gateway_page(fault.status), content_type="text/html", headers=headers
-                )
+                Response(fault.status, html_gateway_page(fault.status), content_type="text/html", headers=headers)
             )
             return True
         code = ERROR_CODES.get(fault.status, "ERROR")
-        problem = HttpProblem(
-            fault.status, code, "Injected failure.", "A fault switch of the fake service answered."
-        )
+        problem = HttpProblem(fault.status, code, "Injected failure.", "A fault switch of the fake service answered.")
         response = self._problem_response(problem, path)
         response.headers.extend(headers)
         self._send(response)

@@ -231,19 +231,13 @@ class ServiceState:
             if image is None:
                 raise HttpProblem(404, NOT_FOUND, f"The image {req.image!r} does not exist.")
             if req.location not in self.catalogue.image_locations(req.image):
-                raise HttpProblem(
-                    404, NOT_FOUND, f"The location {req.location!r} does not exist for this image."
-                )
+                raise HttpProblem(404, NOT_FOUND, f"The location {req.location!r} does not exist for this image.")
             tag = image.default_tag if req.version is None else req.version
             if tag not in image.tags:
-                raise HttpProblem(
-                    404, NOT_FOUND, f"The version {tag!r} of image {req.image!r} is not available."
-                )
+                raise HttpProblem(404, NOT_FOUND, f"The version {tag!r} of image {req.image!r} is not available.")
             sid = req.id if req.id is not None else str(uuid.uuid4())
             if sid in org.sessions:
-                raise HttpProblem(
-                    409, "CONFLICT", "Cannot start a session with the provided id; use a unique id."
-                )
+                raise HttpProblem(409, "CONFLICT", "Cannot start a session with the provided id; use a unique id.")
             if enforce_limits:
                 self._check_limits(org, req.location, now)
             host = self._pick_host(sid, req.location)
@@ -268,15 +262,11 @@ class ServiceState:
     def _check_limits(self, org: Org, location: str, now: float) -> None:
         cap = self.catalogue.capacity.get(location)
         if cap is not None and self.active_in(location) >= cap:
-            raise HttpProblem(
-                420, "NO_CAPACITY", "This session can currently not be started in the provided region."
-            )
+            raise HttpProblem(420, "NO_CAPACITY", "This session can currently not be started in the provided region.")
         while org.recent_starts and org.recent_starts[0] <= now - 60:
             org.recent_starts.popleft()
         if self.start_rate_per_min is not None and len(org.recent_starts) >= self.start_rate_per_min:
-            raise HttpProblem(
-                420, "TOO_MANY_STARTS", "Too many sessions were started in a short period; try later."
-            )
+            raise HttpProblem(420, "TOO_MANY_STARTS", "Too many sessions were started in a short period; try later.")
 
     def active_in(self, location: str) -> int:
         """Active sessions in a location, every organisation together (capacity is per location)."""
@@ -343,9 +333,7 @@ class ServiceState:
         with self.lock:
             s = None if sid is None else self.get(org, sid)
             if s is None or not s.active:
-                raise HttpProblem(
-                    404, NOT_FOUND, "The provided session does not exist.", SESSION_GONE_DETAILS
-                )
+                raise HttpProblem(404, NOT_FOUND, "The provided session does not exist.", SESSION_GONE_DETAILS)
             if join:
                 s.players.extend(p for p in dict.fromkeys(players) if p not in s.players)
             else:

@@ -144,9 +144,7 @@ class TrafficGenerator:
             flow.started += 1
 
     def _join_some(self, org: Org, elapsed: float) -> None:
-        candidates = [
-            s for s in org.sessions.values() if s.active and s.traffic and len(s.players) < MAX_PLAYERS
-        ]
+        candidates = [s for s in org.sessions.values() if s.active and s.traffic and len(s.players) < MAX_PLAYERS]
         for s in self._rng.sample(candidates, min(JOIN_SAMPLE, len(candidates))):
             if self._rng.random() < min(1.0, elapsed / JOIN_EVERY):
                 s.players.append(self._player())

@@ -58,19 +58,14 @@ def _string(body: dict[str, object], name: str, out: list[Violation], *, require
     return value
 
 
-def _string_map(
-    body: dict[str, object], name: str, out: list[Violation], *, non_empty: bool
-) -> dict[str, str]:
+def _string_map(body: dict[str, object], name: str, out: list[Violation], *, non_empty: bool) -> dict[str, str]:
     value = body.get(name, {})
     if not isinstance(value, dict):
         out.append(Violation(name, "must be an object mapping strings to strings"))
         return {}
     bad = [k for k, v in value.items() if not isinstance(v, str) or (non_empty and not v)]
     # Name only the keys: an env value can be a secret and must not be echoed back.
-    out.extend(
-        Violation(f"{name}.{k}", "must be a non-empty string" if non_empty else "must be a string")
-        for k in bad
-    )
+    out.extend(Violation(f"{name}.{k}", "must be a non-empty string" if non_empty else "must be a string") for k in bad)
     return {k: v for k, v in value.items() if isinstance(v, str)}
 
 

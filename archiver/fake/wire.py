@@ -55,9 +55,7 @@ def error_body(
         "message": message,
         "details": details or message,
         "path": path,
-        "timestamp": datetime.fromtimestamp(now, UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z"),
+        "timestamp": datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
         "identifier": str(uuid.uuid4()),
     }
     if violations:
@@ -144,9 +142,7 @@ def create_result(s: Session, quirks: Quirks, *, caller_chose_id: bool) -> dict[
     return doc
 
 
-def metrics_text(
-    active: int, started_total: int, players_by_location: dict[str, int], quirks: Quirks
-) -> bytes:
+def metrics_text(active: int, started_total: int, players_by_location: dict[str, int], quirks: Quirks) -> bytes:
     """GET /metrics: the bare ``session_count N`` line, or (quirk) typed families with HELP/TYPE."""
     if not quirks.metrics_extra_families:
         return f"session_count {active}\n".encode()
@@ -161,8 +157,7 @@ def metrics_text(
         "# TYPE session_players gauge",
     ]
     lines.extend(
-        f'session_players{{location="{_label_value(loc)}"}} {n}'
-        for loc, n in sorted(players_by_location.items())
+        f'session_players{{location="{_label_value(loc)}"}} {n}' for loc, n in sorted(players_by_location.items())
     )
     return ("\n".join(lines) + "\n").encode()
 

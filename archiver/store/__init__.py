@@ -71,9 +71,7 @@ def open_store(
     """
     shown = _redacted(url)
     if checksum_mode not in CHECKSUM_MODES:
-        raise ConfigError(
-            f"S3 checksum mode must be one of {', '.join(CHECKSUM_MODES)}, got {checksum_mode!r}"
-        )
+        raise ConfigError(f"S3 checksum mode must be one of {', '.join(CHECKSUM_MODES)}, got {checksum_mode!r}")
     if part_size < MIN_PART_SIZE:
         raise ConfigError(f"multipart part size must be at least {MIN_PART_SIZE} bytes, got {part_size}")
     if part_concurrency < 1:
@@ -88,8 +86,7 @@ def open_store(
     if parts.scheme == "s3":
         if "@" in parts.netloc:
             raise ConfigError(
-                f"store URL {shown!r} must not carry credentials: use the AWS environment, "
-                "config files or an IAM role"
+                f"store URL {shown!r} must not carry credentials: use the AWS environment, config files or an IAM role"
             )
         bucket = parts.netloc
         if not _BUCKET_RE.match(bucket):
@@ -102,9 +99,7 @@ def open_store(
         except InvalidKeyError as exc:
             raise ConfigError(f"store URL {shown!r}: unusable key prefix ({exc})") from None
         if s3_endpoint_url is not None and not re.match(r"^https?://[^/\s]+", s3_endpoint_url):
-            raise ConfigError(
-                f"S3 endpoint URL {_redacted(s3_endpoint_url)!r} must start with http:// or https://"
-            )
+            raise ConfigError(f"S3 endpoint URL {_redacted(s3_endpoint_url)!r} must start with http:// or https://")
         mode: ChecksumMode = "when_supported" if checksum_mode == "when_supported" else "when_required"
         client = s3_client or make_s3_client(endpoint_url=s3_endpoint_url, checksum_mode=mode)
         return S3Store(
@@ -124,9 +119,7 @@ def open_store(
         if not path.is_absolute():
             raise ConfigError(f"store URL {shown!r} needs an absolute directory; {_EXPECTED}")
         if not path.is_dir():
-            raise ConfigError(
-                f"store directory {path} does not exist or is not a directory (create it first)"
-            )
+            raise ConfigError(f"store directory {path} does not exist or is not a directory (create it first)")
         return FileStore(path)
 
     raise ConfigError(f"unsupported store URL {shown!r}; {_EXPECTED}")

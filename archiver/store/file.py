@@ -260,9 +260,7 @@ class FileStore:
                 tmp.unlink()
 
     def put_bytes(self, key: str, data: bytes, *, content_type: str) -> PutOutcome:
-        return self._write_new(
-            key, (data,), hashlib.sha256(data).hexdigest(), len(data), content_type, source="data"
-        )
+        return self._write_new(key, (data,), hashlib.sha256(data).hexdigest(), len(data), content_type, source="data")
 
     def put_file(
         self,

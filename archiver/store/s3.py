@@ -111,9 +111,7 @@ class _NoSuchUploadError(StoreError):
     """The multipart upload id is unknown: completed (answer lost) or aborted (internal)."""
 
 
-def make_s3_client(
-    *, endpoint_url: str | None = None, checksum_mode: ChecksumMode = "when_supported"
-) -> S3Client:
+def make_s3_client(*, endpoint_url: str | None = None, checksum_mode: ChecksumMode = "when_supported") -> S3Client:
     """A boto3 S3 client with botocore's standard retries (the only retry layer) and configurable checksums.
 
     Path-style addressing is used with a custom endpoint (MinIO, Ceph, moto expect it).
@@ -195,9 +193,7 @@ class S3Store:
                 f"S3 {operation} {self._where(key)}: no usable AWS credentials ({type(exc).__name__})"
             ) from exc
         except ParamValidationError as exc:
-            raise StoreError(
-                f"S3 {operation} {self._where(key)}: invalid request ({excerpt(str(exc))})"
-            ) from exc
+            raise StoreError(f"S3 {operation} {self._where(key)}: invalid request ({excerpt(str(exc))})") from exc
         except BotoCoreError as exc:
             # Connection refused/reset, timeouts, broken streams, after botocore's own retries.
             raise StoreUnavailableError(
@@ -283,18 +279,14 @@ class S3Store:
 
     # --- create-once writes -------------------------------------------------------------------
 
-    def _resolve_existing(
-        self, key: str, sha256: str, size: int, info: ObjectInfo | None = None
-    ) -> PutOutcome:
+    def _resolve_existing(self, key: str, sha256: str, size: int, info: ObjectInfo | None = None) -> PutOutcome:
         """An object exists at ``key``: ours (ALREADY_PRESENT) or another one (ObjectConflictError)."""
         if info is None:
             info = self.head(key)
         if info is None:
             # 412 says it exists, HEAD says it does not (a concurrent delete or a lagging
             # replica): nothing is decided, try again later.
-            raise StoreUnavailableError(
-                f"S3 {self._where(key)} refused a create-once write but cannot be read back"
-            )
+            raise StoreUnavailableError(f"S3 {self._where(key)} refused a create-once write but cannot be read back")
         if info.size != size:
             raise ObjectConflictError(key, detail=f"stored size {info.size}, ours {size}")
         stored = self._stored_sha256(key, info)
@@ -316,9 +308,7 @@ class S3Store:
             "IfNoneMatch": "*",
         }
         if not self._crc32:
-            params["ContentMD5"] = base64.b64encode(
-                hashlib.md5(data, usedforsecurity=False).digest()
-            ).decode()
+            params["ContentMD5"] = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
         try:
             self._call("PutObject", key, **params)
         except _PreconditionFailedError:
@@ -433,9 +423,7 @@ class S3Store:
                 and int(part["Size"]) == lengths[number - 1]
             ):
                 done[number] = part
-        log.info(
-            "resuming multipart upload of %s: %d of %d parts already stored", key, len(done), len(lengths)
-        )
+        log.info("resuming multipart upload of %s: %d of %d parts already stored", key, len(done), len(lengths))
         return entry.upload_id, done
 
     def _list_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]]:
@@ -493,9 +481,7 @@ class S3Store:
                     if number in done:
                         server_part = done[number]
                         completed[number] = {"PartNumber": number, "ETag": server_part["ETag"]}
-                        completed[number].update(
-                            {f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part}
-                        )
+                        completed[number].update({f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part})
                         continue
                     while len(in_flight) >= self._concurrency:
                         collect_oldest()
@@ -523,9 +509,7 @@ class S3Store:
         if self._crc32:
             params["ChecksumAlgorithm"] = "CRC32"
         else:
-            params["ContentMD5"] = base64.b64encode(
-                hashlib.md5(chunk, usedforsecurity=False).digest()
-            ).decode()
+            params["ContentMD5"] = base64.b64encode(hashlib.md5(chunk, usedforsecurity=False).digest()).decode()
         response = self._call("UploadPart", key, **params)
         entry = {"PartNumber": number, "ETag": response["ETag"]}
         entry.update({f: response[f] for f in _PART_CHECKSUM_FIELDS if f in response})
@@ -665,9 +649,7 @@ class S3Store:
 
 def _check_source(path: Path, got_sha: str, got_size: int, sha256: str, size: int) -> None:
     if got_size != size:
-        raise SourceFileError(
-            f"local file {path} has {'more' if got_size > size else got_size} bytes, expected {size}"
-        )
+        raise SourceFileError(f"local file {path} has {'more' if got_size > size else got_size} bytes, expected {size}")
     if got_sha != sha256:
         raise SourceFileError(f"local file {path} has sha256 {got_sha[:16]}…, expected {sha256[:16]}…")
 

@@ -1,0 +1,180 @@
+"""`archiver demo`: fake service with traffic, a local archive and the daemon in one process, and a status line."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from archiver import logs as logsetup
+from archiver.api import Token
+from archiver.daemon import Daemon
+from archiver.fake import FakeService
+from archiver.settings import Settings
+
+DEMO_TOKEN = "demo-token"
+#: Real-time retention of the demo's fake service: short, so deadlines visibly tick down.
+DEMO_RETENTION = 300.0
+DEMO_ARTIFACT_PATHS = ("/var/log/game", "/srv/replays", "/srv/crash")
+
+
+@dataclass(frozen=True, slots=True)
+class DemoOptions:
+    archive_dir: Path = Path("demo-archive")
+    state_dir: Path = Path(".archiver-demo-state")
+    listen: tuple[str, int] = ("127.0.0.1", 9877)
+    duration: float | None = None
+    #: Sessions the traffic generator starts per minute, and how long they run (seconds).
+    rate_per_min: float = 20.0
+    min_duration: float = 15.0
+    max_duration: float = 45.0
+    crash_ratio: float = 0.25
+    status_every: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    active: int
+    players: int
+    ended: int
+    archived: int
+    pending_fetch: int
+    pending_upload: int
+    next_deadline_in: float | None
+
+    def line(self) -> str:
+        deadline = f"{self.next_deadline_in:.0f}s" if self.next_deadline_in is not None else "-"
+        return (
+            f"active {self.active:3d} | players {self.players:3d} | ended {self.ended:3d} | "
+            f"archived {self.archived:3d} | pending fetch {self.pending_fetch:2d} upload {self.pending_upload:2d} | "
+            f"next deadline {deadline}"
+        )
+
+
+def read_status(daemon: Daemon, now: float) -> Status:
+    """The demo's status from the daemon's own metrics registry and last poll (what /metrics says)."""
+    value = daemon.registry.get_sample_value
+
+    def sample(name: str, labels: dict[str, str] | None = None) -> float:
+        return value(name, labels or {}) or 0.0
+
+    deadline = value("archiver_next_fetch_deadline_timestamp_seconds", {})
+    summary = daemon.last_poll_summary
+    return Status(
+        active=summary.sessions,
+        players=summary.players,
+        ended=int(sample("archiver_sessions_ended_total")),
+        archived=int(sample("archiver_completion_delay_seconds_count")),
+        pending_fetch=int(sample("archiver_pending_items", {"stage": "fetch"})),
+        pending_upload=int(sample("archiver_pending_items", {"stage": "upload"})),
+        next_deadline_in=max(0.0, deadline - now) if deadline else None,
+    )
+
+
+def _port_free(host: str, port: int) -> bool:
+    if port == 0:
+        return True
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def demo_settings(options: DemoOptions, api_url: str) -> Settings:
+    host, port = options.listen
+    # A busy default port is no reason to fail a first run: take any free one and say where.
+    listen = (host, port if _port_free(host, port) else 0)
+    return Settings(
+        api_url=api_url,
+        api_token=Token(DEMO_TOKEN),
+        store=options.archive_dir.resolve().as_uri(),
+        listen=listen,
+        state_dir=options.state_dir,
+        poll_interval=1.0,
+        retention=DEMO_RETENTION,
+        deadline_margin=30.0,
+        artifact_paths=DEMO_ARTIFACT_PATHS,
+        max_sessions=10000,
+        fetch_workers=4,
+        upload_workers=2,
+    )
+
+
+def run_demo(
+    options: DemoOptions,
+    out: TextIO,
+    *,
+    stop: threading.Event | None = None,
+    is_tty: bool = False,
+    clock: Callable[[], float] = time.time,
+) -> Status:
+    """Run until `stop` is set or `duration` passes; returns the final status (printed as a summary)."""
+    stop = stop or threading.Event()
+    options.archive_dir.mkdir(parents=True, exist_ok=True)
+    # Only warnings reach the terminal: the status line is the demo's output.
+    logsetup.configure("text", "warning", secrets=[DEMO_TOKEN], stream=out)
+    logging.getLogger("archiver").setLevel(logging.WARNING)
+
+    with FakeService([DEMO_TOKEN], retention=DEMO_RETENTION) as fake:
+        fake.start_traffic(
+            DEMO_TOKEN,
+            rate_per_min=options.rate_per_min,
+            min_duration=options.min_duration,
+            max_duration=options.max_duration,
+            crash_ratio=options.crash_ratio,
+        )
+        daemon = Daemon(demo_settings(options, fake.base_url))
+        daemon.start()
+        started = clock()
+        out.write(
+            f"fake session hosting service: {fake.base_url} (token {DEMO_TOKEN}, retention {DEMO_RETENTION:.0f}s)\n"
+            f"metrics:  {daemon.server.url}/metrics\n"
+            f"archive:  {options.archive_dir.resolve()}\n"
+            f"{'Ctrl-C to stop' if options.duration is None else f'stopping after {options.duration:.0f}s'}\n"
+        )
+        out.flush()
+        status = read_status(daemon, clock())
+        last_plain = float("-inf")
+        try:
+            while not stop.wait(0.5):
+                now = clock()
+                status = read_status(daemon, now)
+                if is_tty:
+                    out.write("\r\x1b[2K" + status.line())
+                    out.flush()
+                elif now - last_plain >= options.status_every:
+                    out.write(status.line() + "\n")
+                    out.flush()
+                    last_plain = now
+                if options.duration is not None and now - started >= options.duration:
+                    break
+        finally:
+            fake.stop_traffic(DEMO_TOKEN)
+            daemon.stop()
+            status = read_status(daemon, clock())
+    if is_tty:
+        out.write("\n")
+    out.write(summary(status, options))
+    out.flush()
+    return status
+
+
+def summary(status: Status, options: DemoOptions) -> str:
+    store = options.archive_dir.resolve().as_uri()
+    return (
+        f"\nsummary: {status.ended} sessions ended, {status.archived} archived, "
+        f"{status.pending_fetch + status.pending_upload} items still pending\n"
+        "next, try:\n"
+        f"  archiver ls --store {store}\n"
+        f"  archiver show SESSION_ID --store {store}\n"
+        f"  archiver logs SESSION_ID --store {store}\n"
+        f"  archiver get SESSION_ID --out ./evidence --store {store}\n"
+        f"(state of the interrupted pipeline is kept in {options.state_dir}; a later demo resumes it)\n"
+    )

@@ -1,0 +1,382 @@
+"""Benchmark of the archive pipeline (DESIGN §8): one 100 MB artifact, and 1,000 sessions ending at once.
+
+Usage: python benchmarks/archive.py [--json out.json] [--sessions 1000] [--artifact-mib 100]
+
+The upstream (archiver.fake) and S3 (moto in server mode) each run in a child process on
+127.0.0.1, so they do not share the archiver's GIL or memory; this process runs the archiver
+(the real Pipeline: detection, confirm, fetch to spool, S3 multipart upload, manifest) and the
+baseline.
+
+1. Large artifact: RSS growth of this process while the artifact is archived (peak RSS is reset
+   through /proc/self/clear_refs before it starts) and the upload stage's throughput (spool file →
+   S3, multipart, journaled, HEAD-verified) against a plain boto3 `upload_file` of the same bytes
+   from a file to the same endpoint, measured right after. End-to-end throughput (session end seen
+   → manifest written, fetch and upload one after the other) is reported too.
+2. Many sessions: N sessions (1 MB of logs and a 5 MB artifact each) end at once; the wall time
+   until all are archived, with a check that every item was archived and every object is there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+TOKEN = "bench-token"
+MIB = 1024 * 1024
+BIG_PATH = "/srv/replays/big.replay"
+REPLAY = "/srv/replays/match.replay"
+#: Fake log lines per session for about 1 MB of logs (lines average ~50 bytes).
+LOG_LINES_1MB = 20_000
+BUDGETS = {"rss_growth_mb": 64.0, "throughput_ratio": 0.75}
+AWS_ENV = {
+    "AWS_ACCESS_KEY_ID": "bench",
+    "AWS_SECRET_ACCESS_KEY": "bench",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+}
+
+
+# --- children ---------------------------------------------------------------------------------------
+
+
+def child_moto() -> None:
+    """moto's S3 server on 127.0.0.1:<free port>; prints the endpoint, serves until stdin closes."""
+    import logging
+
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    print(f"http://{host}:{port}", flush=True)
+    sys.stdin.read()
+    server.stop()
+
+
+def child_fake(log_lines: int) -> None:
+    """The fake upstream; prints its URL, then runs JSON commands from stdin (add / end sessions)."""
+    from archiver.fake import FakeService
+
+    with FakeService((TOKEN,), log_lines=log_lines) as fake:
+        print(fake.base_url, flush=True)
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            if cmd["op"] == "add":
+                for sid in cmd["ids"]:
+                    fake.add_session(TOKEN, id=sid, files=cmd.get("files") or {})
+            elif cmd["op"] == "end":
+                for sid in cmd["ids"]:
+                    fake.end_session(TOKEN, sid)
+            print("ok", flush=True)
+
+
+class Child:
+    """A child process of this script speaking line by line on stdin/stdout."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **AWS_ENV},
+        )
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        if not self.url.startswith("http"):
+            raise RuntimeError(f"child {args} did not start")
+
+    def command(self, **cmd: Any) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(cmd) + "\n")
+        self.proc.stdin.flush()
+        if self.proc.stdout.readline().strip() != "ok":
+            raise RuntimeError(f"child refused {cmd['op']}")
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+# --- measurement helpers ----------------------------------------------------------------------------
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def reset_peak_rss() -> None:
+    """Reset VmHWM to the current RSS (Linux >= 4.0), so the peak measures only what follows."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def rss_mb() -> float:
+    return _status_kb("VmRSS") / 1024
+
+
+def peak_rss_mb() -> float:
+    return _status_kb("VmHWM") / 1024
+
+
+class Archiver:
+    """The real pipeline in this process against the children."""
+
+    def __init__(self, fake_url: str, endpoint: str, bucket: str, state_dir: Path, paths: tuple[str, ...],
+                 fetch_workers: int, upload_workers: int) -> None:  # fmt: skip
+        from prometheus_client import CollectorRegistry
+
+        from archiver.api import SessionHostClient, Token
+        from archiver.pipeline import Pipeline, Tuning
+        from archiver.selfmetrics import SelfMetrics
+        from archiver.settings import Settings
+        from archiver.state import StateDB
+        from archiver.store import open_store
+
+        self.settings = Settings(
+            state_dir=state_dir,
+            artifact_paths=paths,
+            fetch_workers=fetch_workers,
+            upload_workers=upload_workers,
+        )
+        self.client = SessionHostClient.connect(fake_url, Token(TOKEN))
+        self.store = open_store(f"s3://{bucket}/archive/", s3_endpoint_url=endpoint)
+        self.state = StateDB.open(state_dir)
+        self.registry = CollectorRegistry()
+        self.pipeline = Pipeline(
+            self.settings, self.client, self.store, self.state, SelfMetrics(self.registry),
+            tuning=Tuning(idle_wait=0.5),
+        )  # fmt: skip
+
+    def poll(self) -> None:
+        self.pipeline.observe_poll(self.client.list_sessions(), time.time())
+
+    def archived(self, ids: list[str]) -> int:
+        return sum(1 for r in self.state.sessions_in("archived") if r.id in set(ids))
+
+    def close(self) -> None:
+        self.pipeline.stop(30)
+        self.client.close()
+        self.state.close()
+
+
+def timed(fn: Callable[..., Any], record: list[float]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            record.append(time.perf_counter() - started)
+
+    return wrapper
+
+
+def wait_archived(arch: Archiver, ids: list[str], timeout: float) -> float:
+    """Poll the upstream like the daemon does until every id is archived; seconds taken."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        arch.poll()
+        if arch.archived(ids) == len(ids):
+            return time.monotonic() - started
+        arch.pipeline.run_until_idle(1.0)  # the poll interval, cut short when the pipeline goes idle
+    raise RuntimeError(f"only {arch.archived(ids)} of {len(ids)} sessions archived after {timeout} s")
+
+
+# --- the two benchmarks -----------------------------------------------------------------------------
+
+
+def bench_large(moto: Child, tmp: Path, artifact_mib: int) -> dict[str, Any]:
+    import boto3
+    from boto3.s3.transfer import TransferConfig
+    from botocore.config import Config
+
+    fake = Child("fake", "120")
+    try:
+        s3 = boto3.client("s3", endpoint_url=moto.url, config=Config(retries={"mode": "standard"}))
+        bucket = "bench-large"
+        s3.create_bucket(Bucket=bucket)
+        fake.command(op="add", ids=["big"], files={BIG_PATH: artifact_mib * MIB})
+        arch = Archiver(fake.url, moto.url, bucket, tmp / "state-large", (BIG_PATH,), 4, 2)
+        uploads: list[float] = []
+        arch.pipeline.uploader.upload = timed(arch.pipeline.uploader.upload, uploads)  # type: ignore[method-assign]
+        arch.pipeline.recover()
+        arch.poll()
+        reset_peak_rss()
+        rss_before = rss_mb()
+        arch.pipeline.start()
+        fake.command(op="end", ids=["big"])
+        e2e = wait_archived(arch, ["big"], 600)
+        rss_growth = peak_rss_mb() - rss_before
+        (item,) = [i for i in arch.state.items_of("big") if i.kind == "artifact"]
+        size = item.size or 0
+        upload_seconds = max(uploads)
+        arch.close()
+
+        # Baseline: the same bytes from a file, plain boto3 managed upload, same endpoint.
+        source = tmp / "baseline.bin"
+        with source.open("wb") as out:
+            for chunk in arch.store.iter_bytes(item.key or ""):
+                out.write(chunk)
+        started = time.perf_counter()
+        s3.upload_file(str(source), bucket, "baseline/object.bin", Config=TransferConfig())
+        baseline_seconds = time.perf_counter() - started
+        source.unlink()
+    finally:
+        fake.close()
+    ours = size / upload_seconds / 1e6
+    base = size / baseline_seconds / 1e6
+    return {
+        "artifact_bytes": size,
+        "rss_growth_mb": round(rss_growth, 1),
+        "upload_mb_s": round(ours, 1),
+        "baseline_boto3_mb_s": round(base, 1),
+        "throughput_ratio": round(ours / base, 3),
+        "end_to_end_s": round(e2e, 2),
+        "end_to_end_mb_s": round(size / e2e / 1e6, 1),
+    }
+
+
+def bench_many(moto: Child, tmp: Path, count: int, fetch_workers: int, upload_workers: int) -> dict[str, Any]:
+    import boto3
+
+    fake = Child("fake", str(LOG_LINES_1MB))
+    try:
+        s3 = boto3.client("s3", endpoint_url=moto.url)
+        bucket = "bench-many"
+        s3.create_bucket(Bucket=bucket)
+        ids = [f"match-{n:05d}" for n in range(count)]
+        fake.command(op="add", ids=ids, files={REPLAY: 5 * MIB})
+        arch = Archiver(fake.url, moto.url, bucket, tmp / "state-many", (REPLAY,), fetch_workers, upload_workers)
+        arch.pipeline.recover()
+        arch.poll()
+        reset_peak_rss()
+        rss_before = rss_mb()
+        arch.pipeline.start()
+        fake.command(op="end", ids=ids)
+        wall = wait_archived(arch, ids, 3600)
+        rss_growth = peak_rss_mb() - rss_before
+        outcomes = arch.state.outcome_counts()
+        total_bytes = sum((i.size or 0) for sid in ids[:: max(1, count // 50)] for i in arch.state.items_of(sid)) * max(
+            1, count // 50
+        )
+        arch.close()
+        keys = 0
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="archive/"):
+            keys += len(page.get("Contents", []))
+    finally:
+        fake.close()
+    archived = outcomes.get(("logs", "archived"), 0) + outcomes.get(("artifact", "archived"), 0)
+    return {
+        "sessions": count,
+        "wall_s": round(wall, 1),
+        "sessions_per_s": round(count / wall, 1),
+        "items_archived": archived,
+        "items_expected": 2 * count,
+        "objects": keys,
+        "objects_expected": 4 * count,
+        "approx_stored_mb": round(total_bytes / 1e6),
+        "rss_growth_mb": round(rss_growth, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="write the results here as JSON")
+    parser.add_argument("--sessions", type=int, default=1000, help="sessions ending at once (0 skips)")
+    parser.add_argument("--artifact-mib", type=int, default=100, help="size of the large artifact (0 skips)")
+    parser.add_argument("--fetch-workers", type=int, default=4)
+    parser.add_argument("--upload-workers", type=int, default=2)
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        if args.child[0] == "moto":
+            child_moto()
+        else:
+            child_fake(int(args.child[1]))
+        return 0
+
+    os.environ.update(AWS_ENV)
+    results: dict[str, Any] = {
+        "when": f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC",
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+    }
+    verdicts: dict[str, bool] = {}
+    moto = Child("moto")
+    try:
+        with tempfile.TemporaryDirectory(prefix="archiver-bench-") as tmp:
+            if args.artifact_mib:
+                print(f"archiving one {args.artifact_mib} MiB artifact ...", file=sys.stderr, flush=True)
+                large = bench_large(moto, Path(tmp), args.artifact_mib)
+                results["large_artifact"] = large
+                verdicts["rss_growth"] = large["rss_growth_mb"] <= BUDGETS["rss_growth_mb"]
+                verdicts["throughput"] = large["throughput_ratio"] >= BUDGETS["throughput_ratio"]
+            if args.sessions:
+                print(f"archiving {args.sessions} sessions ending at once ...", file=sys.stderr, flush=True)
+                many = bench_many(moto, Path(tmp), args.sessions, args.fetch_workers, args.upload_workers)
+                results["many_sessions"] = many
+                verdicts["all_archived"] = (
+                    many["items_archived"] == many["items_expected"] and many["objects"] == many["objects_expected"]
+                )
+    finally:
+        moto.close()
+
+    print(f"archive benchmark, {results['when']}, Python {results['python']}, {results['cpus']} CPUs")
+    if "large_artifact" in results:
+        r = results["large_artifact"]
+        print(
+            f"  {r['artifact_bytes'] / 1e6:.0f} MB artifact: RSS growth {r['rss_growth_mb']} MB "
+            f"(budget <= {BUDGETS['rss_growth_mb']:.0f}) {_pf(verdicts['rss_growth'])}"
+        )
+        print(
+            f"  upload stage {r['upload_mb_s']} MB/s vs plain boto3 {r['baseline_boto3_mb_s']} MB/s = "
+            f"{r['throughput_ratio']:.0%} (budget >= {BUDGETS['throughput_ratio']:.0%}) {_pf(verdicts['throughput'])}"
+        )
+        print(f"  end to end (fetch, then upload): {r['end_to_end_s']} s, {r['end_to_end_mb_s']} MB/s")
+    if "many_sessions" in results:
+        m = results["many_sessions"]
+        print(
+            f"  {m['sessions']} sessions ending at once: all archived in {m['wall_s']} s "
+            f"({m['sessions_per_s']} sessions/s, ~{m['approx_stored_mb']} MB), items {m['items_archived']}/"
+            f"{m['items_expected']}, objects {m['objects']}/{m['objects_expected']}, "
+            f"RSS growth {m['rss_growth_mb']} MB {_pf(verdicts['all_archived'])}"
+        )
+    results["verdicts"] = {k: "PASS" if v else "FAIL" for k, v in verdicts.items()}
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    ok = all(verdicts.values())
+    print("PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+def _pf(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
