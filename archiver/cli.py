@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from archiver import __version__
 from archiver.errors import ArchiverError, ConfigError
 from archiver.settings import OPTIONS, Option, Settings, load_settings
+
+if TYPE_CHECKING:
+    from archiver.store import ObjectStore  # imports botocore: kept out of `archiver --help`
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -20,8 +25,6 @@ def _help(opt: Option) -> str:
     default = opt.default
     if isinstance(default, tuple):
         default = ", ".join(default) if default else None
-    if opt.key == "listen" and default is not None:
-        default = "0.0.0.0:9877"
     shown = f"; default: {default}" if default not in (None, "") else ""
     return f"{opt.help} [env: {opt.env}{shown}]"
 
@@ -205,6 +208,177 @@ def demo(archive_dir: str, state_dir: str, listen: str, duration: float | None) 
         signal.signal(signum, lambda *_: stop.set())
     options = DemoOptions(archive_dir=Path(archive_dir), state_dir=Path(state_dir), listen=address, duration=duration)
     run_demo(options, sys.stdout, stop=stop, is_tty=sys.stdout.isatty())
+
+
+# --- retrieval and configuration check (archiver/retrieve.py, archiver/doctor.py) --------------------------
+
+_TIME_HELP = "a duration before now (2h, 30m, 7d) or an ISO 8601 time (2026-11-22T10:00; UTC unless Z/+hh:mm)"
+
+
+def _store_for(settings: Settings) -> ObjectStore:
+    from archiver.store import open_store
+
+    return open_store(
+        settings.require_store(), s3_endpoint_url=settings.s3_endpoint_url, checksum_mode=settings.s3_checksum
+    )
+
+
+@main.command("ls")
+@click.option("--since", metavar="TIME", help=f"Ended at or after TIME: {_TIME_HELP}. [default: 24h]")
+@click.option("--until", metavar="TIME", help="Ended at or before TIME (same forms). [default: no bound]")
+@click.option("--image", metavar="NAME[:TAG]", help="Only this image (NAME or NAME:TAG).")
+@click.option("--location", metavar="LOCATION", help="Only this location.")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only sessions with this label (repeatable; all must match).",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="At most N sessions (the newest).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@settings_options
+@friendly_errors
+def ls_command(
+    since: str | None, until: str | None, image: str | None, location: str | None,
+    labels: tuple[str, ...], limit: int | None, fmt: str, **kwargs: Any,
+) -> None:  # fmt: skip
+    """List archived sessions by end time, newest first (reads only the index hours of the range)."""
+    from archiver import retrieve
+
+    settings = resolve(kwargs)
+    now = time.time()
+    try:
+        start, end = retrieve.parse_time_range(since, until, now)
+        wanted = dict(retrieve.parse_label(value) for value in labels)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    store = _store_for(settings)
+    try:
+        entries = retrieve.list_sessions(
+            store, since=start, until=end, image=image, location=location, labels=wanted, limit=limit, now=now
+        )
+        retrieve.render_sessions(entries, sys.stdout, fmt=fmt)
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_id")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="json: the stored manifest document as is.",
+)  # fmt: skip
+@settings_options
+@friendly_errors
+def show(session_id: str, fmt: str, **kwargs: Any) -> None:
+    """The manifest of an archived session, readable."""
+    from archiver import retrieve
+
+    store = _store_for(resolve(kwargs))
+    try:
+        retrieve.show_session(store, session_id, sys.stdout, fmt=fmt)
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_id")
+@click.option(
+    "--stream", type=click.Choice(["stdout", "stderr"]), default=None,
+    help="Only this stream (where the upstream told them apart; else every line, with a note).",
+)  # fmt: skip
+@click.option(
+    "--grep", "pattern", metavar="REGEX", help="Only lines matching this regular expression (searched anywhere)."
+)
+@click.option("-i", "--ignore-case", is_flag=True, help="--grep ignores case.")
+@settings_options
+@friendly_errors
+def logs(session_id: str, stream: str | None, pattern: str | None, ignore_case: bool, **kwargs: Any) -> None:
+    """The archived logs as plain text lines, whatever format the upstream sent."""
+    from archiver import retrieve
+
+    try:
+        grep = retrieve.compile_grep(pattern, ignore_case=ignore_case) if pattern is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--grep") from None
+    store = _store_for(resolve(kwargs))
+    try:
+        retrieve.print_logs(store, session_id, sys.stdout, stream=stream, grep=grep)
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_id")
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+    help="Downloads go to OUT/<session id, escaped>/.",
+)  # fmt: skip
+@click.option(
+    "--extract", is_flag=True, help="Also unpack artifacts (unsafe members skipped and listed) and write logs.txt."
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: when a terminal]")
+@settings_options
+@friendly_errors
+def get(session_id: str, out_dir: Path, extract: bool, progress: bool | None, **kwargs: Any) -> None:
+    """Download everything of an archived session, verifying each file's sha256."""
+    from archiver import retrieve
+
+    store = _store_for(resolve(kwargs))
+    try:
+        loaded = retrieve.load_manifest(store, session_id)
+        if sys.stderr.isatty() if progress is None else progress:
+            total = retrieve.download_size(loaded[0])
+            with click.progressbar(length=total, label="downloading", file=sys.stderr) as bar:
+                result = retrieve.download_session(
+                    store, session_id, out_dir, extract=extract, progress=bar.update, loaded=loaded
+                )
+        else:
+            result = retrieve.download_session(store, session_id, out_dir, extract=extract, loaded=loaded)
+        retrieve.render_download(result, sys.stdout)
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_ids", nargs=-1)
+@click.option("--since", metavar="TIME", help=f"Verify every session that ended since TIME: {_TIME_HELP}.")
+@click.option("--until", metavar="TIME", help="With --since: up to TIME.")
+@settings_options
+@friendly_errors
+def verify(session_ids: tuple[str, ...], since: str | None, until: str | None, **kwargs: Any) -> None:
+    """Re-hash stored objects against their manifests; exit 1 when anything is missing or altered."""
+    from archiver import retrieve
+
+    if session_ids and (since or until):
+        raise click.UsageError("give session ids or --since/--until, not both")
+    settings = resolve(kwargs)
+    now = time.time()
+    try:
+        start, end = retrieve.parse_time_range(since, until, now)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    store = _store_for(settings)
+    try:
+        report = retrieve.verify(
+            store, session_ids=session_ids, since=start, until=end, now=now,
+            on_problem=lambda problem: click.echo(problem.line()),
+        )  # fmt: skip
+        retrieve.render_verify(report, sys.stdout, problems=False)
+    finally:
+        store.close()
+    sys.exit(0 if report.ok else 1)
+
+
+@main.command()
+@settings_options
+@friendly_errors
+def check(**kwargs: Any) -> None:
+    """Check the configuration: token accepted, store writable with create-once writes, state dir writable."""
+    from archiver import doctor
+
+    sys.exit(doctor.check(resolve(kwargs), sys.stdout))
 
 
 def _as_dict(item: Any) -> dict[str, Any]:

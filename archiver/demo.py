@@ -123,6 +123,16 @@ def run_demo(
     logging.getLogger("archiver").setLevel(logging.WARNING)
 
     with FakeService([DEMO_TOKEN], retention=DEMO_RETENTION) as fake:
+        # A few short matches so the first archives appear within seconds, one of them a crash.
+        for i, (lifetime, crashed) in enumerate([(4.0, False), (6.0, True), (9.0, False)]):
+            fake.add_session(
+                DEMO_TOKEN,
+                location=("eu-west-1", "us-east-1", "ap-southeast-1")[i],
+                labels={"mode": "duel", "tournament": "demo-cup"},
+                players=[f"player-{i}-{n}" for n in range(i + 1)],
+                crashed=crashed,
+                lifetime=lifetime,
+            )
         fake.start_traffic(
             DEMO_TOKEN,
             rate_per_min=options.rate_per_min,

@@ -354,7 +354,8 @@ class SnapshotRenderer:
                 if entry is None or entry.key != key:
                     entry = self._render_entry(session, key)
                 else:
-                    entry.session = session
+                    # Point at the current objects so the previous poll's strings can be freed.
+                    entry.session, entry.key = session, key
             cache[session.id] = entry
             entries.append(entry)
         # Ended (and no longer exported) sessions fall out of the cache here.

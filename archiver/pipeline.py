@@ -34,7 +34,7 @@ from archiver.errors import (
     StoreUnavailableError,
 )
 from archiver.fetch import Fetcher, Finished, Retry, Spool, Spooled, artifact_source, logs_source
-from archiver.models import Session
+from archiver.models import UNKNOWN_STATUS, Session
 from archiver.retry import RetryPolicy
 from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
@@ -61,6 +61,9 @@ class Tuning:
     confirm_retry: float = 5.0
     #: Re-describe a candidate the upstream still calls alive (absent from the list) after this long.
     confirm_recheck: float = 15.0
+    #: A candidate the describe calls `unknown` (status missing or new) is taken as ended after
+    #: this long: the list dropped it, and waiting for a status that never comes would lose it.
+    unknown_status_grace: float = 300.0
     #: Persist last_seen_active of all listed sessions at most this often (a stale value only
     #: makes deadlines earlier, i.e. safe; exact values are written when a session disappears).
     last_seen_persist_interval: float = 30.0
@@ -339,7 +342,10 @@ class Pipeline:
             log.warning("describing candidate %r failed (retrying): %s", row.id, exc)
             self.state.candidate_retry(row.id, self._mono() + self.tuning.confirm_retry, str(exc))
             return
-        if described.terminal:
+        absent_for = self.clock() - (row.first_seen_ended or self.clock())
+        if described.terminal or (
+            described.status == UNKNOWN_STATUS and absent_for >= self.tuning.unknown_status_grace
+        ):
             self._end(row.id, described, row.image)
         else:
             self.state.candidate_alive(row.id, self.clock(), self._mono() + self.tuning.confirm_recheck)

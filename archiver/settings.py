@@ -200,21 +200,21 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "poll-interval",
         "How often to poll the upstream.",
-        10.0,
+        "10s",
         _positive(parse_duration),
         metavar="DURATION",
     ),
     Option(
         "retention",
         "How long the upstream keeps an ended session's logs and artifacts.",
-        4 * 3600.0,
+        "4h",
         _positive(parse_duration),
         metavar="DURATION",
     ),
     Option(
         "deadline-margin",
         "Safety margin: fetches must finish this long before the retention window closes.",
-        600.0,
+        "10m",
         parse_duration,
         metavar="DURATION",
     ),
@@ -244,7 +244,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max-artifact-size",
         "Artifacts larger than this are stopped while streaming and recorded as too_large.",
-        110_000_000,
+        "110MB",
         parse_size,
         metavar="SIZE",
     ),
@@ -367,8 +367,10 @@ def load_settings(
     for opt in OPTIONS:
         raw, source = _pick(opt, flags, env, file_data, source_name)
         if raw is None:
-            values[opt.key] = opt.default
-            continue
+            raw, source = opt.default, f"default of {opt.flag}"
+            if raw is None:
+                values[opt.key] = None
+                continue
         try:
             values[opt.key] = opt.convert(raw)
         except ValueError as exc:

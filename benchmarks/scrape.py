@@ -203,15 +203,11 @@ def child_baseline(paths: list[Path], allowlist: list[str]) -> None:
 
     label_names = label_names_for(allowlist)
     registry = CollectorRegistry()
-    info = Gauge(
-        "sessionhost_session_info", "i", ["session_id", "image", "tag", "location", "host"], registry=registry
-    )
+    info = Gauge("sessionhost_session_info", "i", ["session_id", "image", "tag", "location", "host"], registry=registry)
     created = Gauge("sessionhost_session_created_timestamp_seconds", "c", ["session_id"], registry=registry)
     players = Gauge("sessionhost_session_players", "p", ["session_id"], registry=registry)
     status = Gauge("sessionhost_session_status", "s", ["session_id", "status"], registry=registry)
-    labels = Gauge(
-        "sessionhost_session_labels", "l", ["session_id", *label_names.values()], registry=registry
-    )
+    labels = Gauge("sessionhost_session_labels", "l", ["session_id", *label_names.values()], registry=registry)
     agg = Gauge("sessionhost_sessions", "a", ["location", "image", "tag", "status"], registry=registry)
     agg_players = Gauge("sessionhost_players", "a", ["location", "image", "tag"], registry=registry)
     upstream = Gauge("sessionhost_upstream_session_count", "u", registry=registry)
@@ -249,9 +245,7 @@ def child_baseline(paths: list[Path], allowlist: list[str]) -> None:
 # --- parent -----------------------------------------------------------------------------------------
 
 
-def scrape_p50(
-    client: httpx.Client, url: str, *, gzip: bool, samples: int, warmup: int = 3
-) -> tuple[float, int]:
+def scrape_p50(client: httpx.Client, url: str, *, gzip: bool, samples: int, warmup: int = 3) -> tuple[float, int]:
     """Median of `samples` scrapes (after `warmup`), in ms, and the body size on the wire."""
     headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip" if gzip else "identity"}
     times: list[float] = []
@@ -298,9 +292,7 @@ def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str,
     with httpx.Client(timeout=120) as client:
         url = ours.ready["url"] + "/metrics"
         result["gzip_p50_ms"], result["gzip_bytes"] = scrape_p50(client, url, gzip=True, samples=args.samples)
-        result["identity_p50_ms"], result["identity_bytes"] = scrape_p50(
-            client, url, gzip=False, samples=args.samples
-        )
+        result["identity_p50_ms"], result["identity_bytes"] = scrape_p50(client, url, gzip=False, samples=args.samples)
         # Sanity: the compressed body decodes to the identity body's size (httpx decodes it here).
         decoded = client.get(url, headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}).content
         result["gzip_decodes"] = abs(len(decoded) - result["identity_bytes"]) < 4096
@@ -313,9 +305,7 @@ def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str,
             url = base.ready["url"] + "/metrics"
             samples = args.baseline_samples
             result["baseline_gzip_p50_ms"], _ = scrape_p50(client, url, gzip=True, samples=samples, warmup=1)
-            result["baseline_identity_p50_ms"], _ = scrape_p50(
-                client, url, gzip=False, samples=samples, warmup=1
-            )
+            result["baseline_identity_p50_ms"], _ = scrape_p50(client, url, gzip=False, samples=samples, warmup=1)
         result["baseline_update_ms"] = base.ready["update_ms"]
         result["baseline_rss_mb"] = base.finish()["maxrss_mb"]
         result["ratio_gzip"] = result["baseline_gzip_p50_ms"] / result["gzip_p50_ms"]
@@ -379,16 +369,12 @@ def print_table(results: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sessions", default="10000,50000", help="comma-separated session counts")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--samples", type=int, default=40, help="scrapes per measurement (>= 30)")
     parser.add_argument("--polls", type=int, default=40, help="poll cycles measured per size")
-    parser.add_argument(
-        "--baseline-max", type=int, default=10_000, help="largest size to run the baseline at"
-    )
+    parser.add_argument("--baseline-max", type=int, default=10_000, help="largest size to run the baseline at")
     parser.add_argument("--baseline-samples", type=int, default=30)
     parser.add_argument("--allowlist", default="mode,tournament", help="session label allowlist")
     parser.add_argument("--child", choices=("ours", "baseline", "generate"), help=argparse.SUPPRESS)
@@ -422,9 +408,7 @@ def main(argv: list[str] | None = None) -> int:
         for r in results:
             r["verdicts"] = verdicts(r)
         args.json.write_text(
-            json.dumps(
-                {"date": datetime.datetime.now(datetime.UTC).isoformat(), "results": results}, indent=2
-            )
+            json.dumps({"date": datetime.datetime.now(datetime.UTC).isoformat(), "results": results}, indent=2)
         )
     print("all budgets met" if not failed else "budgets missed: " + ", ".join(failed))
     return 1 if failed else 0

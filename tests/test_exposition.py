@@ -95,9 +95,7 @@ def hostile_sessions() -> list[Session]:
                 created=1648472895000 + i * 1500.5,
                 playerCount=None if i == 3 else i,
                 status="weird-new-status" if i == 2 else "running",
-                labels={
-                    "tags": json.dumps({"mode": value, "team.name": value, "team-name": "b", "other": "x"})
-                },
+                labels={"tags": json.dumps({"mode": value, "team.name": value, "team-name": "b", "other": "x"})},
             )
         )
     return sessions
@@ -135,9 +133,7 @@ class _Reference(Collector):
         info = GaugeMetricFamily(
             "sessionhost_session_info", "x", labels=["session_id", "image", "tag", "location", "host"]
         )
-        created = GaugeMetricFamily(
-            "sessionhost_session_created_timestamp_seconds", "x", labels=["session_id"]
-        )
+        created = GaugeMetricFamily("sessionhost_session_created_timestamp_seconds", "x", labels=["session_id"])
         playing = GaugeMetricFamily("sessionhost_session_players", "x", labels=["session_id"])
         status = GaugeMetricFamily("sessionhost_session_status", "x", labels=["session_id", "status"])
         labels = GaugeMetricFamily("sessionhost_session_labels", "x")
@@ -307,9 +303,7 @@ def test_a_session_without_player_count_has_no_players_sample() -> None:
 
 
 def test_a_duplicated_session_id_yields_one_series() -> None:
-    snap = SnapshotRenderer(max_sessions=10, label_allowlist=()).render(
-        [session("a"), session("a")], [], now=0.0
-    )
+    snap = SnapshotRenderer(max_sessions=10, label_allowlist=()).render([session("a"), session("a")], [], now=0.0)
     assert snap.text.count(b'sessionhost_session_status{session_id="a"') == 1
     assert b"archiver_sessions_exported 1\n" in snap.text
 
@@ -359,9 +353,7 @@ def test_only_new_and_changed_sessions_are_rendered_again() -> None:
 def test_gzip_bodies_are_one_member_that_every_decoder_reads_whole(upstream: list[MetricFamily]) -> None:
     """The stitched gzip (snapshot deflate + fresh tail + continued CRC) decodes to the identity body
     with Python's gzip and with a single zlib stream decoder, as httpx uses."""
-    snap = SnapshotRenderer(max_sessions=100, label_allowlist=()).render(
-        hostile_sessions(), upstream, now=0.0
-    )
+    snap = SnapshotRenderer(max_sessions=100, label_allowlist=()).render(hostile_sessions(), upstream, now=0.0)
     self_metrics = SelfMetrics(CollectorRegistry())
     for openmetrics in (False, True):
         tail = self_metrics.render(openmetrics)
@@ -384,9 +376,7 @@ def test_our_text_output_passes_promtool_check_metrics(upstream: list[MetricFami
     self_metrics = SelfMetrics(CollectorRegistry())
     self_metrics.poll_result("sessions", ok=True, duration=0.2, now=1.0)
     self_metrics.set_next_fetch_deadline(2.0)
-    snap = SnapshotRenderer(max_sessions=5, label_allowlist=ALLOWLIST).render(
-        hostile_sessions(), upstream, now=0.0
-    )
+    snap = SnapshotRenderer(max_sessions=5, label_allowlist=ALLOWLIST).render(hostile_sessions(), upstream, now=0.0)
     body = b"".join(scrape_parts(snap, self_metrics.render(False), openmetrics=False, gzip=False))
     result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=60)
     assert (result.returncode, result.stdout + result.stderr) == (0, b"")

@@ -118,10 +118,7 @@ def test_openmetrics_is_served_when_prometheus_asks_for_it(serve: Callable[..., 
             response = client.get(
                 server.url + "/metrics", headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": encoding}
             )
-            assert (
-                response.headers["content-type"]
-                == "application/openmetrics-text; version=1.0.0; charset=utf-8"
-            )
+            assert response.headers["content-type"] == "application/openmetrics-text; version=1.0.0; charset=utf-8"
             assert response.content.endswith(b"# EOF\n")
             assert response.content.count(b"# EOF") == 1
             families = {family.name: family for family in om_parse(response.text)}

@@ -221,9 +221,7 @@ def test_query_log_shapes_and_the_logs_fallback(
     manifest = parse_manifest(h.object_bytes(keys.manifest_key("", fallback)))
     (logs,) = manifest.items
     assert logs.outcome == "archived" and logs.source == "GET /logs?id=fallback&follow=false"
-    assert gzip.decompress(h.object_bytes(logs.key or "")) == render_text(
-        fake_service.log_lines(TOKEN, fallback)
-    )
+    assert gzip.decompress(h.object_bytes(logs.key or "")) == render_text(fake_service.log_lines(TOKEN, fallback))
 
 
 def test_a_stream_broken_mid_body_is_fetched_again_before_the_deadline(
@@ -265,9 +263,7 @@ def test_hostile_session_ids_stay_under_the_prefix_and_round_trip(
     assert h.pipeline.run_until_idle(30)
     prefix = s3_store.prefix
     stored = list(s3_store.list_keys(""))
-    assert stored and all(
-        k.startswith(prefix + "sessions/") or k.startswith(prefix + "index/") for k in stored
-    )
+    assert stored and all(k.startswith(prefix + "sessions/") or k.startswith(prefix + "index/") for k in stored)
     assert all("/../" not in k and "/./" not in k for k in stored)
     found = {parse_manifest(h.object_bytes(k)).session_id for k in stored if k.endswith("/manifest.json")}
     assert found == set(HOSTILE_IDS)
@@ -389,3 +385,45 @@ def test_status_lists_pending_items_with_time_left(
     assert h.pipeline.run_until_idle(20)
     assert h.pipeline.status() == []
     assert json.loads(h.object_bytes(keys.manifest_key("", sid)))["items"][1]["outcome"] == "archived"
+
+
+def test_a_session_missing_from_one_list_but_still_running_is_not_ended(
+    fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    (tmp_path / "store").mkdir()
+    sid = fake_service.add_session(TOKEN, id="listed-late")
+    h = harness_factory(fake_service, FileStore(tmp_path / "store"), artifact_paths=(REPLAY,))
+    h.poll()
+    # One list that lacks it (an eventually consistent listing): the describe says it still runs.
+    others = [s for s in h.client.list_sessions() if s.id != sid]
+    h.pipeline.observe_poll(others, fake_service.clock.now())
+    assert _wait_for(h, lambda: h.state.session(sid).last_error is None and _alive_checked(h, sid), 10)
+    h.poll()
+    row = h.state.session(sid)
+    assert row is not None and row.state == "active"
+    assert h.state.items_of(sid) == []
+    assert h.registry.get_sample_value("archiver_sessions_ended_total") == 0
+
+
+def _alive_checked(h: Harness, sid: str) -> bool:
+    with h.state.read() as db:
+        (attempts,) = db.execute("SELECT confirm_attempts FROM sessions WHERE id = ?", (sid,)).fetchone()
+    return bool(attempts)
+
+
+def test_backfill_archives_ended_sessions_inside_the_window_only(
+    fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    ended = fake_service.add_session(TOKEN, id="never-polled")
+    running = fake_service.add_session(TOKEN, id="still-running")
+    fake_service.end_session(TOKEN, ended)
+    h = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
+    assert h.pipeline.backfill([ended, running, "no-such-session"]) == [ended]
+    assert h.pipeline.run_until_idle(20)
+    m = parse_manifest(h.object_bytes(keys.manifest_key("", ended)))
+    assert [i.outcome for i in m.items] == ["archived", "archived"]
+    assert m.fetch_deadline is not None and m.fetch_deadline > fake_service.clock.now()
+    assert h.pipeline.backfill([ended]) == []  # already archived: nothing new
+    assert h.state.session(running) is None and h.state.session("no-such-session") is None

@@ -28,9 +28,7 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_a_full_config_is_parsed_with_paths_relative_to_the_file(
-    tmp_path: Path, self_signed_cert: TLSFiles
-) -> None:
+def test_a_full_config_is_parsed_with_paths_relative_to_the_file(tmp_path: Path, self_signed_cert: TLSFiles) -> None:
     (tmp_path / "certs").mkdir()
     (tmp_path / "certs" / "c.pem").write_bytes(self_signed_cert.cert.read_bytes())
     (tmp_path / "certs" / "k.pem").write_bytes(self_signed_cert.key.read_bytes())
@@ -72,8 +70,7 @@ def test_an_empty_file_means_no_tls_and_no_auth(tmp_path: Path) -> None:
         ("tls_server_config:\n  key_file: b\n", "cert_file is required"),
         ("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS9\n", "min_version is 'TLS9'"),
         (
-            "tls_server_config:\n  cert_file: a\n  key_file: b\n"
-            "  client_auth_type: RequireAndVerifyClientCert\n",
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  client_auth_type: RequireAndVerifyClientCert\n",
             "client_ca_file is required",
         ),
         (
