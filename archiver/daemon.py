@@ -35,6 +35,7 @@ class ArchivePipeline(Protocol):
     def stop(self, timeout: float = ...) -> bool: ...
     def observe_poll(self, sessions: list[Session] | None, now: float) -> None: ...
     def alive(self) -> bool: ...
+    def gauges(self) -> object: ...
 
 
 PipelineFactory = Callable[[Settings, SessionHostClient, SelfMetrics], ArchivePipeline]
@@ -160,6 +161,7 @@ class Daemon:
             )
         if self.pipeline is not None:
             self.pipeline.observe_poll(result.sessions, result.started_at)
+            self.pipeline.gauges()  # backlog gauges as fresh as the snapshot they are scraped with
         self._first_poll_done = True
 
     @property

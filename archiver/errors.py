@@ -28,6 +28,14 @@ class SessionNotArchivedError(ArchiverError):
     """A retrieval command asked for a session that has no manifest in the store."""
 
 
+class ArchiveIntegrityError(ArchiverError):
+    """A stored object does not match its manifest (size, sha256), or cannot be decoded (bad gzip)."""
+
+
+class LocalFileError(ArchiverError):
+    """A download could not be written locally (no space, no permission, the path is a file)."""
+
+
 # --- upstream API -----------------------------------------------------------------------------
 
 

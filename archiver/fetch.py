@@ -22,6 +22,7 @@ from urllib.parse import quote
 from archiver import keys
 from archiver.api import Download, SessionHostClient
 from archiver.crashpoints import crashpoint
+from archiver.durable import fsync_dir
 from archiver.errors import ApiError, NotFoundError
 from archiver.retry import RetryPolicy
 from archiver.state import ItemRow
@@ -98,14 +99,6 @@ def artifact_source(session_id: str, path: str) -> str:
     return f"GET /artifacts?session={quote(session_id, safe='')}&path={quote(path, safe='/')}"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _json_shaped(content_type: str, head: bytes) -> bool:
     """JSON log shapes (NDJSON entries, the legacy `{"line": {...}}` object) go to `logs.jsonl.gz`."""
     if "json" in content_type.lower():
@@ -168,7 +161,7 @@ class Spool:
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()
             raise
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         crashpoint("after_spool_rename")
         return SpoolFile(final, size, digest.hexdigest(), received, head)
 
@@ -188,7 +181,7 @@ class Spool:
                 entry.unlink()
                 removed += 1
         if removed:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         return removed
 
 

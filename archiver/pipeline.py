@@ -226,6 +226,11 @@ class Pipeline:
             log.warning("pipeline threads still busy after %.0f s: %s", timeout, ", ".join(alive))
         return not alive
 
+    def alive(self) -> bool:
+        """For /healthz: started and every worker thread still running (loops survive errors, so a
+        dead thread means the process must be restarted)."""
+        return bool(self._threads) and not self._stop.is_set() and all(t.is_alive() for t in self._threads)
+
     # --- wake-ups ---------------------------------------------------------------------------
 
     def _notify(self) -> None:

@@ -29,7 +29,8 @@ from typing import Any, TextIO
 
 from archiver import keys, logformat
 from archiver.errors import (
-    ArchiverError,
+    ArchiveIntegrityError,
+    LocalFileError,
     ManifestError,
     ObjectNotFoundError,
     SessionNotArchivedError,
@@ -57,14 +58,6 @@ _SNIFF_BYTES = 64
 
 Progress = Callable[[int], None]
 Warn = Callable[[str], None]
-
-
-class ArchiveIntegrityError(ArchiverError):
-    """A stored object does not match its manifest (size, sha256), or cannot be decoded (bad gzip)."""
-
-
-class LocalFileError(ArchiverError):
-    """A download could not be written locally (no space, no permission, the path is a file)."""
 
 
 def _stderr_warn(message: str) -> None:

@@ -63,9 +63,7 @@ def sha256_of(chunks: Iterator[bytes]) -> str:
     return digest.hexdigest()
 
 
-def test_full_lifecycle_through_every_session_endpoint(
-    client: SessionHostClient, fake_service: FakeService
-) -> None:
+def test_full_lifecycle_through_every_session_endpoint(client: SessionHostClient, fake_service: FakeService) -> None:
     created = client.create_session("eu-west-1", "demo-game", session_id="match-1", labels={"mode": "duel"})
     assert created.id == "match-1" and created.ports
 
@@ -81,9 +79,7 @@ def test_full_lifecycle_through_every_session_endpoint(
     described = client.describe_session("match-1")
     assert described.players == ("p2",) and described.status == "running"
 
-    with pytest.raises(
-        NotFoundError
-    ):  # artifacts are refused while the session is active (404 per the OpenAPI)
+    with pytest.raises(NotFoundError):  # artifacts are refused while the session is active (404 per the OpenAPI)
         client.open_artifact("match-1", "/srv/replays/match.replay").close()
 
     client.stop_session("match-1")
@@ -94,9 +90,7 @@ def test_full_lifecycle_through_every_session_endpoint(
 
     with client.open_artifact("match-1", "/srv/replays/match.replay") as download:
         served = sha256_of(download.iter_bytes())
-    assert served == sha256_of(
-        fake_service.artifact_bytes(TEST_TOKEN, "match-1", "/srv/replays/match.replay")
-    )
+    assert served == sha256_of(fake_service.artifact_bytes(TEST_TOKEN, "match-1", "/srv/replays/match.replay"))
 
     fake_service.advance(4 * 3600 + 1)
     with pytest.raises(NotFoundError):
@@ -105,9 +99,7 @@ def test_full_lifecycle_through_every_session_endpoint(
         client.describe_session("match-1")
 
 
-def test_artifact_is_a_real_tar_gz_of_the_requested_file(
-    client: SessionHostClient, fake_service: FakeService
-) -> None:
+def test_artifact_is_a_real_tar_gz_of_the_requested_file(client: SessionHostClient, fake_service: FakeService) -> None:
     sid = fake_service.add_session(TEST_TOKEN, crashed=True)
     fake_service.end_session(TEST_TOKEN, sid)
     with client.open_artifact(sid, "/srv/crash") as download:
@@ -120,9 +112,7 @@ def test_artifact_is_a_real_tar_gz_of_the_requested_file(
 def test_logs_and_query_log_stream_every_line(client: SessionHostClient, fake_service: FakeService) -> None:
     sid = fake_service.add_session(TEST_TOKEN)
     fake_service.end_session(TEST_TOKEN, sid)
-    truth = [
-        line.line if hasattr(line, "line") else line[1] for line in fake_service.log_lines(TEST_TOKEN, sid)
-    ]
+    truth = [line.line if hasattr(line, "line") else line[1] for line in fake_service.log_lines(TEST_TOKEN, sid)]
     with client.open_logs(sid) as download:
         text = b"".join(download.iter_bytes()).decode()
     assert text.splitlines() == truth
@@ -209,9 +199,7 @@ def test_every_quirk_parses_to_the_same_model(
     assert "hunter2" not in repr(reference)
 
 
-def test_quirks_that_drop_fields_and_ids(
-    lenient_client: SessionHostClient, fake_service: FakeService
-) -> None:
+def test_quirks_that_drop_fields_and_ids(lenient_client: SessionHostClient, fake_service: FakeService) -> None:
     client = lenient_client
     fake_service.set_quirks(
         omit_optional_list_fields=True, omit_create_id=True, delete_returns_200=True, float_created=True
@@ -233,9 +221,7 @@ def test_transient_statuses_are_retried_and_counted(
 ) -> None:
     client = lenient_client  # injected faults answer outside the OpenAPI on purpose
     fake_service.add_session(TEST_TOKEN, id="r")
-    fake_service.set_fault(
-        "GET /session", status=status, count=2, retry_after=1 if status in (420, 429) else None
-    )
+    fake_service.set_fault("GET /session", status=status, count=2, retry_after=1 if status in (420, 429) else None)
     assert [s.id for s in client.list_sessions()] == ["r"]
     assert client.retries["GET /session"] == 2
     assert fake_service.request_count("GET /session") == 3
@@ -243,9 +229,7 @@ def test_transient_statuses_are_retried_and_counted(
         assert min(client.waits) >= 1.0  # type: ignore[attr-defined]  # Retry-After honoured
 
 
-@pytest.mark.parametrize(
-    ("status", "error"), [(500, ServerError), (502, ServerError), (429, RateLimitedError)]
-)
+@pytest.mark.parametrize(("status", "error"), [(500, ServerError), (502, ServerError), (429, RateLimitedError)])
 def test_persistent_failures_surface_as_typed_errors_after_bounded_attempts(
     client: SessionHostClient, fake_service: FakeService, status: int, error: type[ApiStatusError]
 ) -> None:
@@ -258,18 +242,14 @@ def test_persistent_failures_surface_as_typed_errors_after_bounded_attempts(
 
 
 @pytest.mark.parametrize("kind", ["reset", "truncate"])
-def test_broken_connections_are_retried(
-    client: SessionHostClient, fake_service: FakeService, kind: str
-) -> None:
+def test_broken_connections_are_retried(client: SessionHostClient, fake_service: FakeService, kind: str) -> None:
     fake_service.add_session(TEST_TOKEN, id="c")
     fake_service.set_fault("GET /session", kind=kind, count=1)
     assert [s.id for s in client.list_sessions()] == ["c"]
     assert client.retries["GET /session"] == 1
 
 
-def test_persistent_resets_become_a_transport_error(
-    client: SessionHostClient, fake_service: FakeService
-) -> None:
+def test_persistent_resets_become_a_transport_error(client: SessionHostClient, fake_service: FakeService) -> None:
     fake_service.set_fault("GET /session", kind="reset", count=100)
     with pytest.raises(ApiTransportError):
         client.list_sessions()
@@ -295,9 +275,7 @@ def test_non_transient_errors_are_not_retried(client: SessionHostClient, fake_se
     assert client.retries["GET /session/{id}"] == 0
 
 
-def test_hostile_session_ids_stay_in_their_path_segment(
-    client: SessionHostClient, fake_service: FakeService
-) -> None:
+def test_hostile_session_ids_stay_in_their_path_segment(client: SessionHostClient, fake_service: FakeService) -> None:
     for sid in ["../../etc/passwd", "a/b", "sp ace?x=1#frag", "ünï", "%2F", ".", ".."]:
         fake_service.add_session(TEST_TOKEN, id=sid)
         assert client.describe_session(sid).id == sid

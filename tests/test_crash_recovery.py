@@ -65,17 +65,13 @@ def _run(config: dict[str, Any]) -> int:
     state = StateDB.open(settings.state_dir)
     tuning = Tuning(confirm_retry=0.1, fetch_backoff_initial=0.05, fetch_backoff_max=0.2,
                     upload_backoff_initial=0.05, upload_backoff_max=0.2, idle_wait=0.3)  # fmt: skip
-    pipeline = Pipeline(
-        settings, client, store, state, SelfMetrics(CollectorRegistry()), policy=policy, tuning=tuning
-    )
+    pipeline = Pipeline(settings, client, store, state, SelfMetrics(CollectorRegistry()), policy=policy, tuning=tuning)
     pipeline.recover()
     pipeline.start()
     until = time.monotonic() + config["timeout"]
     while time.monotonic() < until:
         pipeline.observe_poll(client.list_sessions(), time.time())
-        done = all(
-            (row := state.session(sid)) is not None and row.state == "archived" for sid in config["ids"]
-        )
+        done = all((row := state.session(sid)) is not None and row.state == "archived" for sid in config["ids"])
         if done and pipeline.run_until_idle(0.0):
             pipeline.stop(5.0)
             return 0
@@ -186,9 +182,7 @@ def test_a_crash_at_each_boundary_loses_nothing_and_duplicates_nothing(
             expected.add(manifest_key)
             expected.add(keys.index_key(PREFIX, manifest.ended_at, sid))
             entry = parse_index_entry(
-                s3.get_object(Bucket=bucket, Key=keys.index_key(PREFIX, manifest.ended_at, sid))[
-                    "Body"
-                ].read()
+                s3.get_object(Bucket=bucket, Key=keys.index_key(PREFIX, manifest.ended_at, sid))["Body"].read()
             )
             assert entry.manifest_key == manifest_key
             outcomes = {i.path: i.outcome for i in manifest.items}

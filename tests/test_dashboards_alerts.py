@@ -134,9 +134,7 @@ def promtool() -> str:
 
 
 def run_promtool(promtool: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [promtool, *map(str, args)], capture_output=True, text=True, timeout=60, check=False
-    )
+    return subprocess.run([promtool, *map(str, args)], capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_alert_rules_pass_promtool_check(promtool: str) -> None:
@@ -161,9 +159,7 @@ def test_alert_rules_unit_tests_pass(promtool: str) -> None:
     ],
     ids=["ArchiverUpstreamDown", "ArchiverItemsExpired", "ArchiverFetchDeadlineNear"],
 )
-def test_alert_unit_tests_catch_a_broken_rule(
-    promtool: str, tmp_path: Path, original: str, broken: str
-) -> None:
+def test_alert_unit_tests_catch_a_broken_rule(promtool: str, tmp_path: Path, original: str, broken: str) -> None:
     """The unit tests are not vacuous: a rule with a wrong expression makes them fail."""
     text = RULES.read_text()
     assert text.count(original) == 1

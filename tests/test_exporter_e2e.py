@@ -123,9 +123,7 @@ def test_prometheus_scrapes_values_equal_to_the_fake_state(
     expected_by_location = Counter(s.location for s in _fake_sessions(fake_service))
     result = prom.wait_for(
         "sum by (location) (sessionhost_sessions)",
-        lambda r: (
-            {x["metric"]["location"]: int(float(x["value"][1])) for x in r} == dict(expected_by_location)
-        ),
+        lambda r: {x["metric"]["location"]: int(float(x["value"][1])) for x in r} == dict(expected_by_location),
     )
     assert result
     players = prom.wait_for("sessionhost_session_players", lambda r: len(r) == 4)

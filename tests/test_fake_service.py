@@ -112,12 +112,8 @@ def test_session_lifecycle_create_list_describe_stop_artifacts_then_removal(
     members = untar(art.content)
     assert list(members) == ["match.replay"]
     assert len(members["match.replay"] or b"") == 1024 * 1024
-    assert art.content == b"".join(
-        fake_service.artifact_bytes(TEST_TOKEN, "match-1", "/srv/replays/match.replay")
-    )
-    again_bytes = c.get(
-        "/artifacts", params={"session": "match-1", "path": "/srv/replays/match.replay"}
-    ).content
+    assert art.content == b"".join(fake_service.artifact_bytes(TEST_TOKEN, "match-1", "/srv/replays/match.replay"))
+    again_bytes = c.get("/artifacts", params={"session": "match-1", "path": "/srv/replays/match.replay"}).content
     assert again_bytes == art.content
 
     fake_service.clock.advance(RETENTION + 1)
@@ -150,9 +146,7 @@ def test_create_without_id_generates_a_uuid_and_version_picks_the_tag(validated_
     sid = r.json()["id"]
     assert uuid.UUID(sid).version == 4
     assert validated_client.get(sid_path(sid)).json()["tag"] == "1.1.0"
-    old = validated_client.post(
-        "/session", json={"location": "us-east-1", "image": "demo-game", "version": "1.0.0"}
-    )
+    old = validated_client.post("/session", json={"location": "us-east-1", "image": "demo-game", "version": "1.0.0"})
     assert validated_client.get(sid_path(old.json()["id"])).json()["tag"] == "1.0.0"
 
 
@@ -254,9 +248,7 @@ def test_capacity_and_start_rate_limits_answer_420(fake_service_factory: Callabl
             "us-east-1", "ap-southeast-1",
         ]  # fmt: skip
         assert c.post("/session", json={**body, "location": "us-east-1"}).status_code == 201
-        assert (
-            c.post("/session", json={**body, "location": "us-east-1"}).status_code == 420
-        )  # 3rd start in a minute
+        assert c.post("/session", json={**body, "location": "us-east-1"}).status_code == 420  # 3rd start in a minute
         svc.advance(61)
         assert c.post("/session", json={**body, "location": "us-east-1"}).status_code == 201
 
@@ -278,9 +270,7 @@ def test_token_isolation(fake_service_factory: Callable[..., FakeService]) -> No
         assert a.get("/metrics").text == "session_count 1\n"
         # The same id is free in the other organisation.
         assert (
-            b.post(
-                "/session", json={"id": "shared-name", "location": "eu-west-1", "image": "demo-game"}
-            ).status_code
+            b.post("/session", json={"id": "shared-name", "location": "eu-west-1", "image": "demo-game"}).status_code
             == 201
         )
 
@@ -288,9 +278,7 @@ def test_token_isolation(fake_service_factory: Callable[..., FakeService]) -> No
 # --- shapes -------------------------------------------------------------------------------------
 
 
-def test_list_entry_looks_like_the_real_sample(
-    fake_service: FakeService, validated_client: httpx.Client
-) -> None:
+def test_list_entry_looks_like_the_real_sample(fake_service: FakeService, validated_client: httpx.Client) -> None:
     """labels.env is a JSON string of the caller env plus GAMEYE_SESSION_ID/HOST, labels.tags a
     JSON string of the caller labels, created epoch ms, port {"7777/udp": 20000-30000}."""
     before = fake_service.clock.now() * 1000
@@ -320,10 +308,7 @@ def test_list_entry_looks_like_the_real_sample(
     env = json.loads(entry["labels"]["env"])
     assert env == {"MODE": "x", "GAMEYE_SESSION_ID": "s1", "GAMEYE_HOST": entry["host"]}
     assert json.loads(entry["labels"]["tags"]) == {"mode": "duel"}
-    assert (
-        isinstance(entry["created"], int)
-        and before - 1 <= entry["created"] <= fake_service.clock.now() * 1000
-    )
+    assert isinstance(entry["created"], int) and before - 1 <= entry["created"] <= fake_service.clock.now() * 1000
     [(key, port)] = entry["port"].items()
     assert key == "7777/udp" and 20000 <= port <= 30000
     assert entry["host"] in ("192.0.2.30", "192.0.2.31")
@@ -334,9 +319,7 @@ def test_list_filters(fake_service: FakeService, validated_client: httpx.Client)
     """filter[k]=v (exact, ANDed), location, image, tag, host, playerCount[lt|gt] and all=true."""
     fs = fake_service
     fs.add_session(TEST_TOKEN, id="a", labels={"mode": "duel", "tier": "gold"}, players=["p1"])
-    fs.add_session(
-        TEST_TOKEN, id="b", labels={"mode": "duel", "tier": "silver"}, location="us-east-1", tag="1.0.0"
-    )
+    fs.add_session(TEST_TOKEN, id="b", labels={"mode": "duel", "tier": "silver"}, location="us-east-1", tag="1.0.0")
     fs.add_session(TEST_TOKEN, id="c", labels={"mode": "team"}, players=["p1", "p2", "p3"])
     fs.add_session(TEST_TOKEN, id="d", labels={"mode": "duel", "tier": "gold"})
     fs.end_session(TEST_TOKEN, "d")
@@ -378,10 +361,7 @@ def test_players_join_is_idempotent_and_leave_needs_a_session(validated_client: 
     assert c.put("/session/player/join", json={"session": "nope", "players": ["x"]}).status_code == 404
     bad = c.put("/session/player/join", json={"session": "pj", "players": "p9"})
     assert bad.status_code == 422 and bad.json()["violations"][0]["field"] == "players"
-    assert (
-        c.request("DELETE", "/session/player/leave", json={"session": "pj", "players": [1]}).status_code
-        == 422
-    )
+    assert c.request("DELETE", "/session/player/leave", json={"session": "pj", "players": [1]}).status_code == 422
 
 
 def test_locations_and_tags(fake_service: FakeService, validated_client: httpx.Client) -> None:
@@ -418,18 +398,14 @@ def test_artifact_folders_include_everything_and_crashes_have_a_core(
     assert len(members["srv/data/extra.bin"] or b"") == 5000
     assert b"SIGSEGV" in (members["srv/crash/core.txt"] or b"")
     log = untar(
-        validated_client.get(
-            "/artifacts", params={"session": sid, "path": "/var/log/game/server.log/"}
-        ).content
+        validated_client.get("/artifacts", params={"session": sid, "path": "/var/log/game/server.log/"}).content
     )
     assert (log["server.log"] or b"").count(b"\n") > 1000
     for path in ("/srv/nothing", "srv/replays", "/srv/replays/match.replay/x"):
         assert validated_client.get("/artifacts", params={"session": sid, "path": path}).status_code == 404
 
 
-def test_content_is_deterministic_across_processes(
-    fake_service: FakeService, validated_client: httpx.Client
-) -> None:
+def test_content_is_deterministic_across_processes(fake_service: FakeService, validated_client: httpx.Client) -> None:
     """The same session id yields the same artifact bytes in another process with another hash seed."""
     sid = fake_service.add_session(TEST_TOKEN, id="same-everywhere")
     fake_service.end_session(TEST_TOKEN, sid)
@@ -447,10 +423,7 @@ def test_content_is_deterministic_across_processes(
     assert out.stdout.strip() == hashlib.sha256(served).hexdigest()
     other = fake_service.add_session(TEST_TOKEN, id="different")
     fake_service.end_session(TEST_TOKEN, other)
-    assert (
-        validated_client.get("/artifacts", params={"session": other, "path": "/srv/replays"}).content
-        != served
-    )
+    assert validated_client.get("/artifacts", params={"session": other, "path": "/srv/replays"}).content != served
 
 
 def test_logs_plain_json_and_legacy_name(fake_service: FakeService, validated_client: httpx.Client) -> None:
@@ -460,9 +433,7 @@ def test_logs_plain_json_and_legacy_name(fake_service: FakeService, validated_cl
     fake_service.end_session(TEST_TOKEN, sid)
     truth = fake_service.log_lines(TEST_TOKEN, sid)
     assert len(truth) > 100 and {s for s, _ in truth} == {1, 2}
-    text = validated_client.get(
-        "/logs", params={"id": sid, "follow": "false"}, headers={"Accept": "text/plain"}
-    )
+    text = validated_client.get("/logs", params={"id": sid, "follow": "false"}, headers={"Accept": "text/plain"})
     assert text.headers["content-type"].startswith("text/plain")
     assert text.text.splitlines() == [line for _, line in truth]
     nd = validated_client.get("/logs", params={"matchKey": sid})
@@ -485,9 +456,7 @@ def test_active_session_logs_grow_with_the_clock(fake_service_factory: Callable[
     assert later[: len(first)] == first and final[: len(later)] == later
 
 
-def test_follow_streams_until_the_session_terminates(
-    fake_service: FakeService, validated_client: httpx.Client
-) -> None:
+def test_follow_streams_until_the_session_terminates(fake_service: FakeService, validated_client: httpx.Client) -> None:
     """follow=true keeps the response open and ends it after the last line once the container stops."""
     sid = fake_service.add_session(TEST_TOKEN)
     params = {"id": sid, "follow": "true"}
@@ -517,9 +486,7 @@ def test_query_log_shapes(fake_service: FakeService, raw_client: httpx.Client) -
     assert raw_client.get("/query/log", params={"matchKey": "nope"}).status_code == 404
 
 
-def test_metrics_session_count_and_extra_families(
-    fake_service: FakeService, raw_client: httpx.Client
-) -> None:
+def test_metrics_session_count_and_extra_families(fake_service: FakeService, raw_client: httpx.Client) -> None:
     """/metrics is `session_count N` for the caller; the quirk adds typed families."""
     fake_service.add_session(TEST_TOKEN, players=["a", "b"])
     fake_service.add_session(TEST_TOKEN)
@@ -543,9 +510,7 @@ def _first(c: httpx.Client) -> dict[str, object]:
 
 
 def _create(c: httpx.Client, **extra: str) -> dict[str, object]:
-    body: dict[str, object] = c.post(
-        "/session", json={"location": "eu-west-1", "image": "demo-game", **extra}
-    ).json()
+    body: dict[str, object] = c.post("/session", json={"location": "eu-west-1", "image": "demo-game", **extra}).json()
     return body
 
 
@@ -574,9 +539,7 @@ QUIRK_CASES: list[tuple[str, dict[str, bool | str], Callable[[httpx.Client], boo
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    ("name", "flags", "check", "in_contract"), QUIRK_CASES, ids=[c[0] for c in QUIRK_CASES]
-)
+@pytest.mark.parametrize(("name", "flags", "check", "in_contract"), QUIRK_CASES, ids=[c[0] for c in QUIRK_CASES])
 def test_each_quirk_changes_the_wire_shape(
     fake_service: FakeService,
     raw_client: httpx.Client,
@@ -677,10 +640,7 @@ def test_fault_statuses_and_retry_after(fake_service: FakeService, validated_cli
     fake_service.set_fault("POST /session", status=420, count=1)
     r = validated_client.post("/session", json={"location": "eu-west-1", "image": "demo-game"})
     assert r.status_code == 420 and r.json()["statusCode"] == 420
-    assert (
-        validated_client.post("/session", json={"location": "eu-west-1", "image": "demo-game"}).status_code
-        == 201
-    )
+    assert validated_client.post("/session", json={"location": "eu-west-1", "image": "demo-game"}).status_code == 201
 
 
 def test_fault_rate_is_seeded_and_star_applies_everywhere(
@@ -724,9 +684,7 @@ def test_fault_latency_delays_the_response(fake_service: FakeService, validated_
     assert time.monotonic() - start >= 0.3
 
 
-def test_fault_truncate_breaks_fixed_and_chunked_bodies(
-    fake_service: FakeService, raw_client: httpx.Client
-) -> None:
+def test_fault_truncate_breaks_fixed_and_chunked_bodies(fake_service: FakeService, raw_client: httpx.Client) -> None:
     """A truncated body (Content-Length or chunked) is a protocol error for the client, and the
     service keeps serving afterwards."""
     fake_service.add_session(TEST_TOKEN, id="t")
@@ -826,10 +784,7 @@ def test_control_api_drives_the_service(fake_service: FakeService, raw_client: h
     assert isinstance(c.get("/session", params={"all": "true"}).json()["sessions"][0]["port"], str)
     assert c.put("/_fake/quirks", json={"nope": True}).status_code == 422
 
-    assert (
-        c.put("/_fake/faults", json={"endpoint": "GET /metrics", "status": 503, "count": 1}).status_code
-        == 200
-    )
+    assert c.put("/_fake/faults", json={"endpoint": "GET /metrics", "status": 503, "count": 1}).status_code == 200
     assert c.get("/metrics").status_code == 503
     assert c.put("/_fake/faults", json={"endpoint": "GET /nope", "status": 503}).status_code == 422
     c.put("/_fake/faults", json={"endpoint": "GET /metrics", "status": 500})
@@ -868,9 +823,7 @@ def test_traffic_generator_starts_and_ends_sessions_under_a_scaled_clock(
     """At 60 virtual seconds per real second, traffic sessions start, gain players and end (some
     crashed) within real seconds; nobody calls the API for them to end."""
     svc = fake_service_factory(clock=FakeClock(time_scale=60), seed=3)
-    svc.start_traffic(
-        TEST_TOKEN, rate_per_min=120, min_duration=20, max_duration=40, crash_ratio=0.5, max_active=8
-    )
+    svc.start_traffic(TEST_TOKEN, rate_per_min=120, min_duration=20, max_duration=40, crash_ratio=0.5, max_active=8)
     with client_for(svc, TEST_TOKEN) as c:
 
         def statuses() -> set[str]:
@@ -972,9 +925,7 @@ def test_serve_forever_prints_url_and_tokens_and_stops_cleanly() -> None:
         prefix = "fake session hosting service: "
 
         def printed_url() -> str | None:
-            return next(
-                (ln[len(prefix) :] for ln in out.getvalue().splitlines() if ln.startswith(prefix)), None
-            )
+            return next((ln[len(prefix) :] for ln in out.getvalue().splitlines() if ln.startswith(prefix)), None)
 
         url = str(wait_for(printed_url))
         assert "token: cli-token" in out.getvalue()

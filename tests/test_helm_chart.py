@@ -98,9 +98,7 @@ def test_chart_lints_clean(values_file: str) -> None:
 
 
 @pytest.mark.parametrize("values", [MINIMAL, ALL_FEATURES], ids=["minimal", "all-features"])
-def test_rendered_manifests_validate_against_kubernetes_schemas(
-    chart: helm.Chart, values: dict[str, Any]
-) -> None:
+def test_rendered_manifests_validate_against_kubernetes_schemas(chart: helm.Chart, values: dict[str, Any]) -> None:
     """Every core manifest passes strict schema validation; the CRDs have their required shape."""
     docs = render(chart, values)
     assert docs
@@ -367,6 +365,6 @@ def test_chart_copies_equal_the_grafana_sources() -> None:
     copies = sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json"))
     assert copies == sources and sources
     for name in sources:
-        assert (CHART / "files" / "dashboards" / name).read_bytes() == (
-            GRAFANA / "dashboards" / name
-        ).read_bytes(), name
+        assert (CHART / "files" / "dashboards" / name).read_bytes() == (GRAFANA / "dashboards" / name).read_bytes(), (
+            name
+        )

@@ -134,9 +134,7 @@ def test_key_builders() -> None:
     assert keys.manifest_key("", "s1") == "sessions/s1/manifest.json"
     assert keys.logs_key("p/q/", "s1", "txt") == "p/q/sessions/s1/logs.txt.gz"
     assert keys.logs_key("", "s.1", "jsonl") == "sessions/s%2E1/logs.jsonl.gz"
-    assert keys.artifact_key("", "s1", "/srv/crash/core.txt").startswith(
-        "sessions/s1/artifacts/srv-crash-core.txt-"
-    )
+    assert keys.artifact_key("", "s1", "/srv/crash/core.txt").startswith("sessions/s1/artifacts/srv-crash-core.txt-")
     ended = datetime(2024, 5, 1, 23, 59, 59, tzinfo=UTC).timestamp()
     assert keys.index_key("p/", ended, "a/b") == "p/index/dt=2024-05-01/hour=23/a%2Fb.json"
     with pytest.raises(ValueError):
@@ -160,9 +158,7 @@ def test_index_partitions_cover_the_range_hour_by_hour() -> None:
     assert keys.index_partitions("", until, since) == []
     # Every index key of a time in the range lies under one of the partitions.
     for t in range(int(since), int(until), 977):
-        assert any(
-            keys.index_key("p/", t, "s").startswith(p) for p in keys.index_partitions("p/", since, until)
-        )
+        assert any(keys.index_key("p/", t, "s").startswith(p) for p in keys.index_partitions("p/", since, until))
 
 
 # --- manifest -----------------------------------------------------------------------------------
@@ -294,12 +290,8 @@ def test_manifest_items_are_validated() -> None:
     with pytest.raises(ValueError):
         ManifestItem(kind="artifact", source="GET /artifacts", outcome="too_large")
     with pytest.raises(ValueError):
-        ManifestItem(
-            kind="logs", source="GET /x", outcome="archived", key="k", size=1, sha256="XY", content_type="t"
-        )
-    item = ManifestItem(
-        kind="logs", source="GET /x", outcome="archived", key="k", size=1, sha256=SHA, content_type="t"
-    )
+        ManifestItem(kind="logs", source="GET /x", outcome="archived", key="k", size=1, sha256="XY", content_type="t")
+    item = ManifestItem(kind="logs", source="GET /x", outcome="archived", key="k", size=1, sha256=SHA, content_type="t")
     with pytest.raises(ValueError, match="share one key"):
         _manifest(items=[item, item])
     with pytest.raises(ValueError):

@@ -143,6 +143,7 @@ def test_ended_sessions_are_archived_byte_for_byte_with_manifest_and_index(
     normal = fake_service.add_session(TOKEN, id="match-normal", players=["p1", "p2"])
     running = fake_service.add_session(TOKEN, id="match-still-running")
     h = harness_factory(fake_service, s3_store, artifact_paths=(REPLAY, MISSING, "/srv/crash/core.txt"))
+    assert h.pipeline.alive()
     _end_all(h, [crashed, normal])
     assert h.pipeline.run_until_idle(30)
 
@@ -191,6 +192,7 @@ def test_ended_sessions_are_archived_byte_for_byte_with_manifest_and_index(
     before_keys = sorted(s3_store.list_keys(prefix))
     writes = s3_store.requests_made["PutObject"] + s3_store.requests_made["CreateMultipartUpload"]
     h.close()
+    assert not h.pipeline.alive()
     again = harness_factory(fake_service, s3_store)
     again.poll()
     again.poll()
@@ -397,7 +399,7 @@ def test_a_session_missing_from_one_list_but_still_running_is_not_ended(
     # One list that lacks it (an eventually consistent listing): the describe says it still runs.
     others = [s for s in h.client.list_sessions() if s.id != sid]
     h.pipeline.observe_poll(others, fake_service.clock.now())
-    assert _wait_for(h, lambda: h.state.session(sid).last_error is None and _alive_checked(h, sid), 10)
+    assert _wait_for(h, lambda: _alive_checked(h, sid), 10)
     h.poll()
     row = h.state.session(sid)
     assert row is not None and row.state == "active"
@@ -406,9 +408,12 @@ def test_a_session_missing_from_one_list_but_still_running_is_not_ended(
 
 
 def _alive_checked(h: Harness, sid: str) -> bool:
+    """The confirmer described the candidate and found it alive (no error recorded)."""
     with h.state.read() as db:
-        (attempts,) = db.execute("SELECT confirm_attempts FROM sessions WHERE id = ?", (sid,)).fetchone()
-    return bool(attempts)
+        attempts, error = db.execute(
+            "SELECT confirm_attempts, last_error FROM sessions WHERE id = ?", (sid,)
+        ).fetchone()
+    return bool(attempts) and error is None
 
 
 def test_backfill_archives_ended_sessions_inside_the_window_only(

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from archiver import keys, retrieve
 from archiver.api import SessionHostClient, Token
-from archiver.errors import SessionNotArchivedError
+from archiver.errors import ArchiveIntegrityError, SessionNotArchivedError
 from archiver.fake import FakeService
 from archiver.manifest import (
     IndexEntry,
@@ -44,14 +44,13 @@ from archiver.manifest import (
     manifest_to_bytes,
     parse_manifest,
 )
-from archiver.pipeline import Pipeline, Tuning
-from archiver.retrieve import ArchiveIntegrityError
-from archiver.retry import RetryPolicy
+from archiver.pipeline import Pipeline
 from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.state import StateDB
 from archiver.store import ObjectStore, open_store
 from tests.fixtures_fake import TEST_TOKEN
+from tests.test_pipeline import FAST, FAST_POLICY
 
 NOW = datetime(2026, 11, 22, 12, 30, tzinfo=UTC).timestamp()
 HOUR = 3600.0
@@ -180,18 +179,6 @@ def put_session(
 
 
 ARTIFACT_PATHS = ("/var/log/game/server.log", "/srv/replays/match.replay", "/srv/crash/core.txt")
-#: Short pipeline loops (the production defaults wait seconds between retries).
-FAST = Tuning(
-    confirm_retry=0.1,
-    confirm_recheck=0.2,
-    fetch_backoff_initial=0.05,
-    fetch_backoff_max=0.2,
-    upload_backoff_initial=0.05,
-    upload_backoff_max=0.2,
-    permission_backoff=0.2,
-    idle_wait=0.5,
-)
-FAST_POLICY = RetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.05, max_elapsed=2.0)
 
 
 @pytest.fixture

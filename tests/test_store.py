@@ -62,10 +62,7 @@ def in_progress_uploads(endpoint: str, bucket: str) -> list[str]:
     from archiver.store import make_s3_client
 
     return [
-        u["Key"]
-        for u in make_s3_client(endpoint_url=endpoint)
-        .list_multipart_uploads(Bucket=bucket)
-        .get("Uploads", [])
+        u["Key"] for u in make_s3_client(endpoint_url=endpoint).list_multipart_uploads(Bucket=bucket).get("Uploads", [])
     ]
 
 
@@ -119,8 +116,7 @@ def test_put_file_stores_exact_bytes_once(store: ObjectStore, tmp_path: Path, si
     assert head.content_type == "application/gzip"
     uploads_before = store.requests_made["UploadPart"]
     assert (
-        store.put_file(key, path, sha256=sha, size=size, content_type="application/gzip")
-        is PutOutcome.ALREADY_PRESENT
+        store.put_file(key, path, sha256=sha, size=size, content_type="application/gzip") is PutOutcome.ALREADY_PRESENT
     )
     assert store.requests_made["UploadPart"] == uploads_before  # nothing re-sent to find that out
     other, other_sha, _ = write_file(tmp_path / "other", size + 1, seed="b")
@@ -163,9 +159,7 @@ def test_checksum_mode_when_required_sends_content_md5_and_works(
 
 
 @pytest.mark.parametrize("size", [MIB, 12 * MIB], ids=["small", "multipart"])
-def test_source_file_not_matching_its_sha256_is_refused(
-    store: ObjectStore, tmp_path: Path, size: int
-) -> None:
+def test_source_file_not_matching_its_sha256_is_refused(store: ObjectStore, tmp_path: Path, size: int) -> None:
     """A spool file whose bytes differ from the recorded sha256/size stores nothing (no object, no upload)."""
     path, sha, _ = write_file(tmp_path / "f", size)
     with pytest.raises(SourceFileError):
@@ -216,9 +210,7 @@ def test_multipart_upload_resumes_after_a_crash(s3_bucket: tuple[str, str], tmp_
 
     journal.crash_after = 0  # the restarted process does not crash
     second = open_store(f"s3://{bucket}/", s3_endpoint_url=endpoint)
-    outcome = second.put_file(
-        "art", path, sha256=sha, size=size, content_type="application/gzip", journal=journal
-    )
+    outcome = second.put_file("art", path, sha256=sha, size=size, content_type="application/gzip", journal=journal)
     assert outcome is PutOutcome.CREATED
     assert second.requests_made["UploadPart"] == 2
     assert second.requests_made["CreateMultipartUpload"] == 0
@@ -239,9 +231,7 @@ class CrashOnFinishJournal(MemoryJournal):
         super().finish(key)
 
 
-def test_crash_between_completion_and_journal_is_already_present(
-    s3_bucket: tuple[str, str], tmp_path: Path
-) -> None:
+def test_crash_between_completion_and_journal_is_already_present(s3_bucket: tuple[str, str], tmp_path: Path) -> None:
     """The journal still names a completed upload: the retry finds the object (HEAD), uploads nothing."""
     endpoint, bucket = s3_bucket
     path, sha, size = write_file(tmp_path / "spool", 9 * MIB)
@@ -287,9 +277,7 @@ def test_resume_never_mixes_parts_of_different_bytes(s3_bucket: tuple[str, str],
     assert in_progress_uploads(endpoint, bucket) == []
 
 
-def test_abort_orphaned_uploads_keeps_journaled_ones(
-    s3_bucket: tuple[str, str], s3_client: Callable[..., Any]
-) -> None:
+def test_abort_orphaned_uploads_keeps_journaled_ones(s3_bucket: tuple[str, str], s3_client: Callable[..., Any]) -> None:
     """Uploads under the prefix unknown to the journal are aborted; known ones and other prefixes stay."""
     endpoint, bucket = s3_bucket
     client = s3_client()
@@ -383,9 +371,7 @@ def test_key_taken_during_a_multipart_upload(
     client.meta.events.register("before-call.s3.CompleteMultipartUpload", rival_writes_first)
     store = open_store(f"s3://{bucket}/", s3_client=client)
     if same_bytes:
-        assert (
-            store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.ALREADY_PRESENT
-        )
+        assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.ALREADY_PRESENT
     else:
         with pytest.raises(ObjectConflictError):
             store.put_file("k", path, sha256=sha, size=size, content_type="x/y")
@@ -394,18 +380,13 @@ def test_key_taken_during_a_multipart_upload(
     assert read_back(store, "k")[0] == hashlib.sha256(rival_bytes).hexdigest()
 
 
-def test_put_bytes_lost_response_is_already_present(
-    s3_bucket: tuple[str, str], s3_client: Callable[..., Any]
-) -> None:
+def test_put_bytes_lost_response_is_already_present(s3_bucket: tuple[str, str], s3_client: Callable[..., Any]) -> None:
     """The manifest write (put_bytes) resolves a lost answer the same way."""
     _, bucket = s3_bucket
     client = s3_client()
     state = lose_first_response(client, "PutObject")
     store = open_store(f"s3://{bucket}/", s3_client=client)
-    assert (
-        store.put_bytes("manifest.json", b"{}\n", content_type="application/json")
-        is PutOutcome.ALREADY_PRESENT
-    )
+    assert store.put_bytes("manifest.json", b"{}\n", content_type="application/json") is PutOutcome.ALREADY_PRESENT
     assert state["lost"] == 1
 
 
@@ -569,9 +550,7 @@ def tmpfs(path: Path, options: str) -> Iterator[None]:
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("mounting a tmpfs needs root")
     path.mkdir(exist_ok=True)
-    result = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True
-    )
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
     if result.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {result.stderr.strip()}")
     try:

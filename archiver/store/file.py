@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Set
 from pathlib import Path
 from typing import BinaryIO
 
+from archiver.durable import fsync_dir
 from archiver.errors import (
     ObjectConflictError,
     ObjectNotFoundError,
@@ -57,14 +58,6 @@ _TRANSIENT_ERRNOS = frozenset(
         errno.ENOMEM,
     }
 )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class FileStore:
@@ -116,7 +109,7 @@ class FileStore:
             directory.mkdir()
         except FileExistsError:
             return  # a concurrent writer made it
-        _fsync_dir(directory.parent)
+        fsync_dir(directory.parent)
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -250,7 +243,7 @@ class FileStore:
                     ) from exc
                 raise self._os_error(exc, "link", key) from exc
             try:
-                _fsync_dir(final.parent)
+                fsync_dir(final.parent)
             except OSError as exc:
                 raise self._os_error(exc, "fsync directory of", key) from exc
             return PutOutcome.CREATED
