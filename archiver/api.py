@@ -16,6 +16,7 @@ import httpx
 
 from archiver import __version__, models
 from archiver.errors import (
+    EXCERPT_LIMIT,
     ApiDecodeError,
     ApiError,
     ApiTransportError,
@@ -169,6 +170,14 @@ def _retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def _list_excerpt(body: bytes) -> bytes:
+    """The start of a bad session list for an error message, cut before the first `labels`/`env`:
+    the container env holds callers' secrets, which must never reach an error message."""
+    head = body[:EXCERPT_LIMIT]
+    cut = min((i for i in (head.find(b"labels"), head.find(b"env")) if i >= 0), default=len(head))
+    return head[:cut]
+
+
 def _quote_segment(value: str) -> str:
     # Session ids are any string the caller chose: '/', '?', '#' and '%' must not change the path,
     # and a segment of only dots must not be removed as a dot segment by URL normalisation.
@@ -261,11 +270,23 @@ class SessionHostClient:
         return self._parse(lambda p: models.parse_created(p, session_id), payload, "POST", "/session")
 
     def list_sessions(
-        self, filters: SessionFilter | None = None, *, policy: RetryPolicy | None = None
+        self,
+        filters: SessionFilter | None = None,
+        *,
+        policy: RetryPolicy | None = None,
+        parser: models.SessionListParser | None = None,
     ) -> list[Session]:
+        """`GET /session`. Pass the same `parser` on every poll to reuse the Session objects of
+        unchanged entries (the poller does); without one, each call parses from scratch."""
         params = filters.params() if filters else []
-        payload = self._json("GET", "/session", "GET /session", params=params, policy=policy)
-        return self._parse(models.parse_session_list, payload, "GET", "/session")
+        # Bytes, not decoded JSON: the parser decodes only what changed since the last poll.
+        body = self._request("GET", "/session", "GET /session", params=params, policy=policy).content
+        try:
+            return (models.SessionListParser() if parser is None else parser).parse(body)
+        except PayloadError as exc:
+            raise ApiDecodeError(
+                f"GET /session: {exc}", body=_list_excerpt(body), method="GET", path="/session"
+            ) from None
 
     def describe_session(self, session_id: str, *, policy: RetryPolicy | None = None) -> Session:
         path = f"/session/{_quote_segment(session_id)}"
@@ -382,12 +403,13 @@ class SessionHostClient:
         path: str,
         endpoint: str,
         *,
+        params: Sequence[tuple[str, str]] = (),
         policy: RetryPolicy | None = None,
         accept: str = "application/json",
     ) -> httpx.Response:
         timeout = (policy or self._policy).attempt_timeout
         return self._retrying(
-            lambda: self._send(method, path, endpoint, (), None, accept=accept, stream=False, timeout=timeout),
+            lambda: self._send(method, path, endpoint, params, None, accept=accept, stream=False, timeout=timeout),
             endpoint,
             policy,
             True,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -206,7 +207,13 @@ def demo(archive_dir: str, state_dir: str, listen: str, duration: float | None) 
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    options = DemoOptions(archive_dir=Path(archive_dir), state_dir=Path(state_dir), listen=address, duration=duration)
+    # Hints name the program the way it was started, unless it is on PATH anyway.
+    invoked = sys.argv[0]
+    on_path = shutil.which("archiver")
+    program = "archiver" if on_path and Path(on_path).resolve() == Path(invoked).resolve() else invoked
+    options = DemoOptions(
+        archive_dir=Path(archive_dir), state_dir=Path(state_dir), listen=address, duration=duration, program=program
+    )
     run_demo(options, sys.stdout, stop=stop, is_tty=sys.stdout.isatty())
 
 

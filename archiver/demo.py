@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shlex
 import socket
 import threading
 import time
@@ -14,7 +15,9 @@ from typing import TextIO
 from archiver import logs as logsetup
 from archiver.api import Token
 from archiver.daemon import Daemon
+from archiver.errors import ArchiverError
 from archiver.fake import FakeService
+from archiver.manifest import parse_manifest
 from archiver.settings import Settings
 
 DEMO_TOKEN = "demo-token"
@@ -35,6 +38,8 @@ class DemoOptions:
     max_duration: float = 45.0
     crash_ratio: float = 0.25
     status_every: float = 5.0
+    #: How to invoke this program again in the printed hints (`.venv/bin/archiver` under make).
+    program: str = "archiver"
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,20 +176,35 @@ def run_demo(
             status = read_status(daemon, clock())
     if is_tty:
         out.write("\n")
-    out.write(summary(status, options))
+    out.write(summary(status, options, options.program))
     out.flush()
     return status
 
 
-def summary(status: Status, options: DemoOptions) -> str:
+def newest_archived(archive_dir: Path) -> str | None:
+    """The id of the most recently archived session in the demo store, for the hints."""
+    manifests = sorted(
+        (archive_dir / "sessions").glob("*/manifest.json"), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    for path in manifests:
+        try:
+            return parse_manifest(path.read_bytes()).session_id
+        except (OSError, ArchiverError):
+            continue
+    return None
+
+
+def summary(status: Status, options: DemoOptions, program: str = "archiver") -> str:
     store = options.archive_dir.resolve().as_uri()
+    sid = newest_archived(options.archive_dir)
+    shown = shlex.quote(sid) if sid else "SESSION_ID"
     return (
         f"\nsummary: {status.ended} sessions ended, {status.archived} archived, "
         f"{status.pending_fetch + status.pending_upload} items still pending\n"
         "next, try:\n"
-        f"  archiver ls --store {store}\n"
-        f"  archiver show SESSION_ID --store {store}\n"
-        f"  archiver logs SESSION_ID --store {store}\n"
-        f"  archiver get SESSION_ID --out ./evidence --store {store}\n"
-        f"(state of the interrupted pipeline is kept in {options.state_dir}; a later demo resumes it)\n"
+        f"  {program} ls --store {store}\n"
+        f"  {program} show {shown} --store {store}\n"
+        f"  {program} logs {shown} --store {store}\n"
+        f"  {program} get {shown} --out ./evidence --extract --store {store}\n"
+        f"(the pipeline state is kept in {options.state_dir}; a later demo resumes it)\n"
     )

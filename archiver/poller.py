@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from archiver.api import SessionHostClient
 from archiver.errors import ApiError, ApiStatusError, PayloadError
-from archiver.models import Session
+from archiver.models import Session, SessionListParser
 from archiver.retry import RetryPolicy
 from archiver.upstream_metrics import MetricFamily, parse_upstream_metrics
 
@@ -62,8 +62,12 @@ class Poller:
         interval: float,
         on_result: Callable[[PollResult], None],
         clock: Callable[[], float] = time.time,
+        parser: SessionListParser | None = None,
     ) -> None:
         self._client = client
+        # One parser across polls: entries unchanged since the last poll come back as the same
+        # Session objects, which spares their decode here and their re-render in the exposition.
+        self._parser = SessionListParser() if parser is None else parser
         self._interval = interval
         self._on_result = on_result
         self._clock = clock
@@ -80,7 +84,7 @@ class Poller:
         sessions: list[Session] | None = None
         t0 = time.perf_counter()
         try:
-            sessions = self._client.list_sessions(policy=self._policy)
+            sessions = self._client.list_sessions(policy=self._policy, parser=self._parser)
         except ApiError as exc:
             errors[SESSIONS] = _describe_error(exc)
             self._transition(SESSIONS, False, exc)

@@ -5,8 +5,10 @@ Usage: python benchmarks/scrape.py [--sessions 10000,50000] [--json out.json]
 Each measured server runs in a fresh subprocess (so sizes do not pollute each other's RSS and the
 client does not share a GIL with the server); this process is only the HTTP client (httpx, over
 127.0.0.1). Per size:
-- ours: a child decodes realistic `GET /session` bodies (json + parse_session_list), renders snapshots
-  (with ~2 % of sessions changing per poll) and serves them with archiver.httpserver.MetricsServer;
+- ours: a child runs the daemon's poll path (Poller.poll_once: SessionHostClient + the poller's
+  SessionListParser, then SnapshotRenderer.render) against a stand-in upstream in another process
+  serving realistic `GET /session` bodies over 127.0.0.1 (~2 % of sessions changing per poll), and
+  serves the snapshots with archiver.httpserver.MetricsServer;
 - baseline: a child sets the same series on prometheus_client Gauges and serves them with
   prometheus_client's own start_http_server (gzip when the client asks, as Prometheus does).
 Scrape times are request sent → last body byte received (no client-side decompression, which is the
@@ -26,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -131,39 +134,90 @@ def _p50_ms(samples: list[float]) -> float:
 # --- children ---------------------------------------------------------------------------------------
 
 
-def child_ours(paths: list[Path], polls: int, allowlist: list[str]) -> None:
+def child_upstream(paths: list[Path], polls: int) -> None:
+    """A stand-in upstream in a process of its own: `GET /session` answers the next body of the poll
+    sequence (read from disk per request, so no process holds every variant), `GET /metrics` a count."""
+    import http.server
+
+    sequence = iter([0, *poll_sequence(polls)])
+    last = 0
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        # Headers and body go out in two writes: without this, Nagle + delayed ACK add ~40 ms.
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:
+            nonlocal last
+            if self.path.startswith("/session"):
+                last = next(sequence, last)
+                body, ctype = paths[last].read_bytes(), "application/json"
+            else:
+                body, ctype = b"# TYPE session_count untyped\nsession_count 1\n", "text/plain; version=0.0.4"
+            self.send_response(200)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    print(json.dumps({"url": f"http://127.0.0.1:{server.server_port}"}), flush=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sys.stdin.readline()
+    print(json.dumps({"maxrss_mb": maxrss_mb()}), flush=True)
+
+
+def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: str) -> None:
+    """The daemon's poll path, exactly: Poller.poll_once (SessionHostClient over loopback, the
+    poller's SessionListParser) then SnapshotRenderer.render, as Daemon._on_poll does."""
     from prometheus_client import CollectorRegistry
 
+    from archiver.api import SessionHostClient, Token
     from archiver.exposition import SnapshotRenderer
     from archiver.httpserver import MetricsServer
-    from archiver.models import parse_session_list
+    from archiver.models import Session, SessionListParser
+    from archiver.poller import METRICS, SESSIONS, Poller
     from archiver.selfmetrics import SelfMetrics
-    from archiver.upstream_metrics import parse_upstream_metrics
 
+    parse_times: list[float] = []
+
+    class TimedParser(SessionListParser):
+        """Delegates to the production parser; only records how long its parse took."""
+
+        def parse(self, body: bytes) -> list[Session]:
+            t0 = time.perf_counter()
+            try:
+                return super().parse(body)
+            finally:
+                parse_times.append(time.perf_counter() - t0)
+
+    client = SessionHostClient.connect(upstream, Token("benchmark"))
+    poller = Poller(client, interval=10.0, on_result=lambda result: None, parser=TimedParser())
     renderer = SnapshotRenderer(max_sessions=10**6, label_allowlist=allowlist)
-    decode, parse, render, total = [], [], [], []
+    fetch, metrics_fetch, render, total = [], [], [], []
     first_ms = 0.0
     snapshot = None
-    previous: list[Any] = []  # the daemon keeps the last list (ended-session diff, manifest metadata)
-    for i, variant in enumerate([0, *poll_sequence(polls)]):
-        body = paths[variant].read_bytes()  # arrives from the network in the daemon: not timed
+    for i in range(1 + len(poll_sequence(polls))):
         t0 = time.perf_counter()
-        data = json.loads(body)
+        result = poller.poll_once()
         t1 = time.perf_counter()
-        sessions = parse_session_list(data)
-        families = parse_upstream_metrics(f"session_count {len(sessions)}\n".encode())
+        snapshot = renderer.render(result.sessions, result.families, now=result.started_at)
         t2 = time.perf_counter()
-        snapshot = renderer.render(sessions, families, now=time.time())
-        t3 = time.perf_counter()
-        previous = sessions  # noqa: F841 - held like the daemon holds it, so RSS counts it
-        del body, data, sessions
+        if result.errors:
+            raise RuntimeError(f"poll failed: {result.errors}")
+        durations = result.durations
+        del result  # the renderer's cache holds the sessions from here on, as in the daemon
         if i == 0:
-            first_ms = (t3 - t0) * 1000  # the first poll renders every session
+            first_ms = (t2 - t0) * 1000  # the first poll parses and renders every session
+            parse_times.clear()
             continue
-        decode.append(t1 - t0)
-        parse.append(t2 - t1)
-        render.append(t3 - t2)
-        total.append(t3 - t0)
+        fetch.append(durations[SESSIONS])
+        metrics_fetch.append(durations[METRICS])
+        render.append(t2 - t1)
+        total.append(t2 - t0)
     registry = CollectorRegistry()
     server = MetricsServer(
         ("127.0.0.1", 0),
@@ -180,8 +234,9 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str]) -> None:
                 "url": server.url,
                 "first_poll_ms": first_ms,
                 "poll_p50_ms": _p50_ms(total),
-                "decode_p50_ms": _p50_ms(decode),
-                "parse_p50_ms": _p50_ms(parse),
+                "list_p50_ms": _p50_ms(fetch),
+                "parse_p50_ms": _p50_ms(parse_times),
+                "metrics_fetch_p50_ms": _p50_ms(metrics_fetch),
                 "render_p50_ms": _p50_ms(render),
                 "polls": len(total),
                 "renders": renderer.render_count,
@@ -288,7 +343,8 @@ def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str,
     paths = [workdir / f"sessions-{count}-{v}.json" for v in range(VARIANTS)]
     common = ["--paths", ",".join(map(str, paths)), "--allowlist", args.allowlist]
     result: dict[str, Any] = {"sessions": count, "body_bytes": paths[0].stat().st_size}
-    ours = Child(["--child", "ours", "--polls", str(args.polls), *common])
+    upstream = Child(["--child", "upstream", "--polls", str(args.polls), *common])
+    ours = Child(["--child", "ours", "--polls", str(args.polls), "--upstream", upstream.ready["url"], *common])
     with httpx.Client(timeout=120) as client:
         url = ours.ready["url"] + "/metrics"
         result["gzip_p50_ms"], result["gzip_bytes"] = scrape_p50(client, url, gzip=True, samples=args.samples)
@@ -298,6 +354,7 @@ def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str,
         result["gzip_decodes"] = abs(len(decoded) - result["identity_bytes"]) < 4096
     result.update({k: v for k, v in ours.ready.items() if k != "url"})
     result["rss_mb"] = ours.finish()["maxrss_mb"]
+    upstream.finish()
 
     if count <= args.baseline_max:
         base = Child(["--child", "baseline", *common])
@@ -341,15 +398,16 @@ def print_table(results: list[dict[str, Any]]) -> None:
         ("ratio baseline/ours, gzip", "ratio_gzip", "ratio", "{:.0f}x"),
         ("ratio baseline/ours, identity", "ratio_identity", None, "{:.0f}x"),
         ("poll cycle p50 (ms)", "poll_p50_ms", "poll_p50_ms", "{:.1f}"),
-        ("  json decode p50 (ms)", "decode_p50_ms", None, "{:.1f}"),
-        ("  parse_session_list p50 (ms)", "parse_p50_ms", None, "{:.1f}"),
+        ("  GET /session, fetch + parse p50 (ms)", "list_p50_ms", None, "{:.1f}"),
+        ("    SessionListParser.parse p50 (ms)", "parse_p50_ms", None, "{:.1f}"),
+        ("  GET /metrics p50 (ms)", "metrics_fetch_p50_ms", None, "{:.1f}"),
         ("  render + gzip p50 (ms)", "render_p50_ms", None, "{:.1f}"),
         ("first poll, full render (ms)", "first_poll_ms", None, "{:.1f}"),
         ("peak RSS (MB)", "rss_mb", "rss_mb", "{:.1f}"),
         ("baseline peak RSS (MB)", "baseline_rss_mb", None, "{:.1f}"),
         ("body, identity / gzip (KB)", None, None, ""),
     ]
-    header = f"{'':34}" + "".join(f"{r['sessions']:>22,}" for r in results)
+    header = f"{'':40}" + "".join(f"{r['sessions']:>22,}" for r in results)
     print(header)
     for label, key, budget_key, fmt in rows:
         cells = []
@@ -365,7 +423,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
             if budget is not None:
                 cell += f" {verdicts(r)[budget_key]} ({'>=' if budget_key == 'ratio' else '<='}{budget:g})"  # type: ignore[index]
             cells.append(cell)
-        print(f"{label:34}" + "".join(f"{c:>22}" for c in cells))
+        print(f"{label:40}" + "".join(f"{c:>22}" for c in cells))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -377,7 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-max", type=int, default=10_000, help="largest size to run the baseline at")
     parser.add_argument("--baseline-samples", type=int, default=30)
     parser.add_argument("--allowlist", default="mode,tournament", help="session label allowlist")
-    parser.add_argument("--child", choices=("ours", "baseline", "generate"), help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=("ours", "upstream", "baseline", "generate"), help=argparse.SUPPRESS)
+    parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--paths", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     allowlist = [k for k in args.allowlist.split(",") if k]
@@ -387,7 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         paths = [Path(p) for p in args.paths.split(",")]
         if args.child == "ours":
-            child_ours(paths, args.polls, allowlist)
+            child_ours(paths, args.polls, allowlist, args.upstream)
+        elif args.child == "upstream":
+            child_upstream(paths, args.polls)
         else:
             child_baseline(paths, allowlist)
         return 0
