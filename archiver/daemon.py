@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from archiver import __version__
 from archiver import logs as logsetup
 from archiver.api import SessionHostClient
+from archiver.durable import StateDirLock
 from archiver.exposition import Snapshot, SnapshotRenderer
 from archiver.httpserver import MetricsServer
 from archiver.models import Session
@@ -92,7 +93,9 @@ class Daemon:
         self.poller = Poller(client, interval=settings.poll_interval, on_result=self._on_poll, clock=clock)
         self._poll_thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
         self.pipeline: ArchivePipeline | None = None
+        self._lock = StateDirLock(settings.state_dir)
         if settings.store and pipeline_factory is not None:
+            self._lock.acquire()
             self.pipeline = pipeline_factory(settings, client, self.metrics)
         web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
         self.server = MetricsServer(
@@ -128,11 +131,13 @@ class Daemon:
 
     def stop(self, timeout: float = 30.0) -> None:
         self._stop.set()
-        self._poll_thread.join(timeout)
+        if self._poll_thread.ident is not None:  # stop() is safe before start(), e.g. after a failed start
+            self._poll_thread.join(timeout)
         if self.pipeline is not None:
             self.pipeline.stop(timeout)
         self.server.stop()
         self.client.close()
+        self._lock.release()
         log.info("stopped")
 
     def wait(self, timeout: float | None = None) -> bool:
@@ -224,6 +229,8 @@ def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -
     from archiver.pipeline import Pipeline
 
     metrics = SelfMetrics(CollectorRegistry(), version=__version__)
+    lock = StateDirLock(settings.state_dir)
+    lock.acquire()  # a daemon on the same state dir would have its in-flight work reset by recover()
     with SessionHostClient.connect(api_url, token) as client:
         pipeline = default_pipeline(settings, client, metrics)
         assert isinstance(pipeline, Pipeline)
@@ -234,4 +241,5 @@ def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -
             finished = pipeline.run_until_idle(timeout)
         finally:
             pipeline.stop(30.0)
+            lock.release()
     return queued, finished
