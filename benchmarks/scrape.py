@@ -175,6 +175,10 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     poller's SessionListParser) then SnapshotRenderer.render, as Daemon._on_poll does."""
     from prometheus_client import CollectorRegistry
 
+    from archiver.daemon import tune_allocator
+
+    tune_allocator()  # as `archiver run` does at start-up
+
     from archiver.api import SessionHostClient, Token
     from archiver.exposition import SnapshotRenderer
     from archiver.httpserver import MetricsServer
@@ -187,7 +191,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     class TimedParser(SessionListParser):
         """Delegates to the production parser; only records how long its parse took."""
 
-        def parse(self, body: bytes) -> list[Session]:
+        def parse(self, body: bytes | bytearray) -> list[Session]:
             t0 = time.perf_counter()
             try:
                 return super().parse(body)

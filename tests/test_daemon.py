@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,38 @@ def test_archive_command_backfills_an_ended_session(fake_service: FakeService, t
     manifest = tmp_path / "archive" / "sessions" / "late-match" / "manifest.json"
     assert manifest.exists()
     assert list((tmp_path / "archive" / "sessions" / "late-match" / "artifacts").glob("srv-replays-*.tar.gz"))
+
+
+def test_the_store_probe_reports_conditional_write_support(fake_service: FakeService, tmp_path: Path) -> None:
+    """At start-up the daemon probes the store (a file store enforces create-once) and says so in a metric."""
+    (tmp_path / "archive").mkdir()
+    settings = load_settings(
+        {"api_url": fake_service.base_url, "store": (tmp_path / "archive").as_uri(),
+         "state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0"},
+        {"ARCHIVER_API_TOKEN": TEST_TOKEN},
+    )  # fmt: skip
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        deadline = time.monotonic() + 20
+        while daemon.registry.get_sample_value("archiver_store_conditional_writes_supported") != 1.0:
+            assert time.monotonic() < deadline, "probe result never reported"
+            time.sleep(0.05)  # polling interval of a deadline loop
+        assert daemon.pipeline is not None and daemon.pipeline.store.conditional_writes is True
+    finally:
+        daemon.stop()
+
+
+def test_status_command_reads_the_state_dir(fake_service: FakeService, tmp_path: Path) -> None:
+    (tmp_path / "archive").mkdir()
+    settings = load_settings(
+        {"api_url": fake_service.base_url, "store": (tmp_path / "archive").as_uri(),
+         "state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0"},
+        {"ARCHIVER_API_TOKEN": TEST_TOKEN},
+    )  # fmt: skip
+    Daemon(settings).stop()  # creates the state DB
+    result = subprocess.run(
+        [ARCHIVER, "status", "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "nothing pending"

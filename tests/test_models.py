@@ -10,6 +10,7 @@ import pytest
 from archiver.errors import PayloadError
 from archiver.models import (
     UNKNOWN_STATUS,
+    decode_json,
     parse_created,
     parse_error_body,
     parse_labels,
@@ -182,3 +183,24 @@ def test_error_body_parsing_never_raises() -> None:
     )
     assert parse_error_body(b"<html><body>502 Bad Gateway</body></html>").message == ""
     assert parse_error_body(b"\x00\xff").code == ""
+
+
+def test_list_entries_carry_no_env_keys_while_described_sessions_keep_them() -> None:
+    [listed] = parse_session_list({"sessions": [entry()]})
+    assert listed.env_keys == ()
+    assert listed == parse_session(entry(), with_env_keys=False)
+    assert parse_session(entry()).env_keys == tuple(sorted(ENV))
+
+
+def test_repeated_strings_are_shared_between_sessions() -> None:
+    # Built at run time so the two copies are distinct objects before parsing.
+    a, b = parse_session_list({"sessions": [entry(id="a", image="".join(["demo", "-game"])), entry(id="b")]})
+    assert a.image is b.image and a.location is b.location and a.status is b.status
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b'{"a": NaN}', b'{"a": "\\ud800"}', b'\xef\xbb\xbf{"a": 1}', b'{"a": 1e400}', b'{"a": [1, 2.5, "x"]}'],
+)
+def test_decode_json_gives_what_pythons_json_gives(body: bytes) -> None:
+    assert repr(decode_json(body)) == repr(json.loads(body))

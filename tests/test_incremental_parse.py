@@ -1,0 +1,255 @@
+"""The incremental session-list parser: same models as the pure parser, unchanged entries reused by
+identity, changed ones re-parsed, ended ones dropped, a bad entry failing the whole list, no env values."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import pickle
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from archiver.api import SessionHostClient, Token
+from archiver.errors import ApiDecodeError, PayloadError
+from archiver.fake import FakeService
+from archiver.models import Session, SessionListParser, decode_json, parse_session_list
+from archiver.poller import Poller
+from archiver.retry import RetryPolicy
+from tests.fixtures_fake import TEST_TOKEN
+
+SECRET = "hunter2-do-not-leak"
+ENV = {"GAMEYE_SESSION_ID": "s1", "GAMEYE_HOST": "203.0.113.42", "MATCH_SECRET": SECRET}
+TAGS = {"mode": "duel", "tournament": "spring"}
+FAST = RetryPolicy(attempts=2, max_elapsed=2.0, initial_wait=0.0, max_wait=0.0, jitter=0.0)
+
+
+def entry(sid: str = "s1", **overrides: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": sid,
+        "image": "demo-game",
+        "tag": "1.1.0",
+        "location": "eu-west-1",
+        "host": "203.0.113.42",
+        "created": 1648472895000,
+        "port": {"7777/udp": 25160},
+        "status": "running",
+        "playerCount": 2,
+        "labels": {"env": json.dumps(ENV), "tags": json.dumps(TAGS), "gameye": '{"version": "1.2.1"}'},
+    }
+    base.update(overrides)
+    return base
+
+
+def body(*entries: dict[str, Any] | Any) -> bytes:
+    return json.dumps({"sessions": list(entries)}).encode()
+
+
+def pure(raw: bytes) -> list[Session]:
+    return parse_session_list(decode_json(raw))
+
+
+QUIRKS: dict[str, dict[str, Any]] = {
+    "port as JSON string": {"port": json.dumps({"7777/udp": 25160})},
+    "port wrapped": {"port": {"port": {"7777/udp": 25160}}},
+    "port wrapped JSON string": {"port": json.dumps({"port": {"7777/udp": "25160"}})},
+    "port float and string values": {"port": {"7777/udp": 25160.0, "27015/tcp": "25161"}},
+    "labels as JSON string": {"labels": json.dumps({"env": json.dumps(ENV), "tags": json.dumps(TAGS)})},
+    "labels wrapped": {"labels": {"labels": {"env": json.dumps(ENV), "tags": json.dumps(TAGS)}}},
+    "labels wrapped JSON string": {"labels": {"labels": json.dumps({"env": ENV, "tags": TAGS})}},
+    "labels as objects": {"labels": {"env": ENV, "tags": TAGS}},
+    "labels empty": {"labels": {}},
+    "labels undecodable tags": {"labels": {"tags": "{not json", "com.example.build": "42"}},
+    "null player count": {"playerCount": None},
+    "unknown fields": {"enableMetrics": True, "somethingNew": {"a": [1, 2]}},
+    "float created": {"created": 1648472895123.5},
+    "unknown status": {"status": "hibernating"},
+    "empty status": {"status": ""},
+    "numeric status": {"status": 5},
+    "numeric tag": {"tag": 7},
+}
+
+
+@pytest.mark.parametrize("overrides", QUIRKS.values(), ids=QUIRKS.keys())
+def test_every_quirk_parses_to_the_same_models_as_the_pure_parser(overrides: dict[str, Any]) -> None:
+    raw = body(entry("plain"), entry("quirky", **overrides))
+    assert SessionListParser().parse(raw) == pure(raw)
+
+
+def test_missing_optional_fields_parse_like_the_pure_parser() -> None:
+    sparse = {k: v for k, v in entry().items() if k not in ("tag", "status", "playerCount", "labels")}
+    raw = body(sparse)
+    [session] = SessionListParser().parse(raw)
+    assert [session] == pure(raw)
+    assert (session.tag, session.status, session.player_count, dict(session.labels)) == ("", "unknown", None, {})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"sessions": [{"id": "n", "image": "i", "location": "l", "created": NaN}]}',  # only Python's json
+        b'{"sessions": [{"id": "\\ud800", "image": "i", "location": "l", "created": 1}]}',
+        b'\xef\xbb\xbf{"sessions": []}',
+        b'{"sessions": [{"id": "big", "image": "i", "location": "l", "created": 1e400}]}',
+        b'{"other": 1, "sessions": []}',
+    ],
+    ids=["NaN", "lone surrogate", "BOM", "huge float", "extra top-level field"],
+)
+def test_json_that_only_pythons_decoder_accepts_still_parses_like_the_pure_parser(raw: bytes) -> None:
+    assert repr(SessionListParser().parse(raw)) == repr(pure(raw))  # repr: NaN != NaN
+
+
+def test_unchanged_entries_come_back_as_the_same_objects_changed_ones_are_new_ended_ones_gone() -> None:
+    parser = SessionListParser()
+    first = {s.id: s for s in parser.parse(body(entry("kept"), entry("changed"), entry("ended")))}
+    second_list = parser.parse(body(entry("kept"), entry("changed", playerCount=9), entry("new")))
+    second = {s.id: s for s in second_list}
+
+    assert [s.id for s in second_list] == ["kept", "changed", "new"]
+    assert second["kept"] is first["kept"]
+    assert second["changed"] is not first["changed"]
+    assert second["changed"].player_count == 9
+    assert "ended" not in second
+    assert second_list == pure(body(entry("kept"), entry("changed", playerCount=9), entry("new")))
+
+
+def test_an_ended_session_that_comes_back_is_parsed_again_not_resurrected_from_old_state() -> None:
+    parser = SessionListParser()
+    [original] = parser.parse(body(entry("a")))
+    assert parser.parse(body()) == []
+    [again] = parser.parse(body(entry("a")))
+    assert again == original and again is not original
+
+
+def test_a_changed_env_value_is_a_changed_entry_but_yields_an_equal_model() -> None:
+    parser = SessionListParser()
+    [before] = parser.parse(body(entry("a")))
+    rotated = {**entry("a")["labels"], "env": json.dumps({**ENV, "MATCH_SECRET": "rotated"})}
+    [after] = parser.parse(body(entry("a", labels=rotated)))
+    assert after == before and after is not before
+
+
+def test_identical_duplicate_entries_share_one_object() -> None:
+    first, second = SessionListParser().parse(body(entry("dup"), entry("dup")))
+    assert first is second
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (entry("x", id=None), r"session list entry 1 has no 'id'"),
+        (entry("x", id=7), r"session list entry 1 field 'id' is int, expected a string"),
+        (entry("x", image=None), r"session list entry 1 'x' has no 'image'"),
+        (entry("x", created="yesterday"), r"session list entry 1 'x' field 'created'"),
+        ("garbage", r"session list entry 1 is str, expected an object"),
+    ],
+)
+def test_one_bad_entry_fails_the_whole_list_naming_the_entry_and_keeps_the_last_good_state(
+    bad: Any, message: str
+) -> None:
+    parser = SessionListParser()
+    [good] = parser.parse(body(entry("good")))
+    with pytest.raises(PayloadError, match=message):
+        parser.parse(body(entry("good"), bad, entry("other")))
+    with pytest.raises(PayloadError, match=message):
+        pure(body(entry("good"), bad, entry("other")))
+    [again] = parser.parse(body(entry("good")))
+    assert again is good
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"<html>502 Bad Gateway</html>", "body is not JSON"),
+        (b"[]", "session list is list, expected an object"),
+        (b'{"sessions": {}}', "'sessions' is dict, expected an array"),
+        (b"{}", "'sessions' is null, expected an array"),
+        (b'{"sessions": [1,]}', "body is not JSON"),
+    ],
+)
+def test_a_malformed_body_fails_with_the_pure_parsers_message(raw: bytes, message: str) -> None:
+    with pytest.raises(PayloadError, match=message):
+        SessionListParser().parse(raw)
+
+
+def test_env_values_never_appear_in_returned_models_or_in_the_parsers_state() -> None:
+    parser = SessionListParser()
+    shapes = [entry(f"s{i}", **overrides) for i, overrides in enumerate(QUIRKS.values())]
+    sessions = parser.parse(body(*shapes))
+    assert len(sessions) == len(shapes)
+    for session in sessions:
+        assert SECRET not in repr(session)
+        assert session.env_keys == ()  # list entries do not even decode the env
+    # The parser remembers entries by digest, not by their bytes (which hold the env).
+    assert SECRET.encode() not in pickle.dumps(parser)
+
+
+# --- through the client and the poller, over real loopback HTTP ---------------------------------
+
+
+def test_the_poller_reuses_unchanged_sessions_across_polls(fake_service: FakeService) -> None:
+    for sid in ("a", "b", "c"):
+        fake_service.add_session(TEST_TOKEN, id=sid, labels={"mode": "duel"}, env={"SECRET": SECRET})
+    with SessionHostClient.connect(fake_service.base_url, Token(TEST_TOKEN), policy=FAST) as client:
+        poller = Poller(client, interval=5.0, on_result=lambda result: None)
+        first = poller.poll_once().sessions
+        assert first is not None
+        before = {s.id: s for s in first}
+        client.join_players("b", ["p1"])
+        fake_service.end_session(TEST_TOKEN, "c")
+        second = poller.poll_once().sessions
+        assert second is not None
+        after = {s.id: s for s in second}
+
+    assert set(after) == {"a", "b"}
+    assert after["a"] is before["a"]
+    assert after["b"] is not before["b"] and after["b"].player_count == 1
+    assert all(SECRET not in repr(s) for s in second)
+
+
+class _CannedHandler(http.server.BaseHTTPRequestHandler):
+    canned = b""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.canned)))
+        self.end_headers()
+        self.wfile.write(self.canned)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def canned_upstream() -> Iterator[tuple[str, type[_CannedHandler]]]:
+    """An upstream on 127.0.0.1 answering every GET with `handler.canned`."""
+    handler = type("Handler", (_CannedHandler,), {})
+    server = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def test_a_bad_list_is_a_decode_error_whose_message_carries_no_env_value(
+    canned_upstream: tuple[str, type[_CannedHandler]],
+) -> None:
+    url, handler = canned_upstream
+    # A short entry puts the env inside the first 200 bytes, where the error's body excerpt looks.
+    handler.canned = body({"id": "s", "labels": {"env": json.dumps(ENV)}, "image": None})
+    expected = r"GET /session: session list entry 0 's' has no 'image'"
+    with (
+        SessionHostClient(httpx.Client(base_url=url), Token("t"), policy=FAST) as client,
+        pytest.raises(ApiDecodeError, match=expected) as info,
+    ):
+        client.list_sessions(parser=SessionListParser())
+    assert SECRET not in str(info.value)
+    assert info.value.excerpt.startswith('{"sessions": [{"id": "s"')
