@@ -230,6 +230,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         if status >= 500:
             self.send_header("Cache-Control", "no-store")
+        if self.close_connection:
+            # Say so: a keep-alive client would otherwise reuse the connection we are closing and
+            # lose its next request in a race with our FIN.
+            self.send_header("Connection", "close")
         self.end_headers()
         self._headers_sent = True
         if not head:

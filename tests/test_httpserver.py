@@ -189,7 +189,9 @@ def test_a_failing_snapshot_source_answers_500_and_is_counted(serve: Callable[..
     metrics = SelfMetrics(CollectorRegistry())
     server = serve(snapshot_source=broken, self_metrics=metrics)
     with httpx.Client() as client:
-        assert client.get(server.url + "/metrics").status_code == 500
+        failed = client.get(server.url + "/metrics")
+        assert failed.status_code == 500
+        assert failed.headers["connection"] == "close"  # so the client does not reuse a closing connection
         assert client.get(server.url + "/healthz").status_code == 200  # the server lives on
     assert b'archiver_errors_total{where="http"} 1.0' in metrics.render(False)
 
