@@ -205,7 +205,7 @@ class SessionHostClient:
         self._observer = observer
         self._clock = clock
         self._sleep = sleep
-        #: Retries made per endpoint since start (tests and the status command read it).
+        #: Retries made per endpoint since start (for tests and debugging; approximate under threads).
         self.retries: Counter[str] = Counter()
 
     @classmethod
@@ -459,7 +459,7 @@ class SessionHostClient:
     def _retrying(self, attempt: Callable[[], T], endpoint: str, policy: RetryPolicy | None, retry: bool) -> T:
         effective = policy or self._policy
         if not retry:
-            effective = effective.bounded_by(max_elapsed=0.0)
+            effective = effective.single_attempt()
 
         def on_retry(exc: BaseException, wait: float) -> None:
             self.retries[endpoint] += 1
@@ -535,7 +535,7 @@ class SessionHostClient:
             details=info.details,
             identifier=info.identifier,
             violations=[Violation(f, d) for f, d in info.violations],
-            body_excerpt="" if info.message else excerpt(body),
+            body_excerpt="" if info.message else excerpt(_safe_excerpt(body)),
             retry_after=_retry_after(response.headers.get("retry-after")),
             method=request.method,
             path=_request_path(request),

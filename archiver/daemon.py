@@ -86,7 +86,7 @@ class Daemon:
         self.settings = settings
         self._clock = clock
         self.registry = CollectorRegistry()
-        self.metrics = SelfMetrics(self.registry, version=__version__)
+        self.metrics = SelfMetrics(self.registry, version=__version__, endpoints=ENDPOINTS)
         self.metrics.set_retention(settings.retention)
         if client is None:
             api_url, token = settings.require_api()
@@ -160,28 +160,21 @@ class Daemon:
         self._stop.set()
 
     def _probe_store(self, retry_every: float = 30.0) -> None:
-        """Does the store refuse a second create-once write? (Some S3-compatible servers ignore
-        If-None-Match.) Retried until the store answers: an outage at start-up must not stop us."""
-        from archiver.errors import StoreError
-
+        """Probe the store until it answers: an outage at start-up must not stop the daemon."""
         assert self.pipeline is not None
-        store = self.pipeline.store
         warned = False
         while not self._stop.is_set():
             try:
-                supported = store.probe_conditional_writes()
-            except StoreError as exc:
-                if not warned:
-                    log.warning("store probe failed, retrying every %.0fs: %s", retry_every, exc)
-                    warned = True
-                self._stop.wait(retry_every)
-                continue
+                if probe_store(self.pipeline.store, self.metrics):
+                    return
             except Exception:  # the thread's edge: counted, and writes keep checking first
                 self.metrics.error("store_probe")
                 log.exception("store probe crashed")
                 return
-            self.metrics.set_conditional_writes_supported(supported)
-            return
+            if not warned:
+                log.warning("store probe failed, retrying every %.0fs", retry_every)
+                warned = True
+            self._stop.wait(retry_every)
 
     # --- the poll -----------------------------------------------------------------------------
 
@@ -189,11 +182,11 @@ class Daemon:
         self.poller.run(self._stop)
 
     def _on_poll(self, result: PollResult) -> None:
-        self._snapshot = self.renderer.render(result.sessions, result.families, now=result.started_at)
-        if result.sessions is not None:
-            self.last_poll_summary = PollSummary(
-                len(result.sessions), sum(s.player_count or 0 for s in result.sessions)
-            )
+        # The archiving half first: it is the one with a deadline, and an exporter problem must
+        # not hold it up.
+        if self.pipeline is not None:
+            self.pipeline.observe_poll(result.sessions, result.started_at)
+            self.pipeline.gauges()  # backlog gauges as fresh as the snapshot they are scraped with
         for endpoint in ENDPOINTS:
             self.metrics.poll_result(
                 endpoint,
@@ -201,14 +194,16 @@ class Daemon:
                 duration=result.durations.get(endpoint, 0.0),
                 now=result.started_at,
             )
-        if self.pipeline is not None:
-            self.pipeline.observe_poll(result.sessions, result.started_at)
-            self.pipeline.gauges()  # backlog gauges as fresh as the snapshot they are scraped with
+        try:
+            self._snapshot = self.renderer.render(result.sessions, result.families, now=result.started_at)
+        except Exception:  # the render's edge: the last snapshot keeps being served, and /readyz ages it
+            self.metrics.error("render")
+            log.exception("rendering the snapshot failed")
+        if result.sessions is not None:
+            self.last_poll_summary = PollSummary(
+                len(result.sessions), sum(s.player_count or 0 for s in result.sessions)
+            )
         self._first_poll_done = True
-
-    @property
-    def snapshot(self) -> Snapshot | None:
-        return self._snapshot
 
     # --- probes -------------------------------------------------------------------------------
 
@@ -248,6 +243,21 @@ def tune_allocator() -> None:
         ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
 
 
+def probe_store(store: ObjectStore, metrics: SelfMetrics) -> bool:
+    """Does the store refuse a second create-once write? (Some S3-compatible servers ignore
+    If-None-Match; the store then keeps checking before each write.) False when the store did
+    not answer; the result is reported in `archiver_store_conditional_writes_supported`."""
+    from archiver.errors import StoreError
+
+    try:
+        supported = store.probe_conditional_writes()
+    except StoreError as exc:
+        log.warning("store probe failed: %s", exc)
+        return False
+    metrics.set_conditional_writes_supported(supported)
+    return True
+
+
 def run_forever(settings: Settings) -> None:
     """The `archiver run` entry point: logs, signals, start, wait, graceful stop."""
     tune_allocator()
@@ -285,6 +295,8 @@ def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -
     with SessionHostClient.connect(api_url, token) as client:
         pipeline = default_pipeline(settings, client, metrics)
         assert isinstance(pipeline, Pipeline)
+        pipeline.store.conditional_writes = False  # writes check first unless the probe passes
+        probe_store(pipeline.store, metrics)
         pipeline.recover()
         pipeline.start()
         try:

@@ -209,7 +209,11 @@ class Fetcher:
         404 means the upstream no longer has it: `source_gone` inside the window, `expired` after.
         """
         last_chance = remaining <= 0
-        policy = self._policy.bounded_by(max_elapsed=0.0 if last_chance else min(self._policy.max_elapsed, remaining))
+        policy = (
+            self._policy.single_attempt()
+            if last_chance
+            else self._policy.bounded_by(max_elapsed=min(self._policy.max_elapsed, remaining))
+        )
         source = item.source
         try:
             if item.kind == "logs":

@@ -162,6 +162,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
     def _dispatch(self, *, head: bool) -> None:
+        self._headers_sent = False  # per request: one handler serves every request of a connection
         app = self.server.app
         try:
             if app.auth is not None and not app.auth.check(self.headers.get("Authorization")):

@@ -13,23 +13,26 @@ from typing import Any
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None)).keys()) | {"message", "asctime"}
 
 
-class Redactor(logging.Filter):
-    """Replaces known secret strings in every record. Defence in depth: no code path is meant to log
-    a secret, but a token pasted into a URL or an upstream echoing it must still not reach a log."""
+class Redactor(logging.Formatter):
+    """Wraps a formatter and replaces known secrets in every line it produces: message, extra
+    fields and tracebacks alike. Defence in depth: no code path is meant to log a secret, but an
+    upstream echoing the token in an error must still not reach a log."""
 
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, inner: logging.Formatter, secrets: Iterable[str] = ()) -> None:
         super().__init__()
-        self._secrets = tuple(s for s in secrets if len(s) >= 4)
+        self._inner = inner
+        forms: set[str] = set()
+        for secret in secrets:
+            if len(secret) >= 4:
+                forms.add(secret)
+                forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])  # as it appears inside JSON
+        self._forms = tuple(sorted(forms, key=len, reverse=True))
 
-    def filter(self, record: logging.LogRecord) -> bool:
-        if self._secrets:
-            message = record.getMessage()
-            redacted = message
-            for secret in self._secrets:
-                redacted = redacted.replace(secret, "***")
-            if redacted != message:
-                record.msg, record.args = redacted, None
-        return True
+    def format(self, record: logging.LogRecord) -> str:
+        line = self._inner.format(record)
+        for form in self._forms:
+            line = line.replace(form, "***")
+        return line
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:
@@ -65,8 +68,7 @@ class TextFormatter(logging.Formatter):
 def configure(fmt: str = "text", level: str = "info", secrets: Iterable[str] = (), stream: Any = None) -> None:
     """Install one handler on the root logger (idempotent: replaces a previous one of ours)."""
     handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
-    handler.addFilter(Redactor(secrets))
+    handler.setFormatter(Redactor(JsonFormatter() if fmt == "json" else TextFormatter(), secrets))
     handler.set_name("archiver")
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == "archiver"]:

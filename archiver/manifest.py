@@ -34,9 +34,18 @@ OUTCOMES: Final = ("archived", "source_gone", "too_large", "expired", "conflict"
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
+def is_sha256(value: object) -> bool:
+    """A sha256 hex digest as the archive writes them: 64 lowercase hex digits."""
+    return isinstance(value, str) and _SHA256_RE.match(value) is not None
+
+
+#: 9999-12-31T23:59:59Z: the last instant datetime (and so every printed time) can represent.
+_LATEST = 253402300799.0
+
+
 def _check_time(name: str, value: float | None) -> None:
-    if value is not None and (isinstance(value, bool) or not math.isfinite(value)):
-        raise ValueError(f"{name} must be a finite epoch-seconds number, got {value!r}")
+    if value is not None and (isinstance(value, bool) or not math.isfinite(value) or not 0 <= value <= _LATEST):
+        raise ValueError(f"{name} must be epoch seconds between 1970 and 9999, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +78,7 @@ class ManifestItem:
             raise ValueError("an artifact item needs its path")
         if self.size is not None and (isinstance(self.size, bool) or self.size < 0):
             raise ValueError(f"item size must be a non-negative int, got {self.size!r}")
-        if self.sha256 is not None and not _SHA256_RE.match(self.sha256):
+        if self.sha256 is not None and not is_sha256(self.sha256):
             raise ValueError(f"item sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
         if self.outcome == "archived" and (
             self.key is None or self.size is None or self.sha256 is None or self.content_type is None
@@ -301,8 +310,8 @@ class _Reader:
 def _load(data: bytes, what: str) -> _Reader:
     try:
         doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ManifestError(f"{what} is not UTF-8 JSON ({exc})", body=data) from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, a 5000-digit number, nesting too deep
+        raise ManifestError(f"{what} is not UTF-8 JSON ({type(exc).__name__})", body=data) from None
     if not isinstance(doc, dict):
         raise ManifestError(f"{what} is not a JSON object", body=data)
     reader = _Reader(doc, what, data)

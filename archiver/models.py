@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import operator
 import sys
 from collections.abc import Iterator, Mapping
@@ -201,13 +202,16 @@ _shared = sys.intern
 
 def _created(obj: Mapping[str, Any], what: str) -> float:
     value = obj.get("created")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return value  # ms epoch; int stays exact, float stays float64
-    if isinstance(value, str):
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
         try:
-            return float(value)
-        except ValueError:
-            pass
+            # Epoch ms as float64 (exact to well past the year 2200); a 400-digit integer would
+            # only fail later, in rendering or in the state DB, so it fails here.
+            created = float(value)
+        except (ValueError, OverflowError):
+            created = math.nan
+        if math.isfinite(created):
+            return created
+        raise PayloadError(f"{what} field 'created' is not a finite number: {str(value)[:40]!r}")
     if value is None:
         raise PayloadError(f"{what} has no 'created'")
     raise PayloadError(f"{what} field 'created' is {_type_name(value)}, expected a number")

@@ -25,6 +25,7 @@ from pathlib import Path
 from archiver import keys
 from archiver.api import SessionHostClient
 from archiver.crashpoints import crashpoint
+from archiver.durable import fsync_dir
 from archiver.errors import (
     ApiError,
     NotFoundError,
@@ -571,6 +572,9 @@ class Pipeline:
         target = self._conflicts_dir / path.name
         with contextlib.suppress(FileNotFoundError):
             os.replace(path, target)
+        # Durable before the row says so: recovery deletes spool files of finished items.
+        fsync_dir(self._conflicts_dir)
+        fsync_dir(path.parent)
         return target
 
     def _finalize_one(self) -> bool:

@@ -31,10 +31,6 @@ class PollResult:
     durations: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def ok(self) -> bool:
-        return not self.errors
-
 
 def poll_policy(interval: float) -> RetryPolicy:
     """Retries of one poll must finish well inside the interval, so polls never pile up."""
@@ -74,7 +70,6 @@ class Poller:
         self._policy = poll_policy(interval)
         self._healthy: dict[str, bool | None] = dict.fromkeys(ENDPOINTS)
         self.heartbeat = 0.0
-        self.polls = 0
 
     def poll_once(self) -> PollResult:
         started = self._clock()
@@ -103,7 +98,6 @@ class Poller:
             self._transition(METRICS, True, None)
         durations[METRICS] = time.perf_counter() - t0
 
-        self.polls += 1
         return PollResult(started, sessions, families, durations, errors)
 
     def _transition(self, endpoint: str, ok: bool, exc: Exception | None) -> None:

@@ -47,7 +47,7 @@ from archiver.manifest import (
 )
 from archiver.safetar import ExtractResult, safe_extract
 from archiver.settings import parse_duration
-from archiver.store.base import ObjectStore
+from archiver.store.base import ObjectStore, hash_file
 
 #: `ls` looks back this far when no --since is given.
 DEFAULT_SINCE = 24 * 3600.0
@@ -640,7 +640,7 @@ class DownloadResult:
 
 def download_size(m: Manifest) -> int:
     """Bytes `get` downloads for this manifest (for a progress bar's length)."""
-    return sum(i.size or 0 for i in m.items if i.outcome == "archived")
+    return m.total_bytes
 
 
 def session_dir_name(sid: str) -> str:
@@ -648,22 +648,12 @@ def session_dir_name(sid: str) -> str:
     return keys.escape_session_id(sid)
 
 
-def _hash_file(path: Path) -> tuple[str, int]:
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as f:
-        while chunk := f.read(1024 * 1024):
-            digest.update(chunk)
-            size += len(chunk)
-    return digest.hexdigest(), size
-
-
 def _download(
     store: ObjectStore, key: str, target: Path, size: int, sha256: str, progress: Progress | None
 ) -> DownloadedFile:
     """Stream one object to ``target`` via ``target.partial``, verifying size and sha256 before the rename."""
     if target.is_file() and not target.is_symlink():
-        have_sha, have_size = _hash_file(target)
+        have_sha, have_size = hash_file(target)
         if have_sha == sha256 and have_size == size:
             if progress is not None:
                 progress(size)

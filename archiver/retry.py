@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 from collections.abc import Callable
@@ -36,15 +37,16 @@ class RetryPolicy:
     attempt_timeout: float | None = None
 
     def bounded_by(self, *, deadline: float | None = None, max_elapsed: float | None = None) -> RetryPolicy:
-        return RetryPolicy(
-            attempts=self.attempts,
-            max_elapsed=self.max_elapsed if max_elapsed is None else max_elapsed,
-            initial_wait=self.initial_wait,
-            max_wait=self.max_wait,
-            jitter=self.jitter,
+        """This policy with a tighter deadline or total time (None keeps the current bound)."""
+        return dataclasses.replace(
+            self,
             deadline=self.deadline if deadline is None else deadline,
-            attempt_timeout=self.attempt_timeout,
+            max_elapsed=self.max_elapsed if max_elapsed is None else max_elapsed,
         )
+
+    def single_attempt(self) -> RetryPolicy:
+        """This policy without retries (its per-attempt timeout still applies)."""
+        return dataclasses.replace(self, attempts=1)
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import tomllib
@@ -25,8 +26,8 @@ def parse_duration(value: str | float | int) -> float:
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"negative duration: {value!r}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"not a duration: {value!r}")
         return float(value)
     text = value.strip().lower()
     try:
@@ -41,8 +42,8 @@ def parse_duration(value: str | float | int) -> float:
         if pos != len(text) or not text:
             raise ValueError(f"not a duration (use e.g. 30s, 10m, 4h, 2h30m): {value!r}") from None
         return total
-    if seconds < 0:
-        raise ValueError(f"negative duration: {value!r}")
+    if not math.isfinite(seconds) or seconds < 0:  # float() accepts "nan" and "inf"
+        raise ValueError(f"not a duration (use e.g. 30s, 10m, 4h, 2h30m): {value!r}")
     return seconds
 
 

@@ -37,8 +37,6 @@ DB_NAME: Final = "state.db"
 #: How long a writer waits for the file lock another process holds (`archiver status` reads only).
 BUSY_TIMEOUT_MS: Final = 10_000
 
-ITEM_STATUSES: Final = ("pending_fetch", "fetching", "spooled", "uploading", "done")
-SESSION_STATES: Final = ("active", "candidate", "ended", "finalizing", "archived")
 
 _SCHEMA = """
 CREATE TABLE sessions (
@@ -514,11 +512,6 @@ class StateDB:
             ).fetchall()
         return [_item_row(r) for r in rows]
 
-    def item(self, item_id: int) -> ItemRow | None:
-        with self.read() as db:
-            row = db.execute(f"SELECT {_ITEM_COLUMNS} FROM items WHERE id = ?", (item_id,)).fetchone()
-        return None if row is None else _item_row(row)
-
     def claim_fetch(self, now_mono: float) -> ItemRow | None:
         """The pending item with the earliest deadline whose retry gate is open, now `fetching`."""
         with self.write() as db:
@@ -572,10 +565,15 @@ class StateDB:
             )
 
     def retry_item(self, item_id: int, *, status: str, not_before: float, error: str) -> None:
-        """Back to `status` (pending_fetch or spooled), not to be picked before `not_before`."""
+        """Back to `status` (pending_fetch or spooled), not to be picked before `not_before`.
+
+        Only an item still in flight moves: an error raised after the item's final write (a gauge
+        refresh, a metrics call) must not undo an outcome that is already committed.
+        """
         with self.write() as db:
             db.execute(
-                "UPDATE items SET status = ?, not_before = ?, last_error = ? WHERE id = ?",
+                "UPDATE items SET status = ?, not_before = ?, last_error = ?"
+                " WHERE id = ? AND status IN ('fetching', 'uploading')",
                 (status, not_before, error[:500], item_id),
             )
 

@@ -56,6 +56,8 @@ def parse_upstream_metrics(body: bytes | str) -> list[MetricFamily]:
         except UnicodeDecodeError:
             raise PayloadError("metrics body is not UTF-8") from None
     else:
+        if len(body) > MAX_BODY_BYTES:  # characters, at least one byte each
+            raise PayloadError(f"metrics body is more than {MAX_BODY_BYTES} bytes")
         text = body
     try:
         families = [_convert(metric) for metric in text_string_to_metric_families(text)]

@@ -107,3 +107,25 @@ def test_status_command_reads_the_state_dir(fake_service: FakeService, tmp_path:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "nothing pending"
+
+
+def test_a_store_that_does_not_answer_the_probe_leaves_writes_checking_first(tmp_path: Path) -> None:
+    """The probe's verdict is reported when the store answers; an unreachable store is not an error."""
+    from prometheus_client import CollectorRegistry
+
+    from archiver.daemon import probe_store
+    from archiver.selfmetrics import SelfMetrics
+    from archiver.store import open_store
+
+    (tmp_path / "archive").mkdir()
+    store = open_store((tmp_path / "archive").as_uri())
+    metrics = SelfMetrics(CollectorRegistry())
+    assert probe_store(store, metrics) is True
+    assert metrics.registry.get_sample_value("archiver_store_conditional_writes_supported") == 1.0
+
+    (tmp_path / "gone").mkdir()
+    gone = open_store((tmp_path / "gone").as_uri())
+    (tmp_path / "gone").rmdir()  # the store's directory disappears (an unmounted volume)
+    gone.conditional_writes = False
+    assert probe_store(gone, SelfMetrics(CollectorRegistry())) is False
+    assert gone.conditional_writes is False

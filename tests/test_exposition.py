@@ -425,3 +425,13 @@ def test_snapshot_is_immutable() -> None:
     assert isinstance(snap, Snapshot)
     with pytest.raises(AttributeError):
         snap.rendered_at = 1.0  # type: ignore[misc]
+
+
+def test_an_oversized_upstream_metrics_text_is_refused_like_bytes() -> None:
+    """The client hands the parser text, not bytes: the size cap must hold for both."""
+    from archiver.errors import PayloadError
+    from archiver.upstream_metrics import MAX_BODY_BYTES, parse_upstream_metrics
+
+    big = "session_count 1\n" * (MAX_BODY_BYTES // 16 + 1)
+    with pytest.raises(PayloadError, match="more than"):
+        parse_upstream_metrics(big)

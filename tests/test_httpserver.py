@@ -290,3 +290,18 @@ def test_accept_negotiation(accept: str | None, expected: bool) -> None:
 )
 def test_accept_encoding_negotiation(value: str | None, expected: bool) -> None:
     assert accepts_gzip(value) is expected
+
+
+def test_a_failure_on_a_reused_connection_still_answers_500(serve: Callable[..., MetricsServer]) -> None:
+    """The handler serves every request of a keep-alive connection: an earlier good response must
+    not make a later failing request lose its 500."""
+    snapshot = make_snapshot()
+    calls = iter([snapshot])
+
+    def works_once() -> Snapshot | None:
+        return next(calls)  # StopIteration (a bug stand-in) from the second call on
+
+    server = serve(snapshot_source=works_once, self_metrics=SelfMetrics(CollectorRegistry()))
+    with httpx.Client() as client:
+        assert client.get(server.url + "/metrics").status_code == 200
+        assert client.get(server.url + "/metrics").status_code == 500

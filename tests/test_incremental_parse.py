@@ -7,7 +7,7 @@ import http.server
 import json
 import pickle
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -99,7 +99,13 @@ def test_missing_optional_fields_parse_like_the_pure_parser() -> None:
     ids=["NaN", "lone surrogate", "BOM", "huge float", "extra top-level field"],
 )
 def test_json_that_only_pythons_decoder_accepts_still_parses_like_the_pure_parser(raw: bytes) -> None:
-    assert repr(SessionListParser().parse(raw)) == repr(pure(raw))  # repr: NaN != NaN
+    def outcome(parse: Callable[[bytes], object]) -> str:
+        try:
+            return repr(parse(raw))  # repr: NaN != NaN
+        except PayloadError as exc:  # a non-finite `created` is refused by both
+            return f"PayloadError: {exc}"
+
+    assert outcome(SessionListParser().parse) == outcome(pure)
 
 
 def test_unchanged_entries_come_back_as_the_same_objects_changed_ones_are_new_ended_ones_gone() -> None:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -325,3 +326,31 @@ def test_index_entry_summarises_the_manifest_and_round_trips() -> None:
             total_bytes=0,
             manifest_key="k",
         )
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda text: text.replace('"schema_version": 1', '"schema_version": ' + "9" * 5000),
+        lambda text: "[" * 100_000 + "]" * 100_000,
+    ],
+    ids=["5000-digit number", "deeply nested"],
+)
+def test_hostile_json_documents_are_manifest_errors(mutate: Callable[[str], str]) -> None:
+    from archiver.manifest import parse_index_entry, parse_manifest
+
+    for parse in (parse_manifest, parse_index_entry):
+        with pytest.raises(ManifestError):
+            parse(mutate('{"schema_version": 1}').encode())
+
+
+def test_times_outside_what_can_be_printed_are_refused_when_parsing() -> None:
+    """`ls` prints every end time: an index entry claiming the year 1e292 must not crash it."""
+    data = index_entry_to_bytes(index_entry_for(_manifest(), "k"))
+    doc = json.loads(data)
+    doc["ended_at"] = 1e300
+    with pytest.raises(ManifestError, match="ended_at"):
+        parse_index_entry(json.dumps(doc).encode())
+    doc["ended_at"] = -5.0
+    with pytest.raises(ManifestError, match="ended_at"):
+        parse_index_entry(json.dumps(doc).encode())

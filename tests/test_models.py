@@ -204,3 +204,10 @@ def test_repeated_strings_are_shared_between_sessions() -> None:
 )
 def test_decode_json_gives_what_pythons_json_gives(body: bytes) -> None:
     assert repr(decode_json(body)) == repr(json.loads(body))
+
+
+@pytest.mark.parametrize("created", [10**400, "1e999", float("nan")])
+def test_created_that_is_not_a_finite_number_is_a_payload_error(created: Any) -> None:
+    """A 400-digit integer would otherwise pass parsing and crash the renderer later."""
+    with pytest.raises(PayloadError, match="'created'"):
+        parse_session(entry(created=created))

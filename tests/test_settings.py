@@ -87,3 +87,10 @@ def test_value_parsers() -> None:
     assert parse_listen("[::1]:80") == ("::1", 80)
     assert parse_size("100MB") == 100_000_000
     assert parse_size("1MiB") == 1 << 20
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e400"])
+def test_non_finite_durations_are_refused(value: str) -> None:
+    """nan would make the poll loop spin; inf would kill it in Event.wait."""
+    with pytest.raises(ConfigError, match="--poll-interval"):
+        load_settings({"poll_interval": value}, {})

@@ -226,3 +226,18 @@ def test_the_multipart_journal_survives_a_reopen(tmp_path: Path) -> None:
     assert dict(reopened.journal.get("k/obj").parts) == {}  # type: ignore[union-attr]
     reopened.journal.finish("k/obj")
     assert reopened.journal.get("k/obj") is None and reopened.journal.upload_ids() == set()
+
+
+def test_a_late_retry_never_undoes_an_item_that_already_reached_its_outcome(tmp_path: Path) -> None:
+    """An error raised after an item's final write (gauges, metrics) sends the worker to its retry
+    path; that must leave the committed outcome alone."""
+    state = StateDB.open(tmp_path)
+    _ended(state, "sess-00001", 900.0, ("/a",))
+    a, b = state.claim_fetch(0.0), state.claim_fetch(0.0)
+    assert a is not None and b is not None
+    state.finish_item(a.id, "source_gone", now=10.0, error="404")
+    state.retry_item(a.id, status="pending_fetch", not_before=0.0, error="late failure")
+    state.retry_item(b.id, status="pending_fetch", not_before=0.0, error="in flight")
+    statuses = {i.id: (i.status, i.outcome) for i in state.items_of("sess-00001")}
+    assert statuses[a.id] == ("done", "source_gone")
+    assert statuses[b.id] == ("pending_fetch", None)

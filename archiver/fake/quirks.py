@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from archiver.fake.errors import FakeConfigError
@@ -72,8 +72,3 @@ def parse_quirk(text: str) -> tuple[str, bool | str]:
     if value in ("false", "0", "no", "off"):
         return name, False
     raise FakeConfigError(f"quirk {name!r} takes true or false, got {raw!r}")
-
-
-def parse_quirks(texts: Iterable[str]) -> Quirks:
-    """All ``--quirk`` values at once, validated."""
-    return with_flags(Quirks(), dict(parse_quirk(t) for t in texts))

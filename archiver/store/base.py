@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import re
 import threading
 from collections import Counter
 from collections.abc import Iterator, Mapping, Set
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from archiver.errors import InvalidKeyError
+from archiver.manifest import is_sha256
 
 #: Files below this size are sent with one create-once PUT; larger ones as a multipart upload.
 DEFAULT_MULTIPART_THRESHOLD = 8 * 1024 * 1024
@@ -248,12 +248,9 @@ def validate_prefix(prefix: str) -> str:
     return prefix
 
 
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
 def check_sha256(sha256: str) -> str:
     """The digest itself if it is 64 lowercase hex digits; ``ValueError`` otherwise (a caller bug)."""
-    if not _SHA256_RE.match(sha256):
+    if not is_sha256(sha256):
         raise ValueError(f"sha256 must be 64 lowercase hex digits, got {sha256[:80]!r}")
     return sha256
 

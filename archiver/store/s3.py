@@ -6,7 +6,6 @@ import base64
 import hashlib
 import logging
 import math
-import re
 import uuid
 from collections import deque
 from collections.abc import Iterator, Set
@@ -33,6 +32,7 @@ from archiver.errors import (
     StoreUnavailableError,
     excerpt,
 )
+from archiver.manifest import is_sha256
 from archiver.store.base import (
     DEFAULT_MULTIPART_THRESHOLD,
     DEFAULT_PART_CONCURRENCY,
@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 
 ChecksumMode = Literal["when_supported", "when_required"]
 
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _MIB = 1024 * 1024
 
 #: Error codes meaning "we are not allowed / misconfigured": retrying will not help, alert.
@@ -235,7 +234,7 @@ class S3Store:
         return ObjectInfo(
             key=key,
             size=int(response["ContentLength"]),
-            sha256=sha256 if isinstance(sha256, str) and _SHA256_RE.match(sha256) else None,
+            sha256=sha256 if is_sha256(sha256) else None,
             content_type=response.get("ContentType"),
         )
 
