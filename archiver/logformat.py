@@ -99,4 +99,4 @@ def read_lines(chunks: Iterable[bytes], shape: str) -> Iterator[LogLine]:
 
 def _order(key: str) -> tuple[int, str]:
     # Legacy keys are line numbers as strings: "10" comes after "9".
-    return (int(key), "") if key.isdigit() else (1 << 62, key)
+    return (int(key), "") if key.isdecimal() else (1 << 62, key)  # isdigit() admits "²", int() does not

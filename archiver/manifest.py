@@ -40,11 +40,11 @@ def is_sha256(value: object) -> bool:
 
 
 #: 9999-12-31T23:59:59Z: the last instant datetime (and so every printed time) can represent.
-_LATEST = 253402300799.0
+LATEST_TIME: Final = 253402300799.0
 
 
 def _check_time(name: str, value: float | None) -> None:
-    if value is not None and (isinstance(value, bool) or not math.isfinite(value) or not 0 <= value <= _LATEST):
+    if value is not None and (isinstance(value, bool) or not math.isfinite(value) or not 0 <= value <= LATEST_TIME):
         raise ValueError(f"{name} must be epoch seconds between 1970 and 9999, got {value!r}")
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import math
 import os
 import re
 import sys
@@ -37,6 +38,7 @@ from archiver.errors import (
     StoreError,
 )
 from archiver.manifest import (
+    LATEST_TIME,
     OUTCOMES,
     IndexEntry,
     Manifest,
@@ -68,6 +70,18 @@ def _stderr_warn(message: str) -> None:
 
 
 def parse_time(value: str, now: float) -> float:
+    """Epoch seconds from ``2h``/``30m``/``7d``/``1h30m`` (that long before ``now``) or an ISO 8601 time,
+    between 1970 and 9999 (the index is partitioned by UTC hour; nothing was archived outside that)."""
+    try:
+        when = _parse_time(value, now)
+    except OverflowError:
+        when = math.inf
+    if not 0 <= when <= LATEST_TIME:
+        raise ValueError(f"time out of range: {value!r} (archives are between 1970 and 9999)")
+    return when
+
+
+def _parse_time(value: str, now: float) -> float:
     """Epoch seconds from ``2h``/``30m``/``7d``/``1h30m`` (that long before ``now``) or an ISO 8601 time.
 
     ISO forms: ``2026-11-22``, ``2026-11-22T10:00``, ``2026-11-22 10:00:05``, with or without
@@ -802,19 +816,6 @@ def render_download(result: DownloadResult, out: TextIO) -> None:
 
 
 # --- verify -----------------------------------------------------------------------------------
-
-#: Problem kinds `verify` reports.
-PROBLEM_KINDS = (
-    "not_archived",
-    "unreadable_manifest",
-    "manifest_mismatch",
-    "unexpected_key",
-    "missing_object",
-    "size_mismatch",
-    "sha256_mismatch",
-    "missing_index",
-    "store_error",
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,6 @@ import errno
 import os
 import posixpath
 import tarfile
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,8 +37,6 @@ DEFAULT_MAX_TOTAL_BYTES = 20 * 1024**3
 #: Upper bound of members per archive (inode exhaustion is a denial of service too).
 DEFAULT_MAX_MEMBERS = 200_000
 _COPY_CHUNK = 1024 * 1024
-
-Warn = Callable[[str], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +182,8 @@ class _Extractor:
                 self.refuse(member, "a directory of the same name was extracted before")
                 return
             os.symlink(member.linkname, target)
+            # The name is a link now, not an extracted file: no hard link may point at it.
+            self.files.discard(rel)
             if not _inside(self.root, os.path.realpath(target)):
                 # Lexically inside, but through links already on disk it leaves the destination.
                 os.unlink(target)
@@ -208,12 +207,17 @@ class _Extractor:
         mode = (member.mode & 0o755) | 0o600
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
         written = 0
-        with os.fdopen(fd, "wb") as out, source:
-            while chunk := source.read(_COPY_CHUNK):
-                written += len(chunk)
-                if self.result.bytes_written + written > self.max_total:
-                    break
-                out.write(chunk)
+        try:
+            with os.fdopen(fd, "wb") as out, source:
+                while chunk := source.read(_COPY_CHUNK):
+                    written += len(chunk)
+                    if self.result.bytes_written + written > self.max_total:
+                        break
+                    out.write(chunk)
+        except BaseException:
+            # A truncated or corrupt archive: no half-written file that looks complete.
+            os.unlink(target)
+            raise
         if self.result.bytes_written + written > self.max_total:
             os.unlink(target)
             self.refuse(member, f"extraction limit of {self.max_total} bytes reached")
@@ -229,6 +233,10 @@ class _Extractor:
             self.refuse(member, f"hard link to {member.linkname[:80]!r}, which is not an extracted file")
             return
         source = os.path.join(self.root, source_rel)
+        if os.path.islink(source):
+            # os.link would copy the symlink itself, whose text then resolves from a new directory.
+            self.refuse(member, f"hard link to {member.linkname[:80]!r}, which is a symlink")
+            return
         if not _inside(self.root, os.path.realpath(source)):
             self.refuse(member, "hard link target resolves outside the destination")
             return

@@ -36,3 +36,8 @@ def test_legacy_map_is_read_in_numeric_line_order() -> None:
 def test_garbage_json_lines_are_kept_as_text_not_dropped() -> None:
     body = b'{"streamType": 1, "line": "ok"}\n{broken\n'
     assert [line.text for line in read_lines([body], NDJSON)] == ["ok", "{broken"]
+
+
+def test_legacy_keys_that_look_like_digits_but_are_not_numbers_do_not_crash() -> None:
+    body = json.dumps({"line": {"2": "b", "1": "a", "²": "odd"}}).encode()
+    assert [line.text for line in read_lines([body], LEGACY)] == ["a", "b", "odd"]

@@ -900,3 +900,12 @@ def test_ls_on_s3_lists_partitions_not_the_bucket(s3_store: ObjectStore) -> None
     assert counts["ListObjectsV2"] == 3 and counts["GetObject"] == 3
     print(f"\nls --since 2h over {len(sessions)} sessions (moto S3): {elapsed * 1000:.1f} ms, {counts}")
     assert elapsed < 1.0
+
+
+@pytest.mark.parametrize(
+    "text", ["99999999999999999d", "0001-01-01T00:00+01:00", "9999-12-31T23:59:59-23:59", "60000d"]
+)
+def test_times_outside_the_archive_range_are_a_clear_error(text: str) -> None:
+    """Not an OverflowError or 'year 0 is out of range' traceback from deeper down."""
+    with pytest.raises(ValueError, match="out of range"):
+        retrieve.parse_time(text, NOW)

@@ -198,3 +198,37 @@ def test_the_fake_services_artifact_extracts_byte_for_byte(tmp_path: Path, fake_
     assert files and result.files == len(files)
     for name, data in files.items():
         assert (tmp_path / "dest" / name.lstrip("./")).read_bytes() == data
+
+
+def test_a_hard_link_to_a_name_later_replaced_by_a_symlink_cannot_reach_outside(
+    tmp_path: Path, filter_mode: str
+) -> None:
+    """A deep file, then a symlink of the same name whose text is harmless from its own directory,
+    then a shallow hard link to that name: hard-linking the symlink would re-read its text from the
+    shallow directory and lead to /etc/passwd."""
+    deep = "/".join(["d"] * 30)
+    escape = "../" * 30 + "etc/passwd"  # from d/.../d: out/etc/passwd, inside; from out/: /etc/passwd
+    archive = make_tar(
+        tmp_path / "a.tar.gz",
+        [
+            (_info(f"{deep}/x"), b"harmless"),
+            (_info(f"{deep}/x", tarfile.SYMTYPE, linkname=escape), None),
+            (_info("passwd", tarfile.LNKTYPE, linkname=f"{deep}/x"), None),
+        ],
+    )
+    out = tmp_path / "out"
+    result = safe_extract(archive, out)
+    passwd = out / "passwd"
+    assert not (passwd.exists() or passwd.is_symlink()) or os.path.realpath(passwd).startswith(str(out))
+    assert any(r.member == "passwd" for r in result.refused), result.refused
+
+
+def test_a_truncated_archive_leaves_no_half_written_file(tmp_path: Path) -> None:
+    """A cut-off download must not leave a file that looks complete."""
+    whole = make_tar(tmp_path / "whole.tar.gz", [(_info("big.bin"), os.urandom(3_000_000))])
+    cut = tmp_path / "cut.tar.gz"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    out = tmp_path / "out"
+    with pytest.raises((EOFError, OSError, tarfile.TarError)):
+        safe_extract(cut, out)
+    assert not (out / "big.bin").exists()
