@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Protocol
@@ -38,9 +39,11 @@ class ArchivePipeline(Protocol):
     """What the daemon needs of the archiving half (archiver.pipeline.Pipeline)."""
 
     def recover(self) -> None: ...
-    def start(self) -> None: ...
+    def start(self, *, reconcile: bool = ...) -> None: ...
     def stop(self, timeout: float = ...) -> bool: ...
-    def observe_poll(self, sessions: list[Session] | None, now: float) -> None: ...
+    def observe_poll(
+        self, sessions: list[Session] | None, now: float, *, present_ids: AbstractSet[str] = ...
+    ) -> None: ...
     def alive(self) -> bool: ...
     def gauges(self) -> object: ...
 
@@ -97,6 +100,8 @@ class Daemon:
         )
         self._snapshot: Snapshot | None = None
         self._first_poll_done = False
+        #: Why the last poll's end detection failed (None: it did not).
+        self._detection_error: str | None = None
         self.last_poll_summary = PollSummary()
         self._stop = threading.Event()
         self.poller = Poller(client, interval=settings.poll_interval, on_result=self._on_poll, clock=clock)
@@ -160,21 +165,32 @@ class Daemon:
         self._stop.set()
 
     def _probe_store(self, retry_every: float = 30.0) -> None:
-        """Probe the store until it answers: an outage at start-up must not stop the daemon."""
+        """Probe the store until it answers (an outage at start-up must not stop the daemon), then
+        check its health every poll interval, so `archiver_store_up` tells the truth within one
+        interval even when nothing is being uploaded."""
         assert self.pipeline is not None
+        store = self.pipeline.store
+        retry_every = min(retry_every, self.settings.poll_interval)
         warned = False
         while not self._stop.is_set():
             try:
-                if probe_store(self.pipeline.store, self.metrics):
-                    return
+                if probe_store(store, self.metrics):
+                    break
             except Exception:  # the thread's edge: counted, and writes keep checking first
                 self.metrics.error("store_probe")
                 log.exception("store probe crashed")
                 return
             if not warned:
-                log.warning("store probe failed, retrying every %.0fs", retry_every)
+                log.error("STORE UNREACHABLE at start-up (%s): archives wait in the spool; probing every %.0fs",
+                          store.url, retry_every)  # fmt: skip
                 warned = True
             self._stop.wait(retry_every)
+        while not self._stop.wait(self.settings.poll_interval):
+            try:
+                check_store(store, self.metrics)
+            except Exception:  # the thread's edge
+                self.metrics.error("store_probe")
+                log.exception("store health check crashed")
 
     # --- the poll -----------------------------------------------------------------------------
 
@@ -185,8 +201,7 @@ class Daemon:
         # The archiving half first: it is the one with a deadline, and an exporter problem must
         # not hold it up.
         if self.pipeline is not None:
-            self.pipeline.observe_poll(result.sessions, result.started_at)
-            self.pipeline.gauges()  # backlog gauges as fresh as the snapshot they are scraped with
+            self._detect(result)
         for endpoint in ENDPOINTS:
             self.metrics.poll_result(
                 endpoint,
@@ -204,6 +219,22 @@ class Daemon:
                 len(result.sessions), sum(s.player_count or 0 for s in result.sessions)
             )
         self._first_poll_done = True
+
+    def _detect(self, result: PollResult) -> None:
+        """End detection for one poll; a failure here is ours, not the upstream's, and must show."""
+        assert self.pipeline is not None
+        try:
+            self.pipeline.observe_poll(result.sessions, result.started_at)
+            self.pipeline.gauges()  # backlog gauges as fresh as the snapshot they are scraped with
+        except Exception as exc:  # the poll's edge: counted, shown on /readyz and by archiver_detection_up
+            self.metrics.error("poll")
+            self.metrics.set_detection_up(False)
+            self._detection_error = f"{type(exc).__name__}: {exc}"[:200]
+            log.exception("end detection failed for this poll")
+            return
+        if result.sessions is not None:
+            self.metrics.set_detection_up(True)
+            self._detection_error = None
 
     # --- probes -------------------------------------------------------------------------------
 
@@ -224,6 +255,8 @@ class Daemon:
         """Ready: first poll done, state recovered, and the snapshot not older than a few polls."""
         if not self._first_poll_done or self._snapshot is None:
             return False, "first poll not done yet"
+        if self._detection_error is not None:
+            return False, f"end detection failing: {self._detection_error}"
         age = self._clock() - self._snapshot.rendered_at
         if age > self.settings.poll_interval * 5 + 30:
             return False, f"snapshot is {age:.0f}s old"
@@ -253,8 +286,28 @@ def probe_store(store: ObjectStore, metrics: SelfMetrics) -> bool:
         supported = store.probe_conditional_writes()
     except StoreError as exc:
         log.warning("store probe failed: %s", exc)
+        metrics.set_store_up(False)
         return False
     metrics.set_conditional_writes_supported(supported)
+    metrics.set_store_up(True)
+    return True
+
+
+#: Read by the periodic health check; never written (a missing key is a healthy answer).
+HEALTH_KEY = "_probe/health"
+
+
+def check_store(store: ObjectStore, metrics: SelfMetrics) -> bool:
+    """One cheap read of the store (HEAD of a key that need not exist) → `archiver_store_up`."""
+    from archiver.errors import StoreError
+
+    try:
+        store.head(store.prefix + HEALTH_KEY)
+    except StoreError as exc:
+        log.warning("store health check failed: %s", exc)
+        metrics.set_store_up(False)
+        return False
+    metrics.set_store_up(True)
     return True
 
 
@@ -298,7 +351,7 @@ def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -
         pipeline.store.conditional_writes = False  # writes check first unless the probe passes
         probe_store(pipeline.store, metrics)
         pipeline.recover()
-        pipeline.start()
+        pipeline.start(reconcile=False)
         try:
             queued = pipeline.backfill(session_ids)
             finished = pipeline.run_until_idle(timeout)

@@ -183,9 +183,8 @@ def run_demo(
 
 def newest_archived(archive_dir: Path) -> str | None:
     """The id of the most recently archived session in the demo store, for the hints."""
-    manifests = sorted(
-        (archive_dir / "sessions").glob("*/manifest.json"), key=lambda p: p.stat().st_mtime, reverse=True
-    )
+    found = [*(archive_dir / "sessions").glob("*/manifest.json"), *(archive_dir / "sessions").glob("*/*/manifest.json")]
+    manifests = sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
     for path in manifests:
         try:
             return parse_manifest(path.read_bytes()).session_id

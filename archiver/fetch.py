@@ -239,16 +239,16 @@ class Fetcher:
                 if _usable_log_type(download.content_type):
                     spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
                     if spooled.received > 0:
-                        return self._logs_result(sid, spooled, download.content_type, source)
+                        return self._logs_result(item, spooled, download.content_type, source)
                     self._spool.remove(spooled.path)
                 else:
                     log.info("GET /query/log for %r answered %s; using /logs", sid, download.content_type)
         source = fallback_logs_source(sid)
         with self._client.open_logs(sid, follow=False, policy=policy) as download:
             spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
-            return self._logs_result(sid, spooled, download.content_type, source)
+            return self._logs_result(item, spooled, download.content_type, source)
 
-    def _logs_result(self, sid: str, spooled: SpoolFile, content_type: str, source: str) -> Spooled:
+    def _logs_result(self, item: ItemRow, spooled: SpoolFile, content_type: str, source: str) -> Spooled:
         ext = "jsonl" if _json_shaped(content_type, spooled.head) else "txt"
         return Spooled(
             path=spooled.path,
@@ -256,7 +256,7 @@ class Fetcher:
             sha256=spooled.sha256,
             content_type=LOGS_CONTENT_TYPE,
             source=source,
-            key=keys.logs_key(self._prefix, sid, ext),
+            key=keys.logs_key(self._prefix, item.session_id, ext, item.instance or None),
             received=spooled.received,
         )
 
@@ -279,6 +279,6 @@ class Fetcher:
             sha256=spooled.sha256,
             content_type=content_type or "application/octet-stream",
             source=source,
-            key=keys.artifact_key(self._prefix, sid, path),
+            key=keys.artifact_key(self._prefix, sid, path, item.instance or None),
             received=spooled.received,
         )

@@ -112,6 +112,15 @@ def artifact_name(path: str) -> str:
     return f"{artifact_slug(path)}-{digest}.tar.gz"
 
 
+def instance_name(created_ms: float) -> str:
+    """The instance of a session: its upstream creation time as UTC ``YYYYMMDDTHHMMSS.mmmZ`` (whole ms)."""
+    ms = int(created_ms)
+    if not 0 <= ms <= 253402300799999:
+        raise ValueError(f"creation time {created_ms!r} ms is outside the years 1970..9999")
+    when = datetime.fromtimestamp(ms // 1000, UTC)
+    return f"{when:%Y%m%dT%H%M%S}.{ms % 1000:03d}Z"
+
+
 def check_prefix(prefix: str) -> str:
     """The prefix itself if it is ``""`` or ends with (and does not start with) ``/``; else ``ValueError``."""
     if prefix and (not prefix.endswith("/") or prefix.startswith("/")):
@@ -119,26 +128,27 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
-def session_prefix(prefix: str, sid: str) -> str:
-    """``{prefix}sessions/{sid}/``: everything of one session lives below it."""
-    return f"{check_prefix(prefix)}sessions/{escape_session_id(sid)}/"
+def session_prefix(prefix: str, sid: str, instance: str | None = None) -> str:
+    """``{prefix}sessions/{sid}/`` (legacy) or ``{prefix}sessions/{sid}/{instance}/``."""
+    head = f"{check_prefix(prefix)}sessions/{escape_session_id(sid)}/"
+    return head if instance is None else f"{head}{instance}/"
 
 
-def manifest_key(prefix: str, sid: str) -> str:
-    """``{prefix}sessions/{sid}/manifest.json``: written last, the session's commit marker."""
-    return session_prefix(prefix, sid) + "manifest.json"
+def manifest_key(prefix: str, sid: str, instance: str | None = None) -> str:
+    """``{session prefix}manifest.json``: written last, the session's commit marker."""
+    return session_prefix(prefix, sid, instance) + "manifest.json"
 
 
-def logs_key(prefix: str, sid: str, ext: str) -> str:
-    """``{prefix}sessions/{sid}/logs.{ext}.gz`` for ``ext`` ``txt`` or ``jsonl``."""
+def logs_key(prefix: str, sid: str, ext: str, instance: str | None = None) -> str:
+    """``{session prefix}logs.{ext}.gz`` for ``ext`` ``txt`` or ``jsonl``."""
     if ext not in _LOG_EXTS:
         raise ValueError(f"log extension must be one of {sorted(_LOG_EXTS)}, got {ext!r}")
-    return session_prefix(prefix, sid) + f"logs.{ext}.gz"
+    return session_prefix(prefix, sid, instance) + f"logs.{ext}.gz"
 
 
-def artifact_key(prefix: str, sid: str, path: str) -> str:
-    """``{prefix}sessions/{sid}/artifacts/{slug}-{hash8}.tar.gz`` for one artifact path."""
-    return session_prefix(prefix, sid) + "artifacts/" + artifact_name(path)
+def artifact_key(prefix: str, sid: str, path: str, instance: str | None = None) -> str:
+    """``{session prefix}artifacts/{slug}-{hash8}.tar.gz`` for one artifact path."""
+    return session_prefix(prefix, sid, instance) + "artifacts/" + artifact_name(path)
 
 
 def _hour_partition(prefix: str, hour: datetime) -> str:
@@ -149,10 +159,11 @@ def _utc_hour(epoch_seconds: float) -> datetime:
     return datetime.fromtimestamp(epoch_seconds, UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def index_key(prefix: str, ended_at: float, sid: str) -> str:
-    """``{prefix}index/dt=YYYY-MM-DD/hour=HH/{sid}.json``, the hour (UTC) of ``ended_at`` (epoch seconds)."""
+def index_key(prefix: str, ended_at: float, sid: str, instance: str | None = None) -> str:
+    """``{prefix}index/dt=YYYY-MM-DD/hour=HH/{sid}[.{instance}].json``, the hour (UTC) of ``ended_at``."""
     check_prefix(prefix)
-    return _hour_partition(prefix, _utc_hour(ended_at)) + f"{escape_session_id(sid)}.json"
+    name = escape_session_id(sid) if instance is None else f"{escape_session_id(sid)}.{instance}"
+    return _hour_partition(prefix, _utc_hour(ended_at)) + f"{name}.json"
 
 
 #: One hour in seconds, the index partition width.

@@ -29,7 +29,7 @@ SCHEMA_VERSION: Final = 1
 #: What an item is.
 KINDS: Final = ("logs", "artifact")
 #: What became of an item (also the `outcome` label of `archiver_items_total`).
-OUTCOMES: Final = ("archived", "source_gone", "too_large", "expired", "conflict")
+OUTCOMES: Final = ("archived", "source_gone", "too_large", "expired", "conflict", "failed")
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 

@@ -5,10 +5,16 @@ any instant: `recover()` at start-up puts in-flight work back and the next run c
 hand-off between the stages is a fsynced spool file plus a committed `spooled` row: only the fetch
 is bound to the upstream's removal deadline; an object store outage costs latency, never data.
 
-Threads: confirmers (`GET /session/{id}` for candidates), `fetch_workers` fetchers (earliest
-deadline first) and `upload_workers` uploaders (objects, then manifest + index entry per
-complete session). Work is always picked from SQLite, never from lists in memory, so memory does
-not grow with the backlog; bodies are streamed, so it does not grow with object size either.
+Threads: confirmers (`GET /session/{id}` for candidates), a reconciler (`GET /session?all=true`
+at start-up, after a gap in successful polls and every `reconcile_interval`: ended sessions the
+polls never saw are archived too), `fetch_workers` fetchers (earliest deadline first) and
+`upload_workers` uploaders (objects, then manifest + index entry per complete session).
+
+A session ends only on positive evidence: a terminal status from the upstream, or the API's own
+JSON 404 seen twice `not_found_confirm` apart (an HTML 404 from a proxy is a transient error).
+
+Work is always picked from SQLite, never from lists in memory, so memory does not grow with the
+backlog; bodies are streamed, so it does not grow with object size either.
 """
 
 from __future__ import annotations
@@ -18,16 +24,17 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 
 from archiver import keys
-from archiver.api import SessionHostClient
+from archiver.api import SessionFilter, SessionHostClient
 from archiver.crashpoints import crashpoint
 from archiver.durable import fsync_dir
 from archiver.errors import (
     ApiError,
+    InvalidKeyError,
     NotFoundError,
     ObjectConflictError,
     StoreError,
@@ -35,11 +42,11 @@ from archiver.errors import (
     StoreUnavailableError,
 )
 from archiver.fetch import Fetcher, Finished, Retry, Spool, Spooled, artifact_source, logs_source
-from archiver.models import UNKNOWN_STATUS, Session
+from archiver.models import UNKNOWN_STATUS, Session, SessionListParser
 from archiver.retry import RetryPolicy
 from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
-from archiver.state import Backlog, ItemRow, NewItem, PendingItem, SessionRow, StateDB
+from archiver.state import Backlog, ItemRow, NewItem, PendingItem, SessionRow, StateDB, session_key_of
 from archiver.store.base import ObjectStore
 from archiver.upload import Conflict, SpoolBroken, Stored, Uploader
 
@@ -65,6 +72,13 @@ class Tuning:
     #: A candidate the describe calls `unknown` (status missing or new) is taken as ended after
     #: this long: the list dropped it, and waiting for a status that never comes would lose it.
     unknown_status_grace: float = 300.0
+    #: The API's own 404 for a candidate ends it only when a describe this much later says so too.
+    not_found_confirm: float = 30.0
+    #: A session being finalized is not taken by another worker for this long.
+    finalize_lease: float = 300.0
+    #: Finalization re-attempts: exponential from initial to max.
+    finalize_backoff_initial: float = 5.0
+    finalize_backoff_max: float = 300.0
     #: Persist last_seen_active of all listed sessions at most this often (a stale value only
     #: makes deadlines earlier, i.e. safe; exact values are written when a session disappears).
     last_seen_persist_interval: float = 30.0
@@ -100,8 +114,27 @@ def _same_metadata(a: Session, b: Session) -> bool:
     )
 
 
+def _key_id(key: str) -> str:
+    """The session id of an instance key (`{creation ms}:{id}`)."""
+    return key.partition(":")[2]
+
+
 def _backoff(initial: float, maximum: float, attempt: int) -> float:
     return float(min(maximum, initial * 2.0 ** max(0, attempt - 1)))
+
+
+def deadline_for(row: SessionRow, *, retention: float, margin: float, now: float) -> float:
+    """Fetch deadline of an ended session: last seen alive + retention - margin.
+
+    Never later than the real removal. For a session never seen alive (backfilled, or found by
+    reconciliation) the creation time bounds its end from below, so that bound is safe; when it
+    has passed already, the upstream still holding the session (it was just listed or described
+    as ended, at `now`) is all we know: allow a short window rather than giving up unseen.
+    """
+    if row.last_seen_active is not None:
+        return row.last_seen_active + retention - margin
+    bound = (row.created or 0.0) + retention - margin
+    return max(bound, now + max(margin, 60.0))
 
 
 class Pipeline:
@@ -148,15 +181,19 @@ class Pipeline:
         self._generation = 0
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        # Detection (touched by the poller thread only, in observe_poll).
+        # Detection (touched by the poller thread only, in observe_poll), keyed by instance key.
         self._known: dict[str, Session | None] = {}
         self._last_seen: dict[str, float] = {}
         self._last_seen_persisted = float("-inf")
+        self._poll_gap = False
+        # Reconciliation: requested by start-up and by a successful poll after a gap.
+        self._reconcile_requested = threading.Event()
+        self._first_start = state.created
+        self.reconciled_once = threading.Event()
         # Upload stage pause after store failures (monotonic).
         self._pause_lock = threading.Lock()
         self._paused_until = 0.0
         self._store_failures = 0
-        self._finalizing: set[str] = set()
         self._orphan_sweep_needed = False
         self._sweep_lock = threading.Lock()
         self._gauges_at = float("-inf")
@@ -175,9 +212,12 @@ class Pipeline:
         # Multipart uploads in the journal are resumed by put_file itself; everything else under
         # our prefix is an orphan of a crash between CreateMultipartUpload and the journal commit.
         self._sweep_orphans()
-        self._known = dict.fromkeys(self.state.active_session_ids())
+        self._known = dict.fromkeys(self.state.active_session_keys())
         self._last_seen.clear()
         self.metrics.set_retention(self.settings.retention)
+        self.metrics.restore_last_archive_success(self.state.last_archived_at())
+        # Whatever ended while we were not looking is found by the first reconciliation.
+        self._reconcile_requested.set()
         backlog = self.gauges()
         log.info(
             "state recovered: %d fetches and %d uploads resumed, %d stale spool files removed, "
@@ -198,13 +238,14 @@ class Pipeline:
         if aborted:
             log.info("aborted %d orphaned multipart uploads under %s", aborted, self.store.url)
 
-    def start(self) -> None:
-        """Start the confirm, fetch and upload threads."""
+    def start(self, *, reconcile: bool = True) -> None:
+        """Start the reconcile, confirm, fetch and upload threads (`archiver archive` needs no reconciler)."""
         if self._threads:
             raise RuntimeError("the pipeline is already started")
         self._stop.clear()
         specs = (
-            [("confirm", self._confirm_loop)] * self.tuning.confirm_workers
+            [("reconcile", self._reconcile_loop)] * reconcile
+            + [("confirm", self._confirm_loop)] * self.tuning.confirm_workers
             + [("fetch", self._fetch_loop)] * self.settings.fetch_workers
             + [("upload", self._upload_loop)] * self.settings.upload_workers
         )
@@ -219,6 +260,7 @@ class Pipeline:
         An item interrupted mid-fetch or mid-upload is simply resumed by the next `recover()`.
         """
         self._stop.set()
+        self._reconcile_requested.set()
         self._notify()
         until = time.monotonic() + timeout
         for thread in self._threads:
@@ -256,70 +298,85 @@ class Pipeline:
 
     # --- detection --------------------------------------------------------------------------
 
-    def observe_poll(self, sessions: Sequence[Session] | None, now: float) -> None:
+    def observe_poll(
+        self, sessions: Sequence[Session] | None, now: float, *, present_ids: Set[str] = frozenset()
+    ) -> None:
         """Record one list poll (None = failed: nothing ends on a failed poll).
 
         Only new or changed sessions are written; last_seen_active of the rest is persisted in one
         bulk statement at most every `last_seen_persist_interval` seconds. Known-active sessions
-        missing from the list become candidates, confirmed by the confirm threads.
+        missing from the list become candidates, confirmed by the confirm threads. A listed entry
+        with a terminal status counts as missing (the describe confirms it). `present_ids`: ids of
+        entries left out of this poll by the range checks (quarantined): still there, so none of
+        their known instances is taken for ended.
         """
         if sessions is None:
+            self._poll_gap = True
             return
+        if self._poll_gap:
+            # Sessions may have started and ended while the list was failing: reconcile.
+            self._poll_gap = False
+            self._reconcile_requested.set()
         known = self._known
         listed: dict[str, Session] = {}
         upserts: list[Session] = []
         for s in sessions:
-            listed[s.id] = s
-            old = known.get(s.id)
+            if s.terminal:
+                continue
+            key = session_key_of(s)
+            listed[key] = s
+            old = known.get(key)
             if old is None or not _same_metadata(old, s):
                 upserts.append(s)
-        gone = [(sid, self._last_seen.get(sid)) for sid in known if sid not in listed]
+        # Quarantined entries carry no trustworthy creation time: match their known instances by id.
+        kept = {key: known[key] for key in known if key not in listed and _key_id(key) in present_ids}
+        gone = [(key, self._last_seen.get(key)) for key in known if key not in listed and key not in kept]
         touch = now - self._last_seen_persisted >= self.tuning.last_seen_persist_interval
-        self.state.record_poll(upserts, gone, now, touch_active=touch)
+        reopened = self.state.record_poll(upserts, gone, now, touch_active=touch)
         if touch:
             self._last_seen_persisted = now
-        self._known = dict(listed)
+        self._known = {**kept, **listed}
         last_seen = self._last_seen
-        for sid, _ in gone:
-            last_seen.pop(sid, None)
-        for sid in listed:
-            last_seen[sid] = now
+        for key, _ in gone:
+            last_seen.pop(key, None)
+        for key in self._known:
+            last_seen[key] = now
+        if reopened.keys:
+            for path in reopened.spool_paths:
+                self.spool.remove(Path(path))
+            self.metrics.session_reopened(len(reopened.keys))
+            log.warning("%d sessions were listed again after they were taken for ended; re-opened: %s",
+                        len(reopened.keys), ", ".join(repr(_key_id(k)) for k in reopened.keys[:5]))  # fmt: skip
         if gone:
             log.info("%d sessions left the list; confirming their end", len(gone))
             self._notify()
         self._refresh_gauges(force=False)
 
     def _deadline_for(self, row: SessionRow) -> float:
-        """Fetch deadline: last seen alive + retention - margin (never later than the real removal)."""
         s = self.settings
-        if row.last_seen_active is not None:
-            return row.last_seen_active + s.retention - s.deadline_margin
-        # A backfilled session we never saw: it ended after it was created, so this bound is safe;
-        # when it is already past, the upstream still holding the session (it was just described
-        # as ended) is all we know: allow a short window rather than giving up unseen.
-        bound = (row.created or 0.0) + s.retention - s.deadline_margin
-        return max(bound, self.clock() + max(s.deadline_margin, 60.0))
+        return deadline_for(row, retention=s.retention, margin=s.deadline_margin, now=self.clock())
 
-    def _items_for(self, sid: str, image: str) -> list[NewItem]:
-        items = [NewItem("logs", "", logs_source(sid))]
+    def _items_for(self, row: SessionRow) -> list[NewItem]:
+        items = [NewItem("logs", "", logs_source(row.id))]
         items += [
-            NewItem("artifact", path, artifact_source(sid, path)) for path in self.settings.artifact_paths_for(image)
+            NewItem("artifact", path, artifact_source(row.id, path))
+            for path in self.settings.artifact_paths_for(row.image)
         ]
         return items
 
-    def _end(self, sid: str, described: Session | None, image: str, *, backfill: bool = False) -> bool:
+    def _end(self, key: str, described: Session | None, *, backfill: bool = False) -> bool:
         row = self.state.end_session(
-            sid,
+            key,
             described=described,
             deadline_for=self._deadline_for,
-            items=self._items_for(sid, described.image if described else image),
+            items_for=self._items_for,
             now=self.clock(),
             backfill=backfill,
         )
         if row is None:
             return False
         self.metrics.sessions_ended()
-        log.info("session %r ended (%s); fetch deadline %.0f", sid, row.status, row.fetch_deadline or 0)
+        log.info("session %r ended (%s); fetch deadline %.0f", row.id, row.status, row.fetch_deadline or 0)
         self._notify()
         return True
 
@@ -340,23 +397,37 @@ class Pipeline:
                 self._stop.wait(1.0)
 
     def _confirm(self, row: SessionRow) -> None:
+        """Describe a candidate; end it only on positive evidence (see the module docstring)."""
         try:
             described = self.client.describe_session(row.id, policy=self._confirm_policy)
-        except NotFoundError:
-            # Removed already (we were down, or the window is over): ended; its fetches will tell.
-            self._end(row.id, None, row.image)
+        except NotFoundError as exc:
+            if not exc.code:
+                # No error body of the API's own (an HTML or plain 404 from a proxy): transient.
+                log.warning("describing candidate %r: a 404 without the API's error body; retrying", row.id)
+                self.state.candidate_retry(row.key, self._mono() + self.tuning.confirm_retry, str(exc))
+                return
+            now = self.clock()
+            first = self.state.candidate_not_found(row.key, now, self._mono() + self.tuning.not_found_confirm)
+            if now - first >= self.tuning.not_found_confirm:
+                # Removed (we were down, or the window is over): ended; its fetches will tell.
+                self._end(row.key, None)
             return
         except ApiError as exc:
             log.warning("describing candidate %r failed (retrying): %s", row.id, exc)
-            self.state.candidate_retry(row.id, self._mono() + self.tuning.confirm_retry, str(exc))
+            self.state.candidate_retry(row.key, self._mono() + self.tuning.confirm_retry, str(exc))
+            return
+        if session_key_of(described) != row.key:
+            # The id now names another instance (reused after this one ended): this one is over.
+            log.info("session %r was reused by a newer instance; its earlier instance has ended", row.id)
+            self._end(row.key, None)
             return
         absent_for = self.clock() - (row.first_seen_ended or self.clock())
         if described.terminal or (
             described.status == UNKNOWN_STATUS and absent_for >= self.tuning.unknown_status_grace
         ):
-            self._end(row.id, described, row.image)
+            self._end(row.key, described)
         else:
-            self.state.candidate_alive(row.id, self.clock(), self._mono() + self.tuning.confirm_recheck)
+            self.state.candidate_alive(row.key, self.clock(), self._mono() + self.tuning.confirm_recheck)
 
     def backfill(self, session_ids: Sequence[str]) -> list[str]:
         """Archive these sessions now if the upstream still holds them ended; returns the ids queued.
@@ -366,10 +437,6 @@ class Pipeline:
         """
         queued = []
         for sid in session_ids:
-            row = self.state.session(sid)
-            if row is not None and row.state in ("ended", "finalizing", "archived"):
-                log.info("session %r is already %s", sid, row.state)
-                continue
             try:
                 described = self.client.describe_session(sid, policy=self._confirm_policy)
             except NotFoundError:
@@ -378,8 +445,72 @@ class Pipeline:
             if not described.terminal:
                 log.warning("session %r is still %s: it is archived when it ends", sid, described.status)
                 continue
-            if self._end(sid, described, described.image, backfill=True):
+            row = self.state.session(session_key_of(described))
+            if row is not None and row.state not in ("active", "candidate"):
+                log.info("session %r is already %s", sid, row.state)
+                continue
+            if self._end(session_key_of(described), described, backfill=True):
                 queued.append(sid)
+        return queued
+
+    # --- reconciliation ---------------------------------------------------------------------
+
+    def _reconcile_loop(self) -> None:
+        interval = self.settings.reconcile_interval
+        while not self._stop.is_set():
+            self._reconcile_requested.wait(interval)
+            if self._stop.is_set():
+                return
+            self._reconcile_requested.clear()
+            try:
+                self.reconcile()
+            except ApiError as exc:
+                # The next poll after the outage asks again; meanwhile the interval does.
+                log.warning("reconciliation could not list the sessions: %s", exc)
+            except Exception:  # loop edge
+                log.exception("reconciliation failed")
+                self.metrics.error("reconcile")
+            self.reconciled_once.set()
+
+    def reconcile(self) -> int:
+        """List every session the upstream still holds (`all=true`) and end those it calls ended that
+        have no archive yet, however the polls missed them (daemon stopped, list outage, quarantine).
+
+        The deadline of a session never seen alive comes from its creation time and the fact that
+        the upstream lists it now (`deadline_for`). Also prunes old terminal rows. Returns the
+        number of sessions queued.
+        """
+        listing = self.client.list_sessions(SessionFilter(all=True), policy=self._policy, parser=SessionListParser())
+        now = self.clock()
+        ended = {session_key_of(s): s for s in getattr(listing, "sessions", listing) if s.terminal}  # TODO(merge)
+        states = self.state.states_of(ended)
+        known_open = [s for key, s in ended.items() if states.get(key) in ("active", "candidate")]
+        unseen = [s for key, s in ended.items() if key not in states]
+        queued = 0
+        if unseen and self._first_start and self.settings.on_first_start == "skip":
+            skipped = self.state.skip_sessions(unseen, now)
+            log.info("first start: %d ended sessions the upstream still holds are not archived (on-first-start=skip)",
+                     skipped)  # fmt: skip
+            unseen = []
+        elif unseen and self._first_start:
+            log.info("first start: archiving the %d ended sessions the upstream still holds", len(unseen))
+        if known_open or unseen:
+            rows = self.state.end_sessions(
+                [*known_open, *unseen], deadline_for=self._deadline_for, items_for=self._items_for, now=now
+            )
+            queued = len(rows)
+            if queued:
+                self.metrics.sessions_ended(queued)
+                found = sum(1 for r in rows if r.last_seen_active is None)
+                if found:
+                    self.metrics.reconciled(found)
+                    log.info("reconciliation found %d ended sessions the polls had missed", found)
+                self._notify()
+        self._first_start = False
+        pruned = self.state.prune(now - self.settings.prune_after)
+        if pruned:
+            log.info("pruned %d archived sessions older than %.0f s from the state DB", pruned,
+                     self.settings.prune_after)  # fmt: skip
         return queued
 
     # --- fetch stage ------------------------------------------------------------------------
@@ -490,6 +621,7 @@ class Pipeline:
         else:
             log.warning("store unavailable (failure %d, uploads paused %.1f s): %s", failures, pause, exc)
         self.metrics.error("store")
+        self.metrics.set_store_up(False)
 
     def _store_ok(self) -> None:
         with self._pause_lock:
@@ -497,6 +629,7 @@ class Pipeline:
                 log.info("store is back after %d failures", self._store_failures)
             self._store_failures = 0
             self._paused_until = 0.0
+        self.metrics.set_store_up(True)
 
     def _upload_loop(self) -> None:
         while not self._stop.is_set():
@@ -517,10 +650,19 @@ class Pipeline:
                     continue
                 item = self.state.claim_upload(self._mono())
                 if item is None:
-                    self._wait(generation, self._until(self.state.next_gate("spooled")))
+                    gates = [g for g in (self.state.next_gate("spooled"), self.state.next_finalize_wake()) if g]
+                    self._wait(generation, self._until(min(gates) if gates else None))
                     continue
                 self._upload(item)
                 self._store_ok()
+            except InvalidKeyError as exc:
+                # The key itself is refused (never for ids escaped by keys.py): this item can never
+                # be stored, which says nothing about the store; the others go on.
+                log.error("item %s of %r cannot be stored: %s", item.kind if item else "?",
+                          item.session_id if item else "?", exc)  # fmt: skip
+                self.metrics.error("upload")
+                if item is not None:
+                    self._finish(item, "failed", error=str(exc), spool_path=item.spool_path)
             except StoreError as exc:
                 if item is not None:
                     self.state.retry_item(item.id, status="spooled", not_before=0.0, error=str(exc))
@@ -578,41 +720,50 @@ class Pipeline:
         return target
 
     def _finalize_one(self) -> bool:
-        """Write the manifest and index entry of one complete session; False when none is waiting."""
-        with self._pause_lock:
-            busy = set(self._finalizing)
-        sid = next((r.id for r in self.state.sessions_in("finalizing") if r.id not in busy), None)
-        if sid is None:
+        """Write the manifest and index entry of one complete session; False when none is due.
+
+        A session whose finalization fails for any other reason than the store being down is
+        backed off on its own (the others go on), and given up as `failed` once its fetch deadline
+        has passed: its reason is kept for `archiver status` and counted.
+        """
+        row = self.state.claim_finalize(self._mono(), self.tuning.finalize_lease)
+        if row is None:
             return False
-        with self._pause_lock:
-            if sid in self._finalizing:
-                return True
-            self._finalizing.add(sid)
         try:
-            self._finalize(sid)
-        finally:
-            with self._pause_lock:
-                self._finalizing.discard(sid)
+            self._finalize(row)
+        except StoreError:
+            self.state.finalize_retry(row.key, 0.0, "store unavailable")
+            raise
+        except Exception as exc:  # the session's edge: one bad session must not stop the others
+            log.exception("finalizing session %r failed", row.id)
+            self.metrics.error("finalize")
+            reason = f"{type(exc).__name__}: {exc}"
+            if row.fetch_deadline is not None and self.clock() >= row.fetch_deadline:
+                if self.state.fail_session(row.key, reason, self.clock()):
+                    self.metrics.session_failed()
+                    log.error("session %r failed: no manifest could be written before its deadline: %s", row.id,
+                              reason)  # fmt: skip
+            else:
+                attempts = row.finalize_attempts + 1
+                delay = _backoff(self.tuning.finalize_backoff_initial, self.tuning.finalize_backoff_max, attempts)
+                self.state.finalize_retry(row.key, self._mono() + delay, reason)
         return True
 
-    def _finalize(self, sid: str) -> None:
-        session = self.state.session(sid)
-        if session is None or session.state != "finalizing":
-            return
-        items = self.state.items_of(sid)
+    def _finalize(self, session: SessionRow) -> None:
+        items = self.state.items_of(session.key)
         try:
             manifest_key = self.uploader.write_manifest(session, items)
         except ObjectConflictError as exc:
-            # Another manifest holds the key (a session id reused after an earlier archive). The
-            # create-once rule forbids replacing it; our objects and spool copies stay as they are.
-            log.error("session %r: %s; not overwriting the existing manifest", sid, exc)
+            # Another manifest holds this instance's key (written by another archiver of the same
+            # session with other bytes). The create-once rule forbids replacing it.
+            log.error("session %r: %s; not overwriting the existing manifest", session.id, exc)
             self.metrics.error("manifest")
-            manifest_key = keys.manifest_key(self.store.prefix, sid)
-        self.state.mark_archived(sid, manifest_key)
+            manifest_key = keys.manifest_key(self.store.prefix, session.id, instance=session.instance or None)
         now = self.clock()
+        self.state.mark_archived(session.key, manifest_key, now)
         delay = now - (session.first_seen_ended if session.first_seen_ended is not None else now)
         self.metrics.archive_completed(delay_seconds=max(0.0, delay), now=now)
-        log.info("session %r archived (%d items): %s", sid, len(items), manifest_key)
+        log.info("session %r archived (%d items): %s", session.id, len(items), manifest_key)
         self._store_ok()
         self._notify()
 
@@ -635,6 +786,10 @@ class Pipeline:
     def status(self) -> list[PendingItem]:
         """Unfinished items, earliest deadline first, with the time left (for `archiver status`)."""
         return self.state.pending_items(self.clock())
+
+    def request_reconcile(self) -> None:
+        """Reconcile as soon as possible (tests, and operators through the daemon)."""
+        self._reconcile_requested.set()
 
     def run_until_idle(self, timeout: float) -> bool:
         """Wait until no candidate, item or manifest is pending (True) or `timeout` s passed (False)."""

@@ -23,7 +23,7 @@ from archiver import __version__
 #: Label values of archiver_items_total / archiver_pending_items (DESIGN §6); pre-created at 0 so
 #: `rate()` and alerts see the series before the first event.
 ITEM_KINDS = ("logs", "artifact")
-ITEM_OUTCOMES = ("archived", "source_gone", "too_large", "expired", "conflict")
+ITEM_OUTCOMES = ("archived", "source_gone", "too_large", "expired", "conflict", "failed")
 PENDING_STAGES = ("fetch", "upload")
 
 #: Poll durations: a healthy poll is tens of ms, a struggling upstream takes seconds (timeouts ~30 s).
@@ -183,6 +183,31 @@ class SelfMetrics:
             "Whether the store honours create-once (If-None-Match) writes (1) or is emulated (0).",
             registry=registry,
         )
+        self._detection_up = Gauge(
+            "archiver_detection_up",
+            "Whether the last successful session-list poll was processed by end detection (1) or failed in it (0).",
+            registry=registry,
+        )
+        self._sessions_failed = Counter(
+            "archiver_sessions_failed",
+            "Sessions given up on: their manifest could not be written before the fetch deadline.",
+            registry=registry,
+        )
+        self._sessions_reopened = Counter(
+            "archiver_sessions_reopened",
+            "Sessions listed again after they were taken for ended (their real end is archived too).",
+            registry=registry,
+        )
+        self._reconciled = Counter(
+            "archiver_reconciled_sessions",
+            "Ended sessions found by reconciliation (GET /session?all=true) that the polls had missed.",
+            registry=registry,
+        )
+        self._store_up = Gauge(
+            "archiver_store_up",
+            "1 when the last store operation or probe succeeded, 0 when it failed.",
+            registry=registry,
+        )
         # archiver_upstream_up stays absent until the first poll: 0 would claim a failure that did not happen.
         for endpoint in endpoints:
             self._poll_duration.labels(endpoint)
@@ -241,6 +266,26 @@ class SelfMetrics:
 
     def set_conditional_writes_supported(self, supported: bool) -> None:
         self._conditional_writes.set(1 if supported else 0)
+
+    def set_detection_up(self, up: bool) -> None:
+        self._detection_up.set(1 if up else 0)
+
+    def session_failed(self) -> None:
+        self._sessions_failed.inc()
+
+    def session_reopened(self, count: int = 1) -> None:
+        self._sessions_reopened.inc(count)
+
+    def reconciled(self, count: int) -> None:
+        self._reconciled.inc(count)
+
+    def set_store_up(self, up: bool) -> None:
+        self._store_up.set(1 if up else 0)
+
+    def restore_last_archive_success(self, timestamp: float | None) -> None:
+        """After a restart: the newest manifest the state DB knows of (absent → left at 0)."""
+        if timestamp is not None:
+            self._last_archive_success.set(timestamp)
 
     def error(self, where: str) -> None:
         """An unexpected exception was caught at a loop or request edge (`where`: e.g. poll, fetch, http)."""

@@ -220,6 +220,27 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DURATION",
     ),
     Option(
+        "reconcile-interval",
+        "How often to list recently ended sessions (GET /session?all=true) and archive any the polls missed.",
+        "5m",
+        _positive(parse_duration),
+        metavar="DURATION",
+    ),
+    Option(
+        "on-first-start",
+        "On the very first start (new state DB): archive the ended sessions the upstream still holds, or skip them.",
+        "archive",
+        _as_choice("archive", "skip"),
+        metavar="MODE",
+    ),
+    Option(
+        "prune-after",
+        "Forget archived sessions in the state DB after this long (the store is the record; at least 2x retention).",
+        "7d",
+        _positive(parse_duration),
+        metavar="DURATION",
+    ),
+    Option(
         "artifact-path",
         "Absolute path inside every session's container to archive (repeatable).",
         (),
@@ -280,6 +301,9 @@ class Settings:
     poll_interval: float = 10.0
     retention: float = 4 * 3600.0
     deadline_margin: float = 600.0
+    reconcile_interval: float = 300.0
+    on_first_start: str = "archive"
+    prune_after: float = 7 * 86400.0
     artifact_paths: tuple[str, ...] = ()
     image_artifact_paths: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     session_label_allowlist: tuple[str, ...] = ()
@@ -385,6 +409,9 @@ def load_settings(
     token = _load_token(values["api_token_file"], env)
     if values["fetch_workers"] < 1 or values["upload_workers"] < 1 or values["max_sessions"] < 0:
         raise ConfigError("fetch-workers and upload-workers must be at least 1, max-sessions at least 0")
+    if values["prune_after"] < 2 * values["retention"]:
+        # A pruned row whose session the upstream still lists as ended would be archived again.
+        raise ConfigError("prune-after must be at least twice --retention")
     return Settings(
         api_url=values["api_url"],
         api_token=token,
@@ -396,6 +423,9 @@ def load_settings(
         poll_interval=values["poll_interval"],
         retention=values["retention"],
         deadline_margin=values["deadline_margin"],
+        reconcile_interval=values["reconcile_interval"],
+        on_first_start=values["on_first_start"],
+        prune_after=values["prune_after"],
         artifact_paths=artifact_paths,
         image_artifact_paths=image_paths,
         session_label_allowlist=values["session_label_allowlist"],

@@ -146,16 +146,17 @@ class Uploader:
         """Manifest (create-once, after every object of the session), then the index entry.
 
         Returns the manifest key. A different manifest already at the key raises
-        ObjectConflictError (a session id reused after its first archive).
+        ObjectConflictError.
         """
         manifest = build_session_manifest(session, items)
         prefix = self.store.prefix
-        manifest_key = keys.manifest_key(prefix, session.id)
+        instance = session.instance or None  # '' = a row migrated mid-way keeps the legacy layout
+        manifest_key = keys.manifest_key(prefix, session.id, instance)
         self.store.put_bytes(manifest_key, manifest_to_bytes(manifest), content_type=JSON_CONTENT_TYPE)
         crashpoint("after_manifest")
         entry = index_entry_for(manifest, manifest_key)
         self.store.put_bytes(
-            keys.index_key(prefix, manifest.ended_at, session.id),
+            keys.index_key(prefix, manifest.ended_at, session.id, instance),
             index_entry_to_bytes(entry),
             content_type=JSON_CONTENT_TYPE,
         )

@@ -2,5 +2,6 @@
 
 from tests.fixtures_fake import *  # noqa: F403
 from tests.fixtures_http import *  # noqa: F403
+from tests.fixtures_pipeline import *  # noqa: F403
 from tests.fixtures_prometheus import *  # noqa: F403
 from tests.fixtures_s3 import *  # noqa: F403

@@ -71,7 +71,7 @@ def _run(config: dict[str, Any]) -> int:
     until = time.monotonic() + config["timeout"]
     while time.monotonic() < until:
         pipeline.observe_poll(client.list_sessions(), time.time())
-        done = all((row := state.session(sid)) is not None and row.state == "archived" for sid in config["ids"])
+        done = all((row := state.latest(sid)) is not None and row.state == "archived" for sid in config["ids"])
         if done and pipeline.run_until_idle(0.0):
             pipeline.stop(5.0)
             return 0
@@ -157,7 +157,7 @@ def test_a_crash_at_each_boundary_loses_nothing_and_duplicates_nothing(
             except StateError:
                 return False  # created but the schema not yet committed
             try:
-                return all((r := state.session(sid)) is not None and r.state == "active" for sid in ids)
+                return all((r := state.latest(sid)) is not None and r.state == "active" for sid in ids)
             finally:
                 state.close()
 
@@ -176,14 +176,16 @@ def test_a_crash_at_each_boundary_loses_nothing_and_duplicates_nothing(
         listed = s3.list_objects_v2(Bucket=bucket)
         stored = sorted(o["Key"] for o in listed.get("Contents", []))
         expected: set[str] = set()
+        state = StateDB.open_readonly(state_dir)
+        instances = {sid: row.instance for sid in ids if (row := state.latest(sid)) is not None}
+        state.close()
         for sid in ids:
-            manifest_key = keys.manifest_key(PREFIX, sid)
+            manifest_key = keys.manifest_key(PREFIX, sid, instances[sid])
             manifest = parse_manifest(s3.get_object(Bucket=bucket, Key=manifest_key)["Body"].read())
             expected.add(manifest_key)
-            expected.add(keys.index_key(PREFIX, manifest.ended_at, sid))
-            entry = parse_index_entry(
-                s3.get_object(Bucket=bucket, Key=keys.index_key(PREFIX, manifest.ended_at, sid))["Body"].read()
-            )
+            index_key = keys.index_key(PREFIX, manifest.ended_at, sid, instances[sid])
+            expected.add(index_key)
+            entry = parse_index_entry(s3.get_object(Bucket=bucket, Key=index_key)["Body"].read())
             assert entry.manifest_key == manifest_key
             outcomes = {i.path: i.outcome for i in manifest.items}
             assert outcomes == {
@@ -212,8 +214,8 @@ def _assert_crashed_mid_way(point: str, state_dir: Path, ids: list[str], s3: Any
     """The crash left exactly the half-done state its boundary promises (so recovery had work to do)."""
     state = StateDB.open_readonly(state_dir)
     try:
-        items = [i for sid in ids for i in state.items_of(sid)]
-        sessions = [state.session(sid) for sid in ids]
+        sessions = [state.latest(sid) for sid in ids]
+        items = [i for s in sessions if s is not None for i in state.items_of(s.key)]
         journal = dict(state.journal.entries())
     finally:
         state.close()
@@ -231,4 +233,4 @@ def _assert_crashed_mid_way(point: str, state_dir: Path, ids: list[str], s3: Any
         assert any(i.status == "uploading" and i.key in stored for i in items)
     elif point == "after_manifest":
         finalizing = [s for s in sessions if s is not None and s.state == "finalizing"]
-        assert any(keys.manifest_key(PREFIX, s.id) in stored for s in finalizing)
+        assert any(keys.manifest_key(PREFIX, s.id, s.instance) in stored for s in finalizing)

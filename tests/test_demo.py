@@ -45,7 +45,7 @@ def test_demo_archives_sessions_and_serves_metrics(tmp_path: Path) -> None:
     assert "summary:" in output and "archiver ls --store file://" in output
     assert "Traceback" not in output
 
-    manifests = list((tmp_path / "demo-archive" / "sessions").glob("*/manifest.json"))
+    manifests = list((tmp_path / "demo-archive" / "sessions").glob("*/*/manifest.json"))
     assert manifests, output
     manifest = json.loads(manifests[0].read_text())
     assert manifest["items"], manifest

@@ -8,116 +8,16 @@ import json
 import os
 import tracemalloc
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from archiver import keys
-from archiver.api import SessionHostClient, Token
 from archiver.fake import FakeService
 from archiver.fake.logs import render_ndjson, render_text
 from archiver.manifest import parse_index_entry, parse_manifest
-from archiver.pipeline import Pipeline, Tuning
-from archiver.retry import RetryPolicy
-from archiver.selfmetrics import SelfMetrics
-from archiver.settings import Settings
-from archiver.state import StateDB
-from archiver.store import FileStore, ObjectStore, open_store
-
-TOKEN = "test-token"
-REPLAY = "/srv/replays/match.replay"
-SERVER_LOG = "/var/log/game/server.log"
-MISSING = "/srv/does-not-exist"
-MB = 1024 * 1024
-
-#: Short loops for tests: the production defaults wait seconds to minutes between retries.
-FAST = Tuning(
-    confirm_retry=0.1,
-    confirm_recheck=0.2,
-    fetch_backoff_initial=0.05,
-    fetch_backoff_max=0.2,
-    upload_backoff_initial=0.05,
-    upload_backoff_max=0.2,
-    permission_backoff=0.2,
-    idle_wait=0.5,
-)
-FAST_POLICY = RetryPolicy(attempts=3, initial_wait=0.01, max_wait=0.05, max_elapsed=2.0)
-
-
-@dataclass
-class Harness:
-    """One archiver wired like the daemon: fake upstream, a store, a state dir, a private registry."""
-
-    fake: FakeService
-    store: ObjectStore
-    settings: Settings
-    client: SessionHostClient
-    state: StateDB
-    registry: CollectorRegistry
-    pipeline: Pipeline
-
-    def poll(self) -> None:
-        self.pipeline.observe_poll(self.client.list_sessions(), self.fake.clock.now())
-
-    def items_total(self, kind: str, outcome: str) -> float:
-        value = self.registry.get_sample_value("archiver_items_total", {"kind": kind, "outcome": outcome})
-        return value or 0.0
-
-    def object_bytes(self, key: str) -> bytes:
-        return b"".join(self.store.iter_bytes(key))
-
-    def close(self) -> None:
-        self.pipeline.stop(10.0)
-        self.client.close()
-        self.state.close()
-
-
-@pytest.fixture
-def harness_factory(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
-    made: list[Harness] = []
-
-    def make(fake: FakeService, store: ObjectStore, *, start: bool = True, **overrides: Any) -> Harness:
-        settings = Settings(
-            state_dir=tmp_path / "state",
-            artifact_paths=(REPLAY, MISSING),
-            fetch_workers=2,
-            upload_workers=2,
-            retention=4 * 3600.0,
-            deadline_margin=600.0,
-        )
-        settings = replace(settings, **overrides)
-        client = SessionHostClient.connect(fake.base_url, Token(TOKEN), policy=FAST_POLICY)
-        state = StateDB.open(settings.state_dir)
-        registry = CollectorRegistry()
-        pipeline = Pipeline(
-            settings,
-            client,
-            store,
-            state,
-            SelfMetrics(registry),
-            clock=fake.clock.now,
-            policy=FAST_POLICY,
-            tuning=FAST,
-        )
-        h = Harness(fake, store, settings, client, state, registry, pipeline)
-        made.append(h)
-        if start:
-            pipeline.recover()
-            pipeline.start()
-        return h
-
-    yield make
-    for h in made:
-        h.close()
-
-
-@pytest.fixture
-def s3_store(s3_bucket: tuple[str, str]) -> ObjectStore:
-    endpoint, bucket = s3_bucket
-    return open_store(f"s3://{bucket}/archive/", s3_endpoint_url=endpoint)
+from archiver.store import FileStore, ObjectStore
+from tests.fixtures_pipeline import MB, MISSING, REPLAY, TOKEN, Harness
 
 
 def _sha(chunks: Iterator[bytes] | bytes) -> str:
@@ -149,33 +49,35 @@ def test_ended_sessions_are_archived_byte_for_byte_with_manifest_and_index(
 
     prefix = s3_store.prefix
     for sid in (crashed, normal):
-        manifest = parse_manifest(h.object_bytes(keys.manifest_key(prefix, sid)))
+        manifest = parse_manifest(h.object_bytes(keys.manifest_key(prefix, sid, h.instance(sid))))
         assert manifest.session_id == sid and manifest.image == "demo-game"
         assert manifest.last_status == ("dead" if sid == crashed else "exited")
         by_path = {i.path: i for i in manifest.items}
         # The artifact is exactly what the upstream served, under its documented key.
         replay = by_path[REPLAY]
-        assert replay.outcome == "archived" and replay.key == keys.artifact_key(prefix, sid, REPLAY)
+        assert replay.outcome == "archived" and replay.key == keys.artifact_key(prefix, sid, REPLAY, h.instance(sid))
         assert replay.content_type == "application/gzip"
         expected = _sha(fake_service.artifact_bytes(TOKEN, sid, REPLAY))
         assert replay.sha256 == expected == _sha(h.object_bytes(replay.key))
         assert by_path[MISSING].outcome == "source_gone" and by_path[MISSING].key is None
         # The logs, gzip-compressed but otherwise as received.
         logs = by_path[None]
-        assert logs.kind == "logs" and logs.key == keys.logs_key(prefix, sid, "txt")
+        assert logs.kind == "logs" and logs.key == keys.logs_key(prefix, sid, "txt", h.instance(sid))
         body = gzip.decompress(h.object_bytes(logs.key))
         assert body == render_text(fake_service.log_lines(TOKEN, sid))
         assert logs.sha256 == _sha(h.object_bytes(logs.key))
         # The index entry points at the manifest, partitioned by the end time.
         assert manifest.first_seen_ended is not None and manifest.last_seen_active is not None
         assert manifest.fetch_deadline == manifest.last_seen_active + 4 * 3600 - 600
-        entry = parse_index_entry(h.object_bytes(keys.index_key(prefix, manifest.first_seen_ended, sid)))
-        assert entry.manifest_key == keys.manifest_key(prefix, sid)
-    crash_manifest = parse_manifest(h.object_bytes(keys.manifest_key(prefix, crashed)))
+        entry = parse_index_entry(
+            h.object_bytes(keys.index_key(prefix, manifest.first_seen_ended, sid, h.instance(sid)))
+        )
+        assert entry.manifest_key == keys.manifest_key(prefix, sid, h.instance(sid))
+    crash_manifest = parse_manifest(h.object_bytes(keys.manifest_key(prefix, crashed, h.instance(crashed))))
     assert {i.path: i.outcome for i in crash_manifest.items}["/srv/crash/core.txt"] == "archived"
     assert crash_manifest.labels == {"mode": "duel"}
-    assert b"hunter2" not in h.object_bytes(keys.manifest_key(prefix, crashed))
-    normal_manifest = parse_manifest(h.object_bytes(keys.manifest_key(prefix, normal)))
+    assert b"hunter2" not in h.object_bytes(keys.manifest_key(prefix, crashed, h.instance(crashed)))
+    normal_manifest = parse_manifest(h.object_bytes(keys.manifest_key(prefix, normal, h.instance(normal))))
     assert normal_manifest.players == ("p1", "p2")
     assert {i.path: i.outcome for i in normal_manifest.items}["/srv/crash/core.txt"] == "source_gone"
     assert not list(s3_store.list_keys(keys.session_prefix(prefix, running)))
@@ -212,7 +114,7 @@ def test_query_log_shapes_and_the_logs_fallback(
     h = harness_factory(fake_service, store, artifact_paths=())
     _end_all(h, [ndjson])
     assert h.pipeline.run_until_idle(20)
-    stored = gzip.decompress(h.object_bytes(keys.logs_key("", ndjson, "jsonl")))
+    stored = gzip.decompress(h.object_bytes(keys.logs_key("", ndjson, "jsonl", h.instance(ndjson))))
     assert stored == render_ndjson(fake_service.log_lines(TOKEN, ndjson))
 
     # /query/log answering 404 (not offered for this account): the logs come from /logs instead.
@@ -220,7 +122,7 @@ def test_query_log_shapes_and_the_logs_fallback(
     fallback = fake_service.add_session(TOKEN, id="fallback")
     _end_all(h, [fallback])
     assert h.pipeline.run_until_idle(20)
-    manifest = parse_manifest(h.object_bytes(keys.manifest_key("", fallback)))
+    manifest = parse_manifest(h.object_bytes(keys.manifest_key("", fallback, h.instance(fallback))))
     (logs,) = manifest.items
     assert logs.outcome == "archived" and logs.source == "GET /logs?id=fallback&follow=false"
     assert gzip.decompress(h.object_bytes(logs.key or "")) == render_text(fake_service.log_lines(TOKEN, fallback))
@@ -236,7 +138,7 @@ def test_a_stream_broken_mid_body_is_fetched_again_before_the_deadline(
     h = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
     _end_all(h, [sid])
     assert h.pipeline.run_until_idle(20)
-    key = keys.artifact_key("", sid, REPLAY)
+    key = keys.artifact_key("", sid, REPLAY, h.instance(sid))
     assert _sha(h.object_bytes(key)) == _sha(fake_service.artifact_bytes(TOKEN, sid, REPLAY))
     assert h.items_total("artifact", "archived") == 1
 
@@ -270,7 +172,7 @@ def test_hostile_session_ids_stay_under_the_prefix_and_round_trip(
     found = {parse_manifest(h.object_bytes(k)).session_id for k in stored if k.endswith("/manifest.json")}
     assert found == set(HOSTILE_IDS)
     for sid in HOSTILE_IDS:
-        m = parse_manifest(h.object_bytes(keys.manifest_key(prefix, sid)))
+        m = parse_manifest(h.object_bytes(keys.manifest_key(prefix, sid, h.instance(sid))))
         assert [i.outcome for i in m.items] == ["archived", "archived"]
 
 
@@ -302,7 +204,7 @@ def test_a_store_down_longer_than_the_retention_window_loses_nothing_fetched(
     away.rename(root)  # the store is back
     assert h.pipeline.run_until_idle(30)
     for sid in ids:
-        m = parse_manifest(h.object_bytes(keys.manifest_key("", sid)))
+        m = parse_manifest(h.object_bytes(keys.manifest_key("", sid, h.instance(sid))))
         assert {i.outcome for i in m.items} == {"archived", "source_gone"}
     assert h.items_total("artifact", "expired") == 0 and h.items_total("logs", "expired") == 0
     assert h.items_total("logs", "archived") == 3
@@ -337,7 +239,7 @@ def test_a_session_discovered_after_its_window_is_expired(
     second = harness_factory(fake, store, retention=3600.0, deadline_margin=60.0)
     second.poll()
     assert second.pipeline.run_until_idle(20)
-    m = parse_manifest(second.object_bytes(keys.manifest_key("", sid)))
+    m = parse_manifest(second.object_bytes(keys.manifest_key("", sid, second.instance(sid))))
     assert [i.outcome for i in m.items] == ["expired", "expired", "expired"]
     assert second.items_total("logs", "expired") == 1 and second.items_total("artifact", "expired") == 2
 
@@ -359,12 +261,12 @@ def test_an_artifact_over_the_limit_ends_too_large_without_memory_growth(
         tracemalloc.stop()
     # Fake and archiver share this process: both stream, so the peak stays far below the body.
     assert peak < 32 * MB, peak
-    m = parse_manifest(h.object_bytes(keys.manifest_key("", sid)))
+    m = parse_manifest(h.object_bytes(keys.manifest_key("", sid, h.instance(sid))))
     outcomes = {i.path: i.outcome for i in m.items}
     assert outcomes[big] == "too_large"
     assert h.items_total("artifact", "too_large") == 1
     assert not os.listdir(h.settings.state_dir / "spool")
-    assert not list(store.list_keys(keys.session_prefix("", sid) + "artifacts/"))
+    assert not list(store.list_keys(keys.session_prefix("", sid, h.instance(sid)) + "artifacts/"))
 
 
 def test_status_lists_pending_items_with_time_left(
@@ -386,7 +288,7 @@ def test_status_lists_pending_items_with_time_left(
     fake_service.clear_faults()
     assert h.pipeline.run_until_idle(20)
     assert h.pipeline.status() == []
-    assert json.loads(h.object_bytes(keys.manifest_key("", sid)))["items"][1]["outcome"] == "archived"
+    assert json.loads(h.object_bytes(keys.manifest_key("", sid, h.instance(sid))))["items"][1]["outcome"] == "archived"
 
 
 def test_a_session_missing_from_one_list_but_still_running_is_not_ended(
@@ -401,9 +303,9 @@ def test_a_session_missing_from_one_list_but_still_running_is_not_ended(
     h.pipeline.observe_poll(others, fake_service.clock.now())
     assert _wait_for(h, lambda: _alive_checked(h, sid), 10)
     h.poll()
-    row = h.state.session(sid)
+    row = h.state.latest(sid)
     assert row is not None and row.state == "active"
-    assert h.state.items_of(sid) == []
+    assert h.state.items_of(row.key) == []
     assert h.registry.get_sample_value("archiver_sessions_ended_total") == 0
 
 
@@ -424,11 +326,11 @@ def test_backfill_archives_ended_sessions_inside_the_window_only(
     ended = fake_service.add_session(TOKEN, id="never-polled")
     running = fake_service.add_session(TOKEN, id="still-running")
     fake_service.end_session(TOKEN, ended)
-    h = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
+    h = harness_factory(fake_service, store, artifact_paths=(REPLAY,), reconcile=False)  # as `archiver archive`
     assert h.pipeline.backfill([ended, running, "no-such-session"]) == [ended]
     assert h.pipeline.run_until_idle(20)
-    m = parse_manifest(h.object_bytes(keys.manifest_key("", ended)))
+    m = parse_manifest(h.object_bytes(keys.manifest_key("", ended, h.instance(ended))))
     assert [i.outcome for i in m.items] == ["archived", "archived"]
     assert m.fetch_deadline is not None and m.fetch_deadline > fake_service.clock.now()
     assert h.pipeline.backfill([ended]) == []  # already archived: nothing new
-    assert h.state.session(running) is None and h.state.session("no-such-session") is None
+    assert h.state.latest(running) is None and h.state.latest("no-such-session") is None

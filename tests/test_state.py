@@ -14,7 +14,7 @@ from archiver.models import Session
 from archiver.pipeline import Pipeline, Tuning
 from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
-from archiver.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, StateError
+from archiver.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, StateError, session_key_of
 from archiver.store import FileStore
 
 
@@ -78,10 +78,10 @@ def test_a_session_missing_from_a_successful_poll_becomes_a_candidate(tmp_path: 
     p = _pipeline(tmp_path)
     p.observe_poll([_session(1), _session(2)], 100.0)
     p.observe_poll([_session(1)], 110.0)
-    gone = p.state.session("sess-00002")
+    gone = p.state.latest("sess-00002")
     assert gone is not None and gone.state == "candidate"
     assert gone.last_seen_active == 100.0 and gone.first_seen_ended == 110.0
-    assert p.state.session("sess-00001").state == "active"  # type: ignore[union-attr]
+    assert p.state.latest("sess-00001").state == "active"  # type: ignore[union-attr]
 
 
 def test_a_failed_poll_never_ends_a_session(tmp_path: Path) -> None:
@@ -89,7 +89,7 @@ def test_a_failed_poll_never_ends_a_session(tmp_path: Path) -> None:
     p.observe_poll([_session(1)], 100.0)
     p.observe_poll(None, 110.0)
     p.observe_poll(None, 120.0)
-    assert p.state.session("sess-00001").state == "active"  # type: ignore[union-attr]
+    assert p.state.latest("sess-00001").state == "active"  # type: ignore[union-attr]
 
 
 def test_a_candidate_listed_again_is_active_again(tmp_path: Path) -> None:
@@ -97,7 +97,7 @@ def test_a_candidate_listed_again_is_active_again(tmp_path: Path) -> None:
     p.observe_poll([_session(1)], 100.0)
     p.observe_poll([], 110.0)
     p.observe_poll([_session(1)], 120.0)
-    row = p.state.session("sess-00001")
+    row = p.state.latest("sess-00001")
     assert row is not None and row.state == "active" and row.first_seen_ended is None
     assert row.last_seen_active == 120.0
 
@@ -109,23 +109,23 @@ def test_sessions_active_before_a_restart_and_absent_after_it_are_candidates(tmp
     second = _pipeline(tmp_path)
     second.recover()
     second.observe_poll([_session(1)], 5000.0)
-    row = second.state.session("sess-00002")
+    row = second.state.latest("sess-00002")
     # Its last_seen_active is the persisted one (never later than the truth): the safe deadline.
     assert row is not None and row.state == "candidate" and row.last_seen_active == 100.0
-    assert second.state.session("sess-00001").state == "active"  # type: ignore[union-attr]
+    assert second.state.latest("sess-00001").state == "active"  # type: ignore[union-attr]
 
 
 def test_last_seen_is_persisted_in_bulk_at_most_every_interval(tmp_path: Path) -> None:
     p = _pipeline(tmp_path, last_seen_persist_interval=30.0)
     p.observe_poll([_session(1)], 100.0)
     p.observe_poll([_session(1)], 110.0)
-    assert p.state.session("sess-00001").last_seen_active == 100.0  # type: ignore[union-attr]
+    assert p.state.latest("sess-00001").last_seen_active == 100.0  # type: ignore[union-attr]
     p.observe_poll([_session(1)], 131.0)
-    assert p.state.session("sess-00001").last_seen_active == 131.0  # type: ignore[union-attr]
+    assert p.state.latest("sess-00001").last_seen_active == 131.0  # type: ignore[union-attr]
     # Disappearing writes the exact in-memory value, not the stale persisted one.
     p.observe_poll([_session(1)], 140.0)
     p.observe_poll([], 150.0)
-    assert p.state.session("sess-00001").last_seen_active == 140.0  # type: ignore[union-attr]
+    assert p.state.latest("sess-00001").last_seen_active == 140.0  # type: ignore[union-attr]
 
 
 def test_changed_metadata_is_written_and_player_churn_is_not(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_changed_metadata_is_written_and_player_churn_is_not(tmp_path: Path) -> 
     p.observe_poll([_session(1)], 100.0)
     p.observe_poll([_session(1, players=7)], 110.0)
     p.observe_poll([_session(1, label="ranked")], 120.0)
-    row = p.state.session("sess-00001")
+    row = p.state.latest("sess-00001")
     assert row is not None and row.labels == {"mode": "ranked"} and row.last_seen_active == 120.0
 
 
@@ -150,14 +150,20 @@ def test_a_poll_of_10k_sessions_takes_well_under_50ms(tmp_path: Path) -> None:
     assert statistics.median(times) < 0.05, times
 
 
+def _key(sid: str) -> str:
+    return session_key_of(_session(int(sid[-5:])))
+
+
 def _ended(state: StateDB, sid: str, deadline: float, paths: tuple[str, ...] = ()) -> None:
     state.record_poll([_session(int(sid[-5:]))], [], 0.0, touch_active=False)
-    state.record_poll([], [(sid, 0.0)], 1.0, touch_active=False)
+    state.record_poll([], [(_key(sid), 0.0)], 1.0, touch_active=False)
     items = [
         NewItem("logs", "", "GET /query/log"),
         *(NewItem("artifact", p, "GET /artifacts") for p in paths),
     ]
-    row = state.end_session(sid, described=None, deadline_for=lambda _r: deadline, items=items, now=2.0)
+    row = state.end_session(
+        _key(sid), described=None, deadline_for=lambda _r: deadline, items_for=lambda _r: items, now=2.0
+    )
     assert row is not None and row.state == "ended"
 
 
@@ -194,7 +200,7 @@ def test_restart_puts_in_flight_items_back(tmp_path: Path) -> None:
     )
     assert state.claim_upload(0.0) is not None
     assert state.reset_in_flight() == (1, 1)
-    statuses = sorted(i.status for i in state.items_of("sess-00001"))
+    statuses = sorted(i.status for i in state.items_of(_key("sess-00001")))
     assert statuses == ["pending_fetch", "pending_fetch", "spooled"]
 
 
@@ -205,9 +211,9 @@ def test_the_last_item_finishing_fixes_archived_at_for_the_manifest(tmp_path: Pa
     assert a is not None and b is not None
     assert state.finish_item(a.id, "source_gone", now=10.0, error="404") is False
     assert state.finish_item(b.id, "too_large", now=11.0, error="big") is True
-    row = state.session("sess-00001")
+    row = state.latest("sess-00001")
     assert row is not None and row.state == "finalizing" and row.archived_at == 11.0
-    assert state.mark_archived("sess-00001", "sessions/sess-00001/manifest.json")
+    assert state.mark_archived(_key("sess-00001"), "sessions/sess-00001/manifest.json")
     assert state.outcome_counts() == {("logs", "source_gone"): 1, ("artifact", "too_large"): 1}
 
 
@@ -238,6 +244,6 @@ def test_a_late_retry_never_undoes_an_item_that_already_reached_its_outcome(tmp_
     state.finish_item(a.id, "source_gone", now=10.0, error="404")
     state.retry_item(a.id, status="pending_fetch", not_before=0.0, error="late failure")
     state.retry_item(b.id, status="pending_fetch", not_before=0.0, error="in flight")
-    statuses = {i.id: (i.status, i.outcome) for i in state.items_of("sess-00001")}
+    statuses = {i.id: (i.status, i.outcome) for i in state.items_of(_key("sess-00001"))}
     assert statuses[a.id] == ("done", "source_gone")
     assert statuses[b.id] == ("pending_fetch", None)

@@ -193,6 +193,13 @@ class FakeService:
             raise UnknownSessionError(f"no session {session_id!r} in this organisation")
         return s
 
+    def hide_from_list(self, token: str, session_id: str, polls: int = 1) -> None:
+        """Leave an active session out of the next ``polls`` plain ``GET /session`` answers (a
+        flapping upstream); ``all=true`` lists and describes still show it."""
+        org = self.state.org(token)
+        with self.state.lock:
+            self.state.list_omissions[(org.name, session_id)] += polls
+
     def advance(self, seconds: float) -> float:
         """Move the clock forward and apply the transitions that became due; returns virtual now."""
         return self.state.advance(seconds)

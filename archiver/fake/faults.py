@@ -15,8 +15,9 @@ from archiver.fake.errors import FakeConfigError
 #: What a fired fault does. "status": answer ``status`` (or only add latency when it is None);
 #: "truncate": declare the full length, send part of the body, close; "reset": close the connection
 #: with an RST and no response; "drip": send the real response a few bytes at a time;
-#: "garbage": 200 with a non-JSON body; "wrong_types": 200 with JSON of the wrong types.
-FAULT_KINDS = ("status", "truncate", "reset", "drip", "garbage", "wrong_types")
+#: "garbage": 200 with a non-JSON body; "wrong_types": 200 with JSON of the wrong types; "html":
+#: answer ``status`` with a proxy's HTML page instead of the API's error body (e.g. a 404).
+FAULT_KINDS = ("status", "truncate", "reset", "drip", "garbage", "wrong_types", "html")
 
 #: Any endpoint without a fault of its own.
 ANY = "*"
@@ -42,7 +43,7 @@ class FaultSpec:
             raise FakeConfigError(f"fault kind must be one of {', '.join(FAULT_KINDS)}, got {self.kind!r}")
         if self.status is not None and not 400 <= self.status <= 599:
             raise FakeConfigError(f"fault status must be 400-599, got {self.status}")
-        if self.status is not None and self.kind != "status":
+        if self.status is not None and self.kind not in ("status", "html"):
             raise FakeConfigError(f"fault kind {self.kind!r} takes no status")
         if not 0.0 <= self.rate <= 1.0:
             raise FakeConfigError(f"fault rate must be within 0..1, got {self.rate}")

@@ -202,6 +202,9 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.kind == "wrong_types":
             self._send(Response(200, _WRONG_TYPES))
             return True
+        if fault.kind == "html" and fault.status is not None:
+            self._send(Response(fault.status, html_gateway_page(fault.status), content_type="text/html"))
+            return True
         if fault.kind != "status" or fault.status is None:
             return False  # latency only, or a transport fault applied while sending
         headers: list[tuple[str, str]] = []

@@ -147,6 +147,8 @@ class ServiceState:
         self.quirks = Quirks()
         self.faults = FaultTable(seed)
         self.requests: Counter[str] = Counter()
+        #: (organisation, session id) → plain lists still to omit it from (a flapping upstream).
+        self.list_omissions: Counter[tuple[str, str]] = Counter()
         self._orgs: dict[str, Org] = {t: Org(f"org-{i}") for i, t in enumerate(tokens, 1)}
         self._by_name = {o.name: o for o in self._orgs.values()}
         # Indexes kept in step with session status, so a create costs O(1) even with 50k sessions.
@@ -305,7 +307,13 @@ class ServiceState:
         """Sessions matching ``flt``, oldest first."""
         with self.lock:
             self.refresh()
-            return sorted((s for s in org.sessions.values() if flt.matches(s)), key=lambda s: s.created)
+            found = sorted((s for s in org.sessions.values() if flt.matches(s)), key=lambda s: s.created)
+            if self.list_omissions and not flt.include_terminated:
+                omitted = {s.id for s in found if self.list_omissions[(org.name, s.id)] > 0}
+                for sid in omitted:
+                    self.list_omissions[(org.name, sid)] -= 1
+                found = [s for s in found if s.id not in omitted]
+            return found
 
     def stop(self, org: Org, sid: str) -> None:
         """DELETE semantics: 404 unknown, 409 already terminated."""

@@ -12,6 +12,7 @@ from archiver.fake.quirks import Quirks
 from archiver.fake.state import Session
 
 HTML_GATEWAY_PAGES = {
+    404: "Not Found",
     502: "Bad Gateway",
     503: "Service Temporarily Unavailable",
     504: "Gateway Time-out",
