@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 #: Characters a session id keeps as-is in a key; everything else is percent-encoded.
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 #: Longest escaped id used verbatim. With `sessions/` + `/artifacts/` + an artifact name the key
-#: stays far below S3's 1024 bytes, and `{sid}.json` / `{sid}` stay below 255-byte file names.
+#: stays far below S3's 1024 bytes, and `{sid}.{instance}.json` / `{sid}.{instance}` stay below 255-byte file names.
 MAX_ESCAPED_LEN = 150
 #: Length of the escaped-id head kept in front of `~` + hash for longer ids.
 HASHED_HEAD_LEN = 128
@@ -119,26 +120,83 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
-def session_prefix(prefix: str, sid: str) -> str:
-    """``{prefix}sessions/{sid}/``: everything of one session lives below it."""
-    return f"{check_prefix(prefix)}sessions/{escape_session_id(sid)}/"
+#: ``YYYYMMDDTHHMMSS.mmmZ``: the shape of an instance name (validated further by a round trip).
+_INSTANCE_RE = re.compile(r"^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z$")
+#: 9999-12-31T23:59:59.999Z in epoch milliseconds: the last instant an instance name can carry.
+_LATEST_MS = 253402300799999
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def manifest_key(prefix: str, sid: str) -> str:
-    """``{prefix}sessions/{sid}/manifest.json``: written last, the session's commit marker."""
-    return session_prefix(prefix, sid) + "manifest.json"
+def instance_name(created_ms: float) -> str:
+    """The instance of a session: its upstream creation time as UTC ``YYYYMMDDTHHMMSS.mmmZ``.
+
+    Session ids are chosen by the caller and may be reused; the creation time tells two sessions
+    with one id apart, and the name sorts chronologically. ``created_ms`` (epoch milliseconds) is
+    floored to a whole millisecond. ``ValueError`` outside the years 1970..9999 (and for NaN,
+    infinities and booleans).
+    """
+    if isinstance(created_ms, bool) or not math.isfinite(created_ms):
+        raise ValueError(f"creation time must be finite epoch milliseconds, got {created_ms!r}")
+    ms = math.floor(created_ms)
+    if not 0 <= ms <= _LATEST_MS:
+        raise ValueError(f"creation time must be between 1970 and 9999, got {created_ms!r} ms")
+    when = _EPOCH + timedelta(milliseconds=ms)
+    return f"{when:%Y%m%dT%H%M%S}.{ms % 1000:03d}Z"
 
 
-def logs_key(prefix: str, sid: str, ext: str) -> str:
-    """``{prefix}sessions/{sid}/logs.{ext}.gz`` for ``ext`` ``txt`` or ``jsonl``."""
+def instance_ms(name: str) -> int:
+    """The epoch milliseconds an instance name stands for (``ValueError`` for anything else)."""
+    if not isinstance(name, str) or not _INSTANCE_RE.match(name):
+        raise ValueError(f"not an instance name (like 20261122T060305.123Z): {str(name)[:60]!r}")
+    try:
+        when = datetime.strptime(name[:15], "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
+    except ValueError:
+        raise ValueError(f"not an instance name (no such date or time): {name!r}") from None
+    if when.year < 1970:
+        raise ValueError(f"not an instance name (before 1970): {name!r}")
+    return (when - _EPOCH) // timedelta(milliseconds=1) + int(name[16:19])
+
+
+def is_instance_name(text: object) -> bool:
+    """Whether ``text`` is exactly what :func:`instance_name` produces for some time (one name, one time)."""
+    try:
+        return isinstance(text, str) and instance_name(instance_ms(text)) == text
+    except ValueError:
+        return False
+
+
+def _check_instance(instance: str | None) -> str | None:
+    if instance is not None and not is_instance_name(instance):
+        raise ValueError(f"not an instance name (like 20261122T060305.123Z): {str(instance)[:60]!r}")
+    return instance
+
+
+def session_prefix(prefix: str, sid: str, instance: str | None = None) -> str:
+    """``{prefix}sessions/{sid}/{instance}/``: everything of one session instance lives below it.
+
+    Without ``instance`` the legacy layout ``{prefix}sessions/{sid}/`` (one archive per id, as
+    written before instances existed). An instance segment never equals ``manifest.json``,
+    ``logs.*`` or ``artifacts``, so both layouts can share one id's directory without clashing.
+    """
+    base = f"{check_prefix(prefix)}sessions/{escape_session_id(sid)}/"
+    return base if _check_instance(instance) is None else f"{base}{instance}/"
+
+
+def manifest_key(prefix: str, sid: str, instance: str | None = None) -> str:
+    """``{prefix}sessions/{sid}/[{instance}/]manifest.json``: written last, the archive's commit marker."""
+    return session_prefix(prefix, sid, instance) + "manifest.json"
+
+
+def logs_key(prefix: str, sid: str, ext: str, instance: str | None = None) -> str:
+    """``{prefix}sessions/{sid}/[{instance}/]logs.{ext}.gz`` for ``ext`` ``txt`` or ``jsonl``."""
     if ext not in _LOG_EXTS:
         raise ValueError(f"log extension must be one of {sorted(_LOG_EXTS)}, got {ext!r}")
-    return session_prefix(prefix, sid) + f"logs.{ext}.gz"
+    return session_prefix(prefix, sid, instance) + f"logs.{ext}.gz"
 
 
-def artifact_key(prefix: str, sid: str, path: str) -> str:
-    """``{prefix}sessions/{sid}/artifacts/{slug}-{hash8}.tar.gz`` for one artifact path."""
-    return session_prefix(prefix, sid) + "artifacts/" + artifact_name(path)
+def artifact_key(prefix: str, sid: str, path: str, instance: str | None = None) -> str:
+    """``{prefix}sessions/{sid}/[{instance}/]artifacts/{slug}-{hash8}.tar.gz`` for one artifact path."""
+    return session_prefix(prefix, sid, instance) + "artifacts/" + artifact_name(path)
 
 
 def _hour_partition(prefix: str, hour: datetime) -> str:
@@ -149,10 +207,15 @@ def _utc_hour(epoch_seconds: float) -> datetime:
     return datetime.fromtimestamp(epoch_seconds, UTC).replace(minute=0, second=0, microsecond=0)
 
 
-def index_key(prefix: str, ended_at: float, sid: str) -> str:
-    """``{prefix}index/dt=YYYY-MM-DD/hour=HH/{sid}.json``, the hour (UTC) of ``ended_at`` (epoch seconds)."""
+def index_key(prefix: str, ended_at: float, sid: str, instance: str | None = None) -> str:
+    """``{prefix}index/dt=YYYY-MM-DD/hour=HH/{sid}[.{instance}].json``, the hour (UTC) of ``ended_at`` (epoch seconds).
+
+    The escaped id never contains ``.``, so the first ``.`` of the file name ends the id and two
+    instances of one id (or an instance and the legacy archive) never share an entry.
+    """
     check_prefix(prefix)
-    return _hour_partition(prefix, _utc_hour(ended_at)) + f"{escape_session_id(sid)}.json"
+    name = escape_session_id(sid) if _check_instance(instance) is None else f"{escape_session_id(sid)}.{instance}"
+    return _hour_partition(prefix, _utc_hour(ended_at)) + f"{name}.json"
 
 
 #: One hour in seconds, the index partition width.

@@ -55,8 +55,11 @@ class SpoolBroken:
 UploadResult = Stored | Conflict | SpoolBroken
 
 
-def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Manifest:
+def build_session_manifest(session: SessionRow, items: Sequence[ItemRow], instance: str | None = None) -> Manifest:
     """The manifest of a session whose items all have an outcome (pure: same rows, same bytes).
+
+    ``instance`` (``keys.instance_name`` of the creation time) is recorded in the manifest;
+    ``None`` writes a legacy-layout manifest.
 
     Everything comes from the state DB, including `archived_at` (fixed when the last item
     finished), so a manifest re-written after a crash is byte-identical to the first one.
@@ -97,6 +100,7 @@ def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Man
         fetch_deadline=session.fetch_deadline,
         archived_at=session.archived_at,
         items=entries,
+        instance=instance,
     )
 
 
