@@ -121,7 +121,7 @@ def check_prefix(prefix: str) -> str:
 
 
 #: ``YYYYMMDDTHHMMSS.mmmZ``: the shape of an instance name (validated further by a round trip).
-_INSTANCE_RE = re.compile(r"^[0-9]{8}T[0-9]{6}\.[0-9]{3}Z$")
+_INSTANCE_RE = re.compile(r"[0-9]{8}T[0-9]{6}\.[0-9]{3}Z")
 #: 9999-12-31T23:59:59.999Z in epoch milliseconds: the last instant an instance name can carry.
 _LATEST_MS = 253402300799999
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -146,7 +146,7 @@ def instance_name(created_ms: float) -> str:
 
 def instance_ms(name: str) -> int:
     """The epoch milliseconds an instance name stands for (``ValueError`` for anything else)."""
-    if not isinstance(name, str) or not _INSTANCE_RE.match(name):
+    if not isinstance(name, str) or not _INSTANCE_RE.fullmatch(name):
         raise ValueError(f"not an instance name (like 20261122T060305.123Z): {str(name)[:60]!r}")
     try:
         when = datetime.strptime(name[:15], "%Y%m%dT%H%M%S").replace(tzinfo=UTC)

@@ -116,13 +116,19 @@ def put_session(
     location: str = "eu-west-1",
     labels: Mapping[str, str] | None = None,
     players: Sequence[str] = ("p1", "p2"),
+    instance: str | None = None,
+    created: float | None = None,
 ) -> Manifest:
-    """Store one session the way archiver/upload.py does: objects, manifest (create-once), index entry."""
+    """Store one session the way archiver/upload.py does: objects, manifest (create-once), index entry.
+
+    ``instance`` writes the instance layout (``sessions/{sid}/{instance}/``); ``created``
+    defaults to 30 minutes before ``ended_at``.
+    """
     items: list[ManifestItem] = []
     source = f"GET /query/log?matchKey={sid}"
     if logs is not None:
         body = _gzip(logs)
-        key = keys.logs_key(store.prefix, sid, log_ext)
+        key = keys.logs_key(store.prefix, sid, log_ext, instance)
         store.put_bytes(key, body, content_type="application/gzip")
         items.append(
             ManifestItem(
@@ -136,7 +142,7 @@ def put_session(
             )
         )
     for path, data in (artifacts or {}).items():
-        key = keys.artifact_key(store.prefix, sid, path)
+        key = keys.artifact_key(store.prefix, sid, path, instance)
         store.put_bytes(key, data, content_type="application/gzip")
         items.append(
             ManifestItem(
@@ -157,7 +163,7 @@ def put_session(
         tag=tag,
         location=location,
         host="203.0.113.42",
-        created=ended_at - 1800,
+        created=ended_at - 1800 if created is None else created,
         labels=dict(labels or {}),
         players=players,
         player_count=len(players),
@@ -167,11 +173,12 @@ def put_session(
         fetch_deadline=ended_at + 4 * HOUR - 600,
         archived_at=ended_at + 30,
         items=items,
+        instance=instance,
     )
-    mkey = keys.manifest_key(store.prefix, sid)
+    mkey = keys.manifest_key(store.prefix, sid, instance)
     store.put_bytes(mkey, manifest_to_bytes(manifest), content_type="application/json")
     store.put_bytes(
-        keys.index_key(store.prefix, manifest.ended_at, sid),
+        keys.index_key(store.prefix, manifest.ended_at, sid, instance),
         index_entry_to_bytes(index_entry_for(manifest, mkey)),
         content_type="application/json",
     )
