@@ -222,15 +222,19 @@ def demo(archive_dir: str, state_dir: str, listen: str, duration: float | None) 
 _TIME_HELP = "a duration before now (2h, 30m, 7d) or an ISO 8601 time (2026-11-22T10:00; UTC unless Z/+hh:mm)"
 
 
-def instance_option(func: F) -> F:
+def instance_option(default: str) -> Callable[[F], F]:
     """``--instance NAME``: which archive of a reused session id (the retrieval commands share it)."""
-    return click.option(
-        "--instance",
-        metavar="NAME",
-        default=None,
-        help="Which archive of a reused session id: its instance (creation time, e.g. 20261122T060305.123Z) "
-        "or `legacy`. [default: the newest]",
-    )(func)
+
+    def decorate(func: F) -> F:
+        return click.option(
+            "--instance",
+            metavar="NAME",
+            default=None,
+            help="Which archive of a reused session id: its instance (creation time, e.g. 20261122T060305.123Z) "
+            f"or `legacy`. [default: {default}]",
+        )(func)
+
+    return decorate
 
 
 def _store_for(settings: Settings) -> ObjectStore:
@@ -287,7 +291,7 @@ def ls_command(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
     help="json: the stored manifest document as is.",
 )  # fmt: skip
-@instance_option
+@instance_option("the newest")
 @settings_options
 @friendly_errors
 def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None:
@@ -311,7 +315,7 @@ def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None
     "--grep", "pattern", metavar="REGEX", help="Only lines matching this regular expression (searched anywhere)."
 )
 @click.option("-i", "--ignore-case", is_flag=True, help="--grep ignores case.")
-@instance_option
+@instance_option("the newest")
 @settings_options
 @friendly_errors
 def logs(
@@ -341,7 +345,7 @@ def logs(
     "--extract", is_flag=True, help="Also unpack artifacts (unsafe members skipped and listed) and write logs.txt."
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: when a terminal]")
-@instance_option
+@instance_option("the newest")
 @settings_options
 @friendly_errors
 def get(
@@ -370,7 +374,7 @@ def get(
 @click.argument("session_ids", nargs=-1)
 @click.option("--since", metavar="TIME", help=f"Verify every session that ended since TIME: {_TIME_HELP}.")
 @click.option("--until", metavar="TIME", help="With --since: up to TIME.")
-@instance_option
+@instance_option("every archive of each ID")
 @settings_options
 @friendly_errors
 def verify(

@@ -149,7 +149,16 @@ def instance_ms(name: str) -> int:
     if not isinstance(name, str) or not _INSTANCE_RE.fullmatch(name):
         raise ValueError(f"not an instance name (like 20261122T060305.123Z): {str(name)[:60]!r}")
     try:
-        when = datetime.strptime(name[:15], "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
+        # Plain int fields, not strptime: its lenient field widths and lazy import in threads are not needed.
+        when = datetime(
+            int(name[0:4]),
+            int(name[4:6]),
+            int(name[6:8]),
+            int(name[9:11]),
+            int(name[11:13]),
+            int(name[13:15]),
+            tzinfo=UTC,
+        )
     except ValueError:
         raise ValueError(f"not an instance name (no such date or time): {name!r}") from None
     if when.year < 1970:
