@@ -222,6 +222,21 @@ def demo(archive_dir: str, state_dir: str, listen: str, duration: float | None) 
 _TIME_HELP = "a duration before now (2h, 30m, 7d) or an ISO 8601 time (2026-11-22T10:00; UTC unless Z/+hh:mm)"
 
 
+def instance_option(default: str) -> Callable[[F], F]:
+    """``--instance NAME``: which archive of a reused session id (the retrieval commands share it)."""
+
+    def decorate(func: F) -> F:
+        return click.option(
+            "--instance",
+            metavar="NAME",
+            default=None,
+            help="Which archive of a reused session id: its instance (creation time, e.g. 20261122T060305.123Z) "
+            f"or `legacy`. [default: {default}]",
+        )(func)
+
+    return decorate
+
+
 def _store_for(settings: Settings) -> ObjectStore:
     from archiver.store import open_store
 
@@ -276,15 +291,16 @@ def ls_command(
     "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
     help="json: the stored manifest document as is.",
 )  # fmt: skip
+@instance_option("the newest")
 @settings_options
 @friendly_errors
-def show(session_id: str, fmt: str, **kwargs: Any) -> None:
+def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None:
     """The manifest of an archived session, readable."""
     from archiver import retrieve
 
     store = _store_for(resolve(kwargs))
     try:
-        retrieve.show_session(store, session_id, sys.stdout, fmt=fmt)
+        retrieve.show_session(store, session_id, sys.stdout, fmt=fmt, instance=instance)
     finally:
         store.close()
 
@@ -299,9 +315,12 @@ def show(session_id: str, fmt: str, **kwargs: Any) -> None:
     "--grep", "pattern", metavar="REGEX", help="Only lines matching this regular expression (searched anywhere)."
 )
 @click.option("-i", "--ignore-case", is_flag=True, help="--grep ignores case.")
+@instance_option("the newest")
 @settings_options
 @friendly_errors
-def logs(session_id: str, stream: str | None, pattern: str | None, ignore_case: bool, **kwargs: Any) -> None:
+def logs(
+    session_id: str, stream: str | None, pattern: str | None, ignore_case: bool, instance: str | None, **kwargs: Any
+) -> None:
     """The archived logs as plain text lines, whatever format the upstream sent."""
     from archiver import retrieve
 
@@ -311,7 +330,7 @@ def logs(session_id: str, stream: str | None, pattern: str | None, ignore_case: 
         raise click.BadParameter(str(exc), param_hint="--grep") from None
     store = _store_for(resolve(kwargs))
     try:
-        retrieve.print_logs(store, session_id, sys.stdout, stream=stream, grep=grep)
+        retrieve.print_logs(store, session_id, sys.stdout, stream=stream, grep=grep, instance=instance)
     finally:
         store.close()
 
@@ -320,23 +339,26 @@ def logs(session_id: str, stream: str | None, pattern: str | None, ignore_case: 
 @click.argument("session_id")
 @click.option(
     "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
-    help="Downloads go to OUT/<session id, escaped>/.",
+    help="Downloads go to OUT/<session id, escaped>/ (OUT/<session id, escaped>.<instance>/ for an instance).",
 )  # fmt: skip
 @click.option(
     "--extract", is_flag=True, help="Also unpack artifacts (unsafe members skipped and listed) and write logs.txt."
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: when a terminal]")
+@instance_option("the newest")
 @settings_options
 @friendly_errors
-def get(session_id: str, out_dir: Path, extract: bool, progress: bool | None, **kwargs: Any) -> None:
+def get(
+    session_id: str, out_dir: Path, extract: bool, progress: bool | None, instance: str | None, **kwargs: Any
+) -> None:
     """Download everything of an archived session, verifying each file's sha256."""
     from archiver import retrieve
 
     store = _store_for(resolve(kwargs))
     try:
-        loaded = retrieve.load_manifest(store, session_id)
+        loaded = retrieve.load_archive(store, session_id, instance)
         if sys.stderr.isatty() if progress is None else progress:
-            total = retrieve.download_size(loaded[0])
+            total = retrieve.download_size(loaded.manifest)
             with click.progressbar(length=total, label="downloading", file=sys.stderr) as bar:
                 result = retrieve.download_session(
                     store, session_id, out_dir, extract=extract, progress=bar.update, loaded=loaded
@@ -352,14 +374,19 @@ def get(session_id: str, out_dir: Path, extract: bool, progress: bool | None, **
 @click.argument("session_ids", nargs=-1)
 @click.option("--since", metavar="TIME", help=f"Verify every session that ended since TIME: {_TIME_HELP}.")
 @click.option("--until", metavar="TIME", help="With --since: up to TIME.")
+@instance_option("every archive of each ID")
 @settings_options
 @friendly_errors
-def verify(session_ids: tuple[str, ...], since: str | None, until: str | None, **kwargs: Any) -> None:
-    """Re-hash stored objects against their manifests; exit 1 when anything is missing or altered."""
+def verify(
+    session_ids: tuple[str, ...], since: str | None, until: str | None, instance: str | None, **kwargs: Any
+) -> None:
+    """Re-hash stored objects against their manifests (every archive of each ID); exit 1 when anything is wrong."""
     from archiver import retrieve
 
     if session_ids and (since or until):
         raise click.UsageError("give session ids or --since/--until, not both")
+    if instance is not None and not session_ids:
+        raise click.UsageError("--instance picks an archive of the session ids given; give at least one ID")
     settings = resolve(kwargs)
     now = time.time()
     try:
@@ -369,7 +396,7 @@ def verify(session_ids: tuple[str, ...], since: str | None, until: str | None, *
     store = _store_for(settings)
     try:
         report = retrieve.verify(
-            store, session_ids=session_ids, since=start, until=end, now=now,
+            store, session_ids=session_ids, instance=instance, since=start, until=end, now=now,
             on_problem=lambda problem: click.echo(problem.line()),
         )  # fmt: skip
         retrieve.render_verify(report, sys.stdout, problems=False)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 #: Characters a session id keeps as-is in a key; everything else is percent-encoded.
 _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
 #: Longest escaped id used verbatim. With `sessions/` + `/artifacts/` + an artifact name the key
-#: stays far below S3's 1024 bytes, and `{sid}.json` / `{sid}` stay below 255-byte file names.
+#: stays far below S3's 1024 bytes, and `{sid}.{instance}.json` / `{sid}.{instance}` stay below 255-byte file names.
 MAX_ESCAPED_LEN = 150
 #: Length of the escaped-id head kept in front of `~` + hash for longer ids.
 HASHED_HEAD_LEN = 128
@@ -112,15 +113,6 @@ def artifact_name(path: str) -> str:
     return f"{artifact_slug(path)}-{digest}.tar.gz"
 
 
-def instance_name(created_ms: float) -> str:
-    """The instance of a session: its upstream creation time as UTC ``YYYYMMDDTHHMMSS.mmmZ`` (whole ms)."""
-    ms = int(created_ms)
-    if not 0 <= ms <= 253402300799999:
-        raise ValueError(f"creation time {created_ms!r} ms is outside the years 1970..9999")
-    when = datetime.fromtimestamp(ms // 1000, UTC)
-    return f"{when:%Y%m%dT%H%M%S}.{ms % 1000:03d}Z"
-
-
 def check_prefix(prefix: str) -> str:
     """The prefix itself if it is ``""`` or ends with (and does not start with) ``/``; else ``ValueError``."""
     if prefix and (not prefix.endswith("/") or prefix.startswith("/")):
@@ -128,26 +120,109 @@ def check_prefix(prefix: str) -> str:
     return prefix
 
 
+#: ``YYYYMMDDTHHMMSS.mmmZ``: the shape of an instance name (validated further by a round trip).
+_INSTANCE_RE = re.compile(r"([0-9]{8}T[0-9]{6}\.[0-9]{3}Z)(?:-r([1-9][0-9]{0,5}))?")
+#: 9999-12-31T23:59:59.999Z in epoch milliseconds: the last instant an instance name can carry.
+_LATEST_MS = 253402300799999
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def instance_name(created_ms: float, revision: int = 0) -> str:
+    """The instance of a session: its upstream creation time as UTC ``YYYYMMDDTHHMMSS.mmmZ``.
+
+    Session ids are chosen by the caller and may be reused; the creation time tells two sessions
+    with one id apart, and the name sorts chronologically. ``created_ms`` (epoch milliseconds) is
+    floored to a whole millisecond. ``ValueError`` outside the years 1970..9999 (and for NaN,
+    infinities and booleans). A session listed again after it was taken for ended is archived
+    again under ``-r{revision}`` (1, 2, ...) appended to the same time.
+    """
+    if not 0 <= revision <= 999_999:
+        raise ValueError(f"instance revision must be within 0..999999, got {revision!r}")
+    if isinstance(created_ms, bool) or not math.isfinite(created_ms):
+        raise ValueError(f"creation time must be finite epoch milliseconds, got {created_ms!r}")
+    ms = math.floor(created_ms)
+    if not 0 <= ms <= _LATEST_MS:
+        raise ValueError(f"creation time must be between 1970 and 9999, got {created_ms!r} ms")
+    when = _EPOCH + timedelta(milliseconds=ms)
+    name = f"{when:%Y%m%dT%H%M%S}.{ms % 1000:03d}Z"
+    return name if revision == 0 else f"{name}-r{revision}"
+
+
+def instance_ms(name: str) -> int:
+    """The epoch milliseconds an instance name stands for (``ValueError`` for anything else)."""
+    match = _INSTANCE_RE.fullmatch(name) if isinstance(name, str) else None
+    if match is None:
+        raise ValueError(f"not an instance name (like 20261122T060305.123Z): {str(name)[:60]!r}")
+    try:
+        # Plain int fields, not strptime: its lenient field widths and lazy import in threads are not needed.
+        when = datetime(
+            int(name[0:4]),
+            int(name[4:6]),
+            int(name[6:8]),
+            int(name[9:11]),
+            int(name[11:13]),
+            int(name[13:15]),
+            tzinfo=UTC,
+        )
+    except ValueError:
+        raise ValueError(f"not an instance name (no such date or time): {name!r}") from None
+    if when.year < 1970:
+        raise ValueError(f"not an instance name (before 1970): {name!r}")
+    return (when - _EPOCH) // timedelta(milliseconds=1) + int(name[16:19])
+
+
+def instance_revision(name: str) -> int:
+    """The re-open revision of an instance name (0 without a ``-rN`` suffix; ``ValueError`` for non-names)."""
+    match = _INSTANCE_RE.fullmatch(name)
+    if match is None:
+        raise ValueError(f"not an instance name (like 20261122T060305.123Z): {name[:60]!r}")
+    return int(match.group(2) or 0)
+
+
+def instance_order(name: str) -> tuple[int, int]:
+    """Sort key of instance names, oldest first: creation time, then revision."""
+    return instance_ms(name), instance_revision(name)
+
+
+def is_instance_name(text: object) -> bool:
+    """Whether ``text`` is exactly what :func:`instance_name` produces for some time (one name, one time)."""
+    try:
+        return isinstance(text, str) and instance_name(instance_ms(text), instance_revision(text)) == text
+    except ValueError:
+        return False
+
+
+def _check_instance(instance: str | None) -> str | None:
+    if instance is not None and not is_instance_name(instance):
+        raise ValueError(f"not an instance name (like 20261122T060305.123Z): {str(instance)[:60]!r}")
+    return instance
+
+
 def session_prefix(prefix: str, sid: str, instance: str | None = None) -> str:
-    """``{prefix}sessions/{sid}/`` (legacy) or ``{prefix}sessions/{sid}/{instance}/``."""
-    head = f"{check_prefix(prefix)}sessions/{escape_session_id(sid)}/"
-    return head if instance is None else f"{head}{instance}/"
+    """``{prefix}sessions/{sid}/{instance}/``: everything of one session instance lives below it.
+
+    Without ``instance`` the legacy layout ``{prefix}sessions/{sid}/`` (one archive per id, as
+    written before instances existed). An instance segment never equals ``manifest.json``,
+    ``logs.*`` or ``artifacts``, so both layouts can share one id's directory without clashing.
+    """
+    base = f"{check_prefix(prefix)}sessions/{escape_session_id(sid)}/"
+    return base if _check_instance(instance) is None else f"{base}{instance}/"
 
 
 def manifest_key(prefix: str, sid: str, instance: str | None = None) -> str:
-    """``{session prefix}manifest.json``: written last, the session's commit marker."""
+    """``{prefix}sessions/{sid}/[{instance}/]manifest.json``: written last, the archive's commit marker."""
     return session_prefix(prefix, sid, instance) + "manifest.json"
 
 
 def logs_key(prefix: str, sid: str, ext: str, instance: str | None = None) -> str:
-    """``{session prefix}logs.{ext}.gz`` for ``ext`` ``txt`` or ``jsonl``."""
+    """``{prefix}sessions/{sid}/[{instance}/]logs.{ext}.gz`` for ``ext`` ``txt`` or ``jsonl``."""
     if ext not in _LOG_EXTS:
         raise ValueError(f"log extension must be one of {sorted(_LOG_EXTS)}, got {ext!r}")
     return session_prefix(prefix, sid, instance) + f"logs.{ext}.gz"
 
 
 def artifact_key(prefix: str, sid: str, path: str, instance: str | None = None) -> str:
-    """``{session prefix}artifacts/{slug}-{hash8}.tar.gz`` for one artifact path."""
+    """``{prefix}sessions/{sid}/[{instance}/]artifacts/{slug}-{hash8}.tar.gz`` for one artifact path."""
     return session_prefix(prefix, sid, instance) + "artifacts/" + artifact_name(path)
 
 
@@ -160,9 +235,13 @@ def _utc_hour(epoch_seconds: float) -> datetime:
 
 
 def index_key(prefix: str, ended_at: float, sid: str, instance: str | None = None) -> str:
-    """``{prefix}index/dt=YYYY-MM-DD/hour=HH/{sid}[.{instance}].json``, the hour (UTC) of ``ended_at``."""
+    """``{prefix}index/dt=YYYY-MM-DD/hour=HH/{sid}[.{instance}].json``, the hour (UTC) of ``ended_at`` (epoch seconds).
+
+    The escaped id never contains ``.``, so the first ``.`` of the file name ends the id and two
+    instances of one id (or an instance and the legacy archive) never share an entry.
+    """
     check_prefix(prefix)
-    name = escape_session_id(sid) if instance is None else f"{escape_session_id(sid)}.{instance}"
+    name = escape_session_id(sid) if _check_instance(instance) is None else f"{escape_session_id(sid)}.{instance}"
     return _hour_partition(prefix, _utc_hour(ended_at)) + f"{name}.json"
 
 

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from archiver import __version__
+from archiver import __version__, keys
 from archiver.errors import ManifestError
 
+#: Still 1 with ``instance``: that field is additive and optional (absent in archives written
+#: before instances existed, which stay readable; readers of version 1 ignore unknown fields).
 SCHEMA_VERSION: Final = 1
 
 #: What an item is.
@@ -46,6 +48,11 @@ LATEST_TIME: Final = 253402300799.0
 def _check_time(name: str, value: float | None) -> None:
     if value is not None and (isinstance(value, bool) or not math.isfinite(value) or not 0 <= value <= LATEST_TIME):
         raise ValueError(f"{name} must be epoch seconds between 1970 and 9999, got {value!r}")
+
+
+def _check_instance(value: str | None) -> None:
+    if value is not None and not keys.is_instance_name(value):
+        raise ValueError(f"instance must be a name like 20261122T060305.123Z, got {str(value)[:60]!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +114,14 @@ class Manifest:
     items: tuple[ManifestItem, ...]
     archiver_version: str
     schema_version: int = SCHEMA_VERSION
+    #: ``keys.instance_name`` of the upstream creation time: which session of a reused id this is.
+    #: ``None`` for archives in the legacy layout (one archive per id, no instance segment).
+    instance: str | None = None
 
     def __post_init__(self) -> None:
         if not self.session_id:
             raise ValueError("manifest session_id must not be empty")
+        _check_instance(self.instance)
         for name in ("created", "last_seen_active", "first_seen_ended", "fetch_deadline", "archived_at"):
             _check_time(name, getattr(self, name))
         if any(not isinstance(k, str) or not isinstance(v, str) for k, v in self.labels.items()):
@@ -149,8 +160,13 @@ def build_manifest(
     archived_at: float,
     items: Iterable[ManifestItem],
     archiver_version: str = __version__,
+    instance: str | None = None,
 ) -> Manifest:
-    """A validated manifest; ``labels`` are caller labels only (never ``labels.env``), times epoch seconds."""
+    """A validated manifest; ``labels`` are caller labels only (never ``labels.env``), times epoch seconds.
+
+    ``instance`` (``keys.instance_name`` of the creation time) names the archive of this session
+    among others with the same id; ``None`` writes a legacy-layout manifest.
+    """
     items = tuple(items)
     keys = [i.key for i in items if i.key is not None and i.outcome == "archived"]
     if len(keys) != len(set(keys)):
@@ -172,6 +188,7 @@ def build_manifest(
         archived_at=archived_at,
         items=items,
         archiver_version=archiver_version,
+        instance=instance,
     )
 
 
@@ -229,6 +246,9 @@ def manifest_to_bytes(m: Manifest) -> bytes:
         "items": [_item_doc(i) for i in m.items],
         "archiver_version": m.archiver_version,
     }
+    if m.instance is not None:
+        # Only when set: a legacy manifest re-written after a crash stays byte-identical.
+        doc["instance"] = m.instance
     _with_times(
         doc,
         created=m.created,
@@ -366,6 +386,7 @@ def parse_manifest(data: bytes) -> Manifest:
             archived_at=r.time("archived_at"),
             items=tuple(items),
             archiver_version=r.text("archiver_version"),
+            instance=r.opt_text("instance"),
         )
     except ValueError as exc:
         raise r.fail(str(exc)) from None
@@ -376,7 +397,7 @@ def parse_manifest(data: bytes) -> Manifest:
 
 @dataclass(frozen=True, slots=True)
 class IndexEntry:
-    """The small summary stored under ``index/dt=…/hour=…/{sid}.json`` for listing by end time."""
+    """The small summary stored under ``index/dt=…/hour=…/{sid}[.{instance}].json`` for listing by end time."""
 
     session_id: str
     ended_at: float
@@ -389,8 +410,11 @@ class IndexEntry:
     total_bytes: int
     manifest_key: str
     schema_version: int = SCHEMA_VERSION
+    #: The manifest's instance (``None``: legacy layout); the entry file is ``{sid}.{instance}.json``.
+    instance: str | None = None
 
     def __post_init__(self) -> None:
+        _check_instance(self.instance)
         _check_time("ended_at", self.ended_at)
         _check_time("archived_at", self.archived_at)
         unknown = set(self.counts) - set(OUTCOMES)
@@ -411,6 +435,7 @@ def index_entry_for(m: Manifest, manifest_key: str) -> IndexEntry:
         counts=m.counts_by_outcome(),
         total_bytes=m.total_bytes,
         manifest_key=manifest_key,
+        instance=m.instance,
     )
 
 
@@ -427,6 +452,8 @@ def index_entry_to_bytes(e: IndexEntry) -> bytes:
         "total_bytes": e.total_bytes,
         "manifest_key": e.manifest_key,
     }
+    if e.instance is not None:
+        doc["instance"] = e.instance
     return _dumps(_with_times(doc, ended_at=e.ended_at, archived_at=e.archived_at))
 
 
@@ -445,6 +472,7 @@ def parse_index_entry(data: bytes) -> IndexEntry:
             counts=r.int_map("counts"),
             total_bytes=r.integer("total_bytes"),
             manifest_key=r.text("manifest_key"),
+            instance=r.opt_text("instance"),
         )
     except ValueError as exc:
         raise r.fail(str(exc)) from None

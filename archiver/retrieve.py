@@ -66,6 +66,14 @@ def _stderr_warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
+def _stderr_note(message: str) -> None:
+    print(f"note: {message}", file=sys.stderr)
+
+
+def _quiet(_message: str) -> None:
+    """A warn/note sink for internal re-reads whose messages were already given once."""
+
+
 # --- user input -------------------------------------------------------------------------------
 
 
@@ -345,6 +353,7 @@ def entry_json(entry: IndexEntry) -> dict[str, Any]:
         "counts": counts,
         "total_bytes": entry.total_bytes,
         "manifest_key": entry.manifest_key,
+        "instance": entry.instance,
     }
 
 
@@ -369,28 +378,134 @@ def render_sessions(entries: Sequence[IndexEntry], out: TextIO, *, fmt: str = "t
 # --- show -------------------------------------------------------------------------------------
 
 
-def load_manifest(store: ObjectStore, sid: str) -> tuple[Manifest, bytes]:
-    """The session's parsed manifest and its stored bytes; ``SessionNotArchivedError`` when absent.
+#: What ``--instance`` calls the archive in the legacy layout (written before instances existed).
+LEGACY = "legacy"
 
-    ``ManifestError`` when it does not parse; ``ArchiveIntegrityError`` when the manifest under
-    this id's key names another session (tampering or a key collision).
+
+@dataclass(frozen=True, slots=True)
+class ArchiveRef:
+    """One archive of a session id: its instance (``None``: the legacy layout) and its manifest key."""
+
+    instance: str | None
+    manifest_key: str
+
+    @property
+    def name(self) -> str:
+        """What ``--instance`` calls this archive: the instance name, or ``legacy``."""
+        return LEGACY if self.instance is None else self.instance
+
+
+def _legacy_created_ms(store: ObjectStore, ref: ArchiveRef) -> float | None:
+    """The legacy archive's creation time (epoch ms) for ordering; ``None`` when unknown or unreadable."""
+    try:
+        created = parse_manifest(_read_small(store, ref.manifest_key)).created
+    except (ObjectNotFoundError, ManifestError):
+        return None  # reading it for real reports the problem; here it only sorts last
+    return None if created is None else created * 1000
+
+
+def find_archives(store: ObjectStore, sid: str) -> list[ArchiveRef]:
+    """Every committed archive of ``sid`` (its manifest exists), newest first; ``[]`` when none.
+
+    Found by listing ``sessions/{escaped sid}/``: ``manifest.json`` right there is the legacy
+    archive, ``{instance}/manifest.json`` an instance archive (anything else, such as objects of
+    an archive whose manifest is not written yet, is ignored). Instance names sort
+    chronologically; the legacy archive's manifest is read for its ``created`` only when it has
+    to be placed among instances (unknown ``created``: it sorts last, as it predates them).
+    """
+    if not sid:
+        return []
+    base = keys.session_prefix(store.prefix, sid)
+    legacy: ArchiveRef | None = None
+    named: list[ArchiveRef] = []
+    for key in store.list_keys(base):
+        rest = key[len(base) :]
+        if rest == "manifest.json":
+            legacy = ArchiveRef(None, key)
+            continue
+        instance, sep, name = rest.partition("/")
+        if sep and name == "manifest.json" and keys.is_instance_name(instance):
+            named.append(ArchiveRef(instance, key))
+    named.sort(key=lambda r: keys.instance_order(r.name), reverse=True)
+    if legacy is None or not named:
+        return named if legacy is None else [legacy]
+    created_ms = _legacy_created_ms(store, legacy)
+    # On a tie the instance archive counts as the newer one (it was written by a newer archiver).
+    position = len(named) if created_ms is None else sum(1 for r in named if keys.instance_ms(r.name) >= created_ms)
+    return [*named[:position], legacy, *named[position:]]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedArchive:
+    """One archive of a session, read: which one, its parsed manifest and the manifest's stored bytes."""
+
+    ref: ArchiveRef
+    manifest: Manifest
+    data: bytes
+
+
+def load_archive(
+    store: ObjectStore, sid: str, instance: str | None = None, *, note: Warn = _stderr_note
+) -> LoadedArchive:
+    """The newest archive of the session, or the one named ``instance`` (an instance name or ``legacy``).
+
+    ``SessionNotArchivedError`` when the id has no archive, or none of that name (the message
+    lists the names it has). When the id has several archives and none was named, ``note`` says
+    so in one line. ``ManifestError`` when the manifest does not parse; ``ArchiveIntegrityError``
+    when it names another session or another instance (tampering or a key collision).
     """
     if not sid:
         raise SessionNotArchivedError("an empty session id is never archived")
-    key = keys.manifest_key(store.prefix, sid)
+    refs = find_archives(store, sid)
+    if not refs:
+        raise SessionNotArchivedError(
+            f"session {printable(sid)!s} is not archived in {store.url} "
+            f"(no manifest under {printable(keys.session_prefix(store.prefix, sid))})"
+        )
+    names = ", ".join(r.name for r in refs)
+    if instance is None:
+        ref = refs[0]
+        if len(refs) > 1:
+            note(
+                f"session {printable(sid)} has {len(refs)} archives ({names}); showing the newest; "
+                "pick one with --instance"
+            )
+    else:
+        matching = [r for r in refs if r.name == instance]
+        if not matching:
+            raise SessionNotArchivedError(
+                f"session {printable(sid)} has no archive {printable(instance)!r}; its archives: {names}"
+            )
+        ref = matching[0]
     try:
-        data = _read_small(store, key)
+        data = _read_small(store, ref.manifest_key)
     except ObjectNotFoundError:
         raise SessionNotArchivedError(
-            f"session {printable(sid)!s} is not archived in {store.url} (no {printable(key)})"
+            f"the archive {ref.name} of session {printable(sid)} is gone from {store.url} "
+            f"(no {printable(ref.manifest_key)})"
         ) from None
     manifest = parse_manifest(data)
     if manifest.session_id != sid:
         raise ArchiveIntegrityError(
-            f"the manifest at {printable(key)} belongs to session {printable(manifest.session_id)}, "
+            f"the manifest at {printable(ref.manifest_key)} belongs to session {printable(manifest.session_id)}, "
             f"not {printable(sid)}"
         )
-    return manifest, data
+    if manifest.instance is not None and manifest.instance != ref.instance:
+        raise ArchiveIntegrityError(
+            f"the manifest at {printable(ref.manifest_key)} belongs to instance {manifest.instance}, not {ref.name}"
+        )
+    return LoadedArchive(ref, manifest, data)
+
+
+def load_manifest(
+    store: ObjectStore, sid: str, instance: str | None = None, *, note: Warn = _stderr_note
+) -> tuple[Manifest, bytes]:
+    """The parsed manifest and stored bytes of the session's newest archive (or the one named ``instance``).
+
+    Same choice and errors as :func:`load_archive`.
+    """
+    loaded = load_archive(store, sid, instance, note=note)
+    return loaded.manifest, loaded.data
 
 
 def render_manifest(m: Manifest, out: TextIO) -> None:
@@ -399,6 +514,7 @@ def render_manifest(m: Manifest, out: TextIO) -> None:
     count = m.player_count if m.player_count is not None else len(m.players)
     rows = [
         ("Session", printable(m.session_id)),
+        *([("Instance", m.instance)] if m.instance is not None else []),
         ("Image", printable(f"{m.image}:{m.tag}")),
         ("Location", printable(m.location)),
         ("Host", printable(m.host) or "-"),
@@ -431,9 +547,20 @@ def render_manifest(m: Manifest, out: TextIO) -> None:
                 out.write(f"  {'':<9} {label:<12} {printable(detail)}\n")
 
 
-def show_session(store: ObjectStore, sid: str, out: TextIO, *, fmt: str = "text") -> Manifest:
-    """`archiver show`: the readable manifest (``text``) or the stored manifest JSON as is (``json``)."""
-    manifest, data = load_manifest(store, sid)
+def show_session(
+    store: ObjectStore,
+    sid: str,
+    out: TextIO,
+    *,
+    fmt: str = "text",
+    instance: str | None = None,
+    note: Warn = _stderr_note,
+) -> Manifest:
+    """`archiver show`: the readable manifest (``text``) or the stored manifest JSON as is (``json``).
+
+    Of the newest archive of ``sid``, or the one named ``instance`` (see :func:`load_archive`).
+    """
+    manifest, data = load_manifest(store, sid, instance, note=note)
     if fmt == "json":
         # The stored bytes (canonical ASCII JSON): what `verify` hashes and scripts can trust.
         out.write(data.decode("utf-8", "replace"))
@@ -449,23 +576,29 @@ def show_session(store: ObjectStore, sid: str, out: TextIO, *, fmt: str = "text"
 _RELATIVE_RE = re.compile(r"^(logs\.(txt|jsonl)\.gz|artifacts/[A-Za-z0-9][A-Za-z0-9._-]*\.tar\.gz)$")
 
 
-def item_key(store: ObjectStore, sid: str, item: ManifestItem) -> tuple[str, str]:
-    """``(key, relative name)`` of an archived item, re-derived from the session id.
+def item_key(store: ObjectStore, sid: str, item: ManifestItem, instance: str | None = None) -> tuple[str, str]:
+    """``(key, relative name)`` of an archived item of the archive ``instance`` (``None``: legacy), re-derived.
 
-    The manifest's key must end in this session's ``sessions/{sid}/`` part followed by a name
-    the archiver writes (``logs.txt.gz``, ``artifacts/x.tar.gz``); the key read is this store's
-    prefix + that, which also finds archives copied under another prefix. Anything else raises
-    ``ArchiveIntegrityError``: a manifest must not steer a read (or a local file name) elsewhere.
+    The manifest's key must end in this session's ``sessions/{sid}/`` part, then (for an
+    instance archive) exactly this archive's ``{instance}/`` segment, then a name the archiver
+    writes (``logs.txt.gz``, ``artifacts/x.tar.gz``); the key read is this store's prefix + that,
+    which also finds archives copied under another prefix. Anything else, including a key of
+    another instance of the same id, raises ``ArchiveIntegrityError``: a manifest must not steer
+    a read (or a local file name) elsewhere.
     """
     if item.key is None:
         raise ArchiveIntegrityError(f"manifest item {item.kind} {printable(item.path or '')} has no key")
     marker = f"sessions/{keys.escape_session_id(sid)}/"
     head, found, relative = item.key.partition(marker)
-    if not found or (head and not head.endswith("/")) or not _RELATIVE_RE.match(relative):
+    in_archive = True
+    if instance is not None:
+        segment, sep, relative = relative.partition("/")
+        in_archive = bool(sep) and segment == instance
+    if not found or (head and not head.endswith("/")) or not in_archive or not _RELATIVE_RE.match(relative):
         raise ArchiveIntegrityError(
             f"manifest of {printable(sid)} names an unexpected key {printable(item.key)!s}; not reading it"
         )
-    return keys.session_prefix(store.prefix, sid) + relative, relative
+    return keys.session_prefix(store.prefix, sid, instance) + relative, relative
 
 
 # --- logs -------------------------------------------------------------------------------------
@@ -552,11 +685,13 @@ def logs_item(m: Manifest) -> ManifestItem:
     )
 
 
-def iter_log_lines(store: ObjectStore, sid: str) -> tuple[Iterator[logformat.LogLine], _Hashing, ManifestItem]:
-    """Plain lines of the session's archived logs, streamed, and the hasher that sees the stored bytes."""
-    manifest, _ = load_manifest(store, sid)
-    item = logs_item(manifest)
-    key, relative = item_key(store, sid, item)
+def iter_log_lines(
+    store: ObjectStore, sid: str, instance: str | None = None, *, note: Warn = _stderr_note
+) -> tuple[Iterator[logformat.LogLine], _Hashing, ManifestItem]:
+    """Plain lines of the archived logs (newest archive, or ``instance``), streamed; the hasher of the stored bytes."""
+    loaded = load_archive(store, sid, instance, note=note)
+    item = logs_item(loaded.manifest)
+    key, relative = item_key(store, sid, item, loaded.ref.instance)
     hashing = _Hashing(store.iter_bytes(key))
     # The extension is the archiver's own verdict on the upstream shape; sniff still decides.
     hint = "application/x-ndjson" if relative.endswith(".jsonl.gz") else "text/plain"
@@ -573,8 +708,12 @@ def print_logs(
     grep: re.Pattern[str] | None = None,
     escape: bool | None = None,
     warn: Warn = _stderr_warn,
+    instance: str | None = None,
+    note: Warn = _stderr_note,
 ) -> int:
     """`archiver logs`: the archived log lines as plain text, whatever shape the upstream sent; lines printed.
+
+    Of the newest archive of ``sid``, or the one named ``instance`` (see :func:`load_archive`).
 
     ``stream`` (``stdout``/``stderr``) keeps the lines of that stream. Where the source does not
     say which stream a line came from (plain-text bodies), such lines are printed anyway and
@@ -591,7 +730,7 @@ def print_logs(
         raise ValueError(f"stream must be stdout or stderr, got {stream!r}")
     if escape is None:
         escape = _isatty(out)
-    lines, hashing, item = iter_log_lines(store, sid)
+    lines, hashing, item = iter_log_lines(store, sid, instance, note=note)
     printed = 0
     warned = False
     for line in lines:
@@ -657,9 +796,18 @@ def download_size(m: Manifest) -> int:
     return m.total_bytes
 
 
-def session_dir_name(sid: str) -> str:
-    """The local directory name of a session: its escaped id (no `/`, no leading dot, ≤ 150 chars)."""
-    return keys.escape_session_id(sid)
+def session_dir_name(sid: str, instance: str | None = None) -> str:
+    """The local directory name of an archive: the escaped id, ``.{instance}`` appended for an instance archive.
+
+    No `/`, no leading dot, ≤ 171 chars; the escaped id never contains ``.``, so the legacy
+    archive and every instance of one id get distinct directories.
+    """
+    escaped = keys.escape_session_id(sid)
+    if instance is None:
+        return escaped
+    if not keys.is_instance_name(instance):
+        raise ValueError(f"not an instance name: {instance[:60]!r}")
+    return f"{escaped}.{instance}"
 
 
 def _download(
@@ -699,11 +847,11 @@ def _download(
     return DownloadedFile(target, key, size, sha256)
 
 
-def _write_logs_text(store: ObjectStore, sid: str, target: Path) -> Path:
+def _write_logs_text(store: ObjectStore, sid: str, ref: ArchiveRef, target: Path) -> Path:
     partial = target.with_name(target.name + ".partial")
     try:
         with partial.open("w", encoding="utf-8", errors="surrogateescape", newline="\n") as f:
-            print_logs(store, sid, f, escape=False, warn=lambda _message: None)
+            print_logs(store, sid, f, escape=False, warn=_quiet, instance=ref.name, note=_quiet)
         os.replace(partial, target)
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -718,9 +866,15 @@ def download_session(
     *,
     extract: bool = False,
     progress: Progress | None = None,
-    loaded: tuple[Manifest, bytes] | None = None,
+    loaded: LoadedArchive | None = None,
+    instance: str | None = None,
+    note: Warn = _stderr_note,
 ) -> DownloadResult:
-    """`archiver get`: everything archived of a session into ``out_dir/<escaped sid>/``, verified.
+    """`archiver get`: everything of one archive of a session into ``out_dir/{session_dir_name}/``, verified.
+
+    The newest archive, or the one named ``instance`` (see :func:`load_archive`); an instance
+    archive goes to ``<escaped sid>.<instance>/``, the legacy one to ``<escaped sid>/``, so two
+    archives of one id never overwrite each other.
 
     Layout: ``manifest.json`` (the stored bytes), ``logs.txt.gz``/``logs.jsonl.gz`` and
     ``artifacts/{slug}-{hash8}.tar.gz`` exactly as stored. Each object is streamed to
@@ -735,9 +889,10 @@ def download_session(
     ``loaded`` is what :func:`load_manifest` returned, when the caller already has it (to size
     a progress bar). Local write failures raise ``LocalFileError``.
     """
-    manifest, data = loaded if loaded is not None else load_manifest(store, sid)
+    if loaded is None:
+        loaded = load_archive(store, sid, instance, note=note)
     try:
-        return _download_session(store, sid, out_dir, manifest, data, extract, progress)
+        return _download_session(store, sid, out_dir, loaded, extract, progress)
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else f" under {out_dir}"
         raise LocalFileError(f"cannot write{where}: {exc.strerror or exc}") from None
@@ -747,12 +902,12 @@ def _download_session(
     store: ObjectStore,
     sid: str,
     out_dir: Path,
-    manifest: Manifest,
-    data: bytes,
+    loaded: LoadedArchive,
     extract: bool,
     progress: Progress | None,
 ) -> DownloadResult:
-    directory = out_dir / session_dir_name(sid)
+    manifest, data, ref = loaded.manifest, loaded.data, loaded.ref
+    directory = out_dir / session_dir_name(sid, ref.instance)
     directory.mkdir(parents=True, exist_ok=True)
     result = DownloadResult(directory, manifest)
     tmp = directory / f"manifest.json.{uuid.uuid4().hex}.partial"
@@ -763,14 +918,14 @@ def _download_session(
         if item.outcome != "archived":
             result.not_archived.append(item)
             continue
-        key, relative = item_key(store, sid, item)
+        key, relative = item_key(store, sid, item, ref.instance)
         assert item.size is not None and item.sha256 is not None  # guaranteed for archived items
         result.files.append(_download(store, key, directory / relative, item.size, item.sha256, progress))
 
     if not extract:
         return result
     if any(i.kind == "logs" and i.outcome == "archived" for i in manifest.items):
-        result.logs_text = _write_logs_text(store, sid, directory / "logs.txt")
+        result.logs_text = _write_logs_text(store, sid, ref, directory / "logs.txt")
     for downloaded in result.files:
         relative = downloaded.path.relative_to(directory).as_posix()
         if not relative.startswith("artifacts/"):
@@ -826,15 +981,19 @@ class Problem:
     kind: str
     key: str
     detail: str
+    #: The instance archive it concerns; ``None`` for the legacy archive or the id as a whole.
+    instance: str | None = None
 
     def line(self) -> str:
-        return f"{printable(self.session_id)}: {self.kind}: {printable(self.key)}: {printable(self.detail)}"
+        which = f" ({printable(self.instance)})" if self.instance is not None else ""
+        return f"{printable(self.session_id)}{which}: {self.kind}: {printable(self.key)}: {printable(self.detail)}"
 
 
 @dataclass(slots=True)
 class VerifyReport:
     """Counts of `verify` and every problem found."""
 
+    #: Archives verified (each instance of a reused id counts), plus ids found not archived.
     sessions: int = 0
     objects: int = 0
     bytes: int = 0
@@ -846,31 +1005,39 @@ class VerifyReport:
 
     @property
     def sessions_with_problems(self) -> int:
-        return len({p.session_id for p in self.problems})
+        """Archives with problems (two instances of one id count twice, like in ``sessions``)."""
+        return len({(p.session_id, p.instance) for p in self.problems})
 
 
 def _verify_one(
-    store: ObjectStore, sid: str, check_index: bool, progress: Progress | None
+    store: ObjectStore, sid: str, name: str, check_index: bool, progress: Progress | None
 ) -> tuple[int, int, list[Problem]]:
-    """(objects, bytes, problems) of one session: re-hash every archived object against its manifest."""
+    """(objects, bytes, problems) of the archive ``name`` (instance or ``legacy``): re-hash its objects."""
+    # A name that is neither is the user's typo: reported as not archived, never turned into a key.
+    known = name == LEGACY or keys.is_instance_name(name)
+    instance = name if known and name != LEGACY else None
+    if not sid:
+        mkey = ""
+    else:
+        mkey = keys.manifest_key(store.prefix, sid, instance) if known else keys.session_prefix(store.prefix, sid)
     problems: list[Problem] = []
-    mkey = keys.manifest_key(store.prefix, sid)
     try:
-        manifest, _ = load_manifest(store, sid)
-    except SessionNotArchivedError:
-        return 0, 0, [Problem(sid, "not_archived", mkey, "no manifest")]
+        loaded = load_archive(store, sid, name, note=_quiet)
+    except SessionNotArchivedError as exc:
+        return 0, 0, [Problem(sid, "not_archived", mkey, str(exc), instance)]
     except ManifestError as exc:
-        return 0, 0, [Problem(sid, "unreadable_manifest", mkey, str(exc))]
+        return 0, 0, [Problem(sid, "unreadable_manifest", mkey, str(exc), instance)]
     except ArchiveIntegrityError as exc:
-        return 0, 0, [Problem(sid, "manifest_mismatch", mkey, str(exc))]
+        return 0, 0, [Problem(sid, "manifest_mismatch", mkey, str(exc), instance)]
+    manifest = loaded.manifest
     objects = total = 0
     for item in manifest.items:
         if item.outcome != "archived":
             continue
         try:
-            key, _ = item_key(store, sid, item)
+            key, _ = item_key(store, sid, item, instance)
         except ArchiveIntegrityError as exc:
-            problems.append(Problem(sid, "unexpected_key", item.key or "", str(exc)))
+            problems.append(Problem(sid, "unexpected_key", item.key or "", str(exc), instance))
             continue
         digest = hashlib.sha256()
         size = 0
@@ -881,27 +1048,56 @@ def _verify_one(
                 if progress is not None:
                     progress(len(chunk))
         except ObjectNotFoundError:
-            problems.append(Problem(sid, "missing_object", key, f"{item.kind} object is gone"))
+            problems.append(Problem(sid, "missing_object", key, f"{item.kind} object is gone", instance))
             continue
         objects += 1
         total += size
         if size != item.size:
-            problems.append(Problem(sid, "size_mismatch", key, f"stored {size} bytes, manifest {item.size}"))
+            problems.append(Problem(sid, "size_mismatch", key, f"stored {size} bytes, manifest {item.size}", instance))
         elif digest.hexdigest() != item.sha256:
             problems.append(
-                Problem(sid, "sha256_mismatch", key, f"stored {digest.hexdigest()}, manifest {item.sha256}")
+                Problem(sid, "sha256_mismatch", key, f"stored {digest.hexdigest()}, manifest {item.sha256}", instance)
             )
     if check_index:
-        ikey = keys.index_key(store.prefix, manifest.ended_at, sid)
+        ikey = keys.index_key(store.prefix, manifest.ended_at, sid, instance)
         if store.head(ikey) is None:
-            problems.append(Problem(sid, "missing_index", ikey, "`ls` cannot find this session"))
+            problems.append(Problem(sid, "missing_index", ikey, "`ls` cannot find this session", instance))
     return objects, total, problems
+
+
+def _verify_id(
+    store: ObjectStore, sid: str, name: str | None, check_index: bool, progress: Progress | None
+) -> list[tuple[int, int, list[Problem]]]:
+    """One result per archive verified: the archive ``name``, or every archive of ``sid`` (``None``)."""
+    if name is not None:
+        return [_verify_one(store, sid, name, check_index, progress)]
+    refs = find_archives(store, sid)
+    if not refs:
+        where = keys.session_prefix(store.prefix, sid) if sid else ""
+        return [(0, 0, [Problem(sid, "not_archived", where, "no manifest")])]
+    return [_verify_one(store, sid, ref.name, check_index, progress) for ref in refs]
+
+
+def _entry_archive(prefix: str, entry: IndexEntry) -> str:
+    """The archive (instance name or ``legacy``) an index entry stands for, from its manifest key.
+
+    The key decides (it names what the entry was written for, whatever prefix it was copied
+    from); the entry's ``instance`` field is the fallback for a key that does not parse.
+    """
+    _head, found, rest = entry.manifest_key.partition(f"sessions/{keys.escape_session_id(entry.session_id)}/")
+    segment, sep, tail = rest.partition("/")
+    if found and rest == "manifest.json":
+        return LEGACY
+    if found and sep and tail == "manifest.json" and keys.is_instance_name(segment):
+        return segment
+    return LEGACY if entry.instance is None else entry.instance
 
 
 def verify(
     store: ObjectStore,
     *,
     session_ids: Sequence[str] = (),
+    instance: str | None = None,
     since: float | None = None,
     until: float | None = None,
     now: float,
@@ -912,38 +1108,43 @@ def verify(
 ) -> VerifyReport:
     """`archiver verify`: re-hash stored objects against their manifests.
 
-    With ``session_ids``: those sessions (also checks each has its index entry, else `ls` cannot
-    find it). Otherwise every session the index lists between ``since`` and ``until`` (default:
-    the last 24 h). Problems are collected per session (missing manifest or object, size or
-    sha256 mismatch, a manifest naming a foreign key) and passed to ``on_problem`` as found;
-    a store failure on one session is a ``store_error`` problem, not the end of the run.
+    With ``session_ids``: every archive of those ids (each instance of a reused id), or only the
+    one named ``instance`` (an instance name or ``legacy``); also checks each archive has its
+    index entry, else `ls` cannot find it. Otherwise every archive the index lists between
+    ``since`` and ``until`` (default: the last 24 h). Problems are collected per archive
+    (missing manifest or object, size or sha256 mismatch, a manifest naming a foreign key) and
+    passed to ``on_problem`` as found; a store failure on one session is a ``store_error``
+    problem, not the end of the run.
     """
+    targets: list[tuple[str, str | None]]
     if session_ids:
-        targets = list(dict.fromkeys(session_ids))
+        targets = [(sid, instance) for sid in dict.fromkeys(session_ids)]
         check_index = True
     else:
         entries = list_sessions(store, since=since, until=until, now=now, warn=warn)
-        targets = list(dict.fromkeys(e.session_id for e in entries))
+        targets = list(dict.fromkeys((e.session_id, _entry_archive(store.prefix, e)) for e in entries))
         check_index = False
     report = VerifyReport()
 
-    def run(sid: str) -> tuple[str, int, int, list[Problem]]:
+    def run(target: tuple[str, str | None]) -> list[tuple[int, int, list[Problem]]]:
+        sid, name = target
         try:
-            objects, total, problems = _verify_one(store, sid, check_index, progress)
+            return _verify_id(store, sid, name, check_index, progress)
         except StoreError as exc:
             # Broad on purpose: one unreachable object must not hide the verdict on the others.
-            return sid, 0, 0, [Problem(sid, "store_error", "", str(exc))]
-        return sid, objects, total, problems
+            which = name if name is not None and keys.is_instance_name(name) else None
+            return [(0, 0, [Problem(sid, "store_error", "", str(exc), which)])]
 
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="verify") as pool:
-        for _sid, objects, total, problems in pool.map(run, targets):
-            report.sessions += 1
-            report.objects += objects
-            report.bytes += total
-            for problem in problems:
-                report.problems.append(problem)
-                if on_problem is not None:
-                    on_problem(problem)
+        for results in pool.map(run, targets):
+            for objects, total, problems in results:
+                report.sessions += 1
+                report.objects += objects
+                report.bytes += total
+                for problem in problems:
+                    report.problems.append(problem)
+                    if on_problem is not None:
+                        on_problem(problem)
     return report
 
 

@@ -188,8 +188,7 @@ def session_key_of(session: Session) -> str:
 
 def layout_instance(created_ms: float, revision: int = 0) -> str:
     """The instance segment of the store layout: creation time, plus `-r{n}` after a re-open."""
-    name = keys.instance_name(math.floor(created_ms + 1e-3))
-    return name if revision == 0 else f"{name}-r{revision}"
+    return keys.instance_name(math.floor(created_ms + 1e-3), revision)
 
 
 _OPEN_ITEM_STATUSES = ("pending_fetch", "fetching", "spooled", "uploading")

@@ -58,6 +58,9 @@ UploadResult = Stored | Conflict | SpoolBroken
 def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Manifest:
     """The manifest of a session whose items all have an outcome (pure: same rows, same bytes).
 
+    The row's instance (its creation time, see ``keys.instance_name``) is recorded in the
+    manifest; a row migrated mid-way (instance '') writes a legacy-layout manifest.
+
     Everything comes from the state DB, including `archived_at` (fixed when the last item
     finished), so a manifest re-written after a crash is byte-identical to the first one.
     """
@@ -97,6 +100,7 @@ def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Man
         fetch_deadline=session.fetch_deadline,
         archived_at=session.archived_at,
         items=entries,
+        instance=session.instance or None,
     )
 
 

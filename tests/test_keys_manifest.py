@@ -354,3 +354,157 @@ def test_times_outside_what_can_be_printed_are_refused_when_parsing() -> None:
     doc["ended_at"] = -5.0
     with pytest.raises(ManifestError, match="ended_at"):
         parse_index_entry(json.dumps(doc).encode())
+
+
+# --- instances (one archive per session instance) ------------------------------------------------
+
+INSTANCE = "20261122T060305.123Z"
+CREATED_MS = datetime(2026, 11, 22, 6, 3, 5, 123_000, tzinfo=UTC).timestamp() * 1000
+
+
+@pytest.mark.parametrize(
+    ("created_ms", "name"),
+    [
+        (CREATED_MS, INSTANCE),
+        (CREATED_MS + 0.999, INSTANCE),  # floored to the whole millisecond, never rounded up
+        (0, "19700101T000000.000Z"),
+        (0.5, "19700101T000000.000Z"),
+        (253402300799999, "99991231T235959.999Z"),
+        (951782400000 + 7, "20000229T000000.007Z"),  # a leap day
+    ],
+)
+def test_instance_name_is_the_utc_creation_time_to_the_millisecond(created_ms: float, name: str) -> None:
+    """`YYYYMMDDTHHMMSS.mmmZ` in UTC, floored to ms, recognised by is_instance_name and mapped back."""
+    assert keys.instance_name(created_ms) == name
+    assert keys.is_instance_name(name)
+    assert keys.instance_ms(name) == int(created_ms)
+
+
+@pytest.mark.parametrize("created_ms", [-1, -0.001, 253402300800000, float("nan"), float("inf"), float("-inf"), True])
+def test_instance_name_refuses_times_outside_1970_to_9999(created_ms: float) -> None:
+    with pytest.raises(ValueError, match=r"1970|finite"):
+        keys.instance_name(created_ms)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "", "legacy", "manifest.json", "artifacts", "..", "20261122T060305.123", "20261122T060305.123z",
+        "20261122T060305Z", "20261122t060305.123Z", "20261322T060305.123Z", "20261131T060305.123Z",
+        "20261122T246305.123Z", "19691231T235959.999Z", "20261122T060305.123Z/..", " 20261122T060305.123Z",
+        "\uff120261122T060305.123Z", "20261122T060305.123Z\n", None, 20261122,
+    ],
+)  # fmt: skip
+def test_is_instance_name_accepts_only_what_instance_name_writes(text: object) -> None:
+    """No other spelling, no impossible date, nothing before 1970, no path trick, no unicode digit."""
+    assert not keys.is_instance_name(text)
+    if text is not None:  # None is the legacy layout
+        with pytest.raises(ValueError):
+            keys.manifest_key("p/", "s1", text)  # type: ignore[arg-type]
+
+
+def test_instance_key_builders() -> None:
+    """With an instance everything lives under sessions/{sid}/{instance}/, the index entry is {sid}.{instance}.json."""
+    ended = datetime(2026, 11, 22, 6, 40, tzinfo=UTC).timestamp()
+    assert keys.session_prefix("p/", "s1", INSTANCE) == f"p/sessions/s1/{INSTANCE}/"
+    assert keys.manifest_key("p/", "s1", INSTANCE) == f"p/sessions/s1/{INSTANCE}/manifest.json"
+    assert keys.logs_key("", "s.1", "jsonl", INSTANCE) == f"sessions/s%2E1/{INSTANCE}/logs.jsonl.gz"
+    assert keys.artifact_key("", "s1", "/srv/crash/core.txt", INSTANCE).startswith(
+        f"sessions/s1/{INSTANCE}/artifacts/srv-crash-core.txt-"
+    )
+    assert keys.index_key("p/", ended, "a/b", INSTANCE) == f"p/index/dt=2026-11-22/hour=06/a%2Fb.{INSTANCE}.json"
+
+
+@pytest.mark.parametrize("sid", HOSTILE_IDS)
+def test_legacy_keys_are_unchanged_byte_for_byte(sid: str) -> None:
+    """instance=None (and leaving it out) gives exactly the keys archives were written under before instances."""
+    esc = keys.escape_session_id(sid)
+    ended = 1_700_000_000.0
+    expected = {
+        "manifest": f"pre/sessions/{esc}/manifest.json",
+        "logs": f"pre/sessions/{esc}/logs.txt.gz",
+        "artifact": f"pre/sessions/{esc}/artifacts/{keys.artifact_name('/srv/x')}",
+        "index": f"pre/index/dt=2023-11-14/hour=22/{esc}.json",
+    }
+    for instance in ({}, {"instance": None}):
+        assert keys.manifest_key("pre/", sid, **instance) == expected["manifest"]
+        assert keys.logs_key("pre/", sid, "txt", **instance) == expected["logs"]
+        assert keys.artifact_key("pre/", sid, "/srv/x", **instance) == expected["artifact"]
+        assert keys.index_key("pre/", ended, sid, **instance) == expected["index"]
+
+
+@pytest.mark.parametrize("sid", [*HOSTILE_IDS, "é" * 500, "x" * 500])
+def test_hostile_ids_with_an_instance_stay_inside_their_own_archive(sid: str) -> None:
+    """Every key of an instance archive is below `pre/sessions/{esc}/{instance}/`, with sane segments;
+    the index file name splits back into escaped id and instance at its first dot."""
+    esc = keys.escape_session_id(sid)
+    base = f"pre/sessions/{esc}/{INSTANCE}/"
+    built = [
+        keys.manifest_key("pre/", sid, INSTANCE),
+        keys.logs_key("pre/", sid, "jsonl", INSTANCE),
+        keys.artifact_key("pre/", sid, "/../../etc/passwd", INSTANCE),
+    ]
+    for key in built:
+        assert key.startswith(base)
+        assert key.count("/") == base.count("/") + (1 if "/artifacts/" in key else 0)
+    index = keys.index_key("pre/", 1_700_000_000.0, sid, INSTANCE)
+    for key in [*built, index]:
+        segments = key.split("/")
+        assert all(seg and not seg.startswith(".") and len(seg.encode()) <= 255 for seg in segments), key
+        assert len(key.encode()) <= 1024
+    file_name = index.rsplit("/", 1)[1]
+    assert file_name.split(".", 1) == [esc, f"{INSTANCE}.json"]
+    # Two instances of one id and the legacy archive never share a key.
+    other = "20261122T060305.124Z"
+    assert len({keys.manifest_key("pre/", sid), keys.manifest_key("pre/", sid, INSTANCE),
+                keys.manifest_key("pre/", sid, other)}) == 3  # fmt: skip
+    assert len({keys.index_key("pre/", 0, sid), keys.index_key("pre/", 0, sid, INSTANCE),
+                keys.index_key("pre/", 0, sid, other)}) == 3  # fmt: skip
+
+
+def test_manifest_and_index_entry_round_trip_with_an_instance() -> None:
+    """`instance` is written when set and read back; schema_version stays 1; the index entry carries it."""
+    m = _manifest(instance=INSTANCE)
+    data = manifest_to_bytes(m)
+    doc = json.loads(data)
+    assert doc["instance"] == INSTANCE and doc["schema_version"] == 1
+    assert parse_manifest(data) == m and parse_manifest(data).instance == INSTANCE
+    mkey = keys.manifest_key("", m.session_id, INSTANCE)
+    entry = index_entry_for(m, mkey)
+    assert entry.instance == INSTANCE and entry.manifest_key == mkey
+    entry_data = index_entry_to_bytes(entry)
+    assert json.loads(entry_data)["instance"] == INSTANCE
+    assert parse_index_entry(entry_data) == entry
+
+
+def test_legacy_documents_without_instance_still_parse_and_keep_their_bytes() -> None:
+    """A manifest/entry written before instances (no `instance` field) parses with instance None and
+    re-encodes to the same bytes (a re-written legacy manifest stays byte-identical)."""
+    m = _manifest()
+    data = manifest_to_bytes(m)
+    assert b'"instance"' not in data
+    parsed = parse_manifest(data)
+    assert parsed.instance is None and manifest_to_bytes(parsed) == data
+    entry_data = index_entry_to_bytes(index_entry_for(m, keys.manifest_key("", m.session_id)))
+    assert b'"instance"' not in entry_data
+    assert parse_index_entry(entry_data).instance is None
+    # An explicit null is the same as absent.
+    doc = json.loads(data)
+    doc["instance"] = None
+    assert parse_manifest(json.dumps(doc).encode()).instance is None
+
+
+@pytest.mark.parametrize("bad", ["../x", "legacy", "20261122T060305.123", 5, ""])
+def test_documents_with_a_bad_instance_are_refused(bad: object) -> None:
+    """A manifest or index entry whose instance is not an instance name is a ManifestError, not a key."""
+    doc = json.loads(manifest_to_bytes(_manifest()))
+    doc["instance"] = bad
+    with pytest.raises(ManifestError, match="instance"):
+        parse_manifest(json.dumps(doc).encode())
+    entry = json.loads(index_entry_to_bytes(index_entry_for(_manifest(), "k")))
+    entry["instance"] = bad
+    with pytest.raises(ManifestError, match="instance"):
+        parse_index_entry(json.dumps(entry).encode())
+    if isinstance(bad, str):
+        with pytest.raises(ValueError, match="instance"):
+            _manifest(instance=bad)

@@ -50,7 +50,7 @@ from archiver.settings import Settings
 from archiver.state import StateDB
 from archiver.store import ObjectStore, open_store
 from tests.fixtures_fake import TEST_TOKEN
-from tests.test_pipeline import FAST, FAST_POLICY
+from tests.fixtures_pipeline import FAST, FAST_POLICY
 
 NOW = datetime(2026, 11, 22, 12, 30, tzinfo=UTC).timestamp()
 HOUR = 3600.0
@@ -116,13 +116,19 @@ def put_session(
     location: str = "eu-west-1",
     labels: Mapping[str, str] | None = None,
     players: Sequence[str] = ("p1", "p2"),
+    instance: str | None = None,
+    created: float | None = None,
 ) -> Manifest:
-    """Store one session the way archiver/upload.py does: objects, manifest (create-once), index entry."""
+    """Store one session the way archiver/upload.py does: objects, manifest (create-once), index entry.
+
+    ``instance`` writes the instance layout (``sessions/{sid}/{instance}/``); ``created``
+    defaults to 30 minutes before ``ended_at``.
+    """
     items: list[ManifestItem] = []
     source = f"GET /query/log?matchKey={sid}"
     if logs is not None:
         body = _gzip(logs)
-        key = keys.logs_key(store.prefix, sid, log_ext)
+        key = keys.logs_key(store.prefix, sid, log_ext, instance)
         store.put_bytes(key, body, content_type="application/gzip")
         items.append(
             ManifestItem(
@@ -136,7 +142,7 @@ def put_session(
             )
         )
     for path, data in (artifacts or {}).items():
-        key = keys.artifact_key(store.prefix, sid, path)
+        key = keys.artifact_key(store.prefix, sid, path, instance)
         store.put_bytes(key, data, content_type="application/gzip")
         items.append(
             ManifestItem(
@@ -157,7 +163,7 @@ def put_session(
         tag=tag,
         location=location,
         host="203.0.113.42",
-        created=ended_at - 1800,
+        created=ended_at - 1800 if created is None else created,
         labels=dict(labels or {}),
         players=players,
         player_count=len(players),
@@ -167,11 +173,12 @@ def put_session(
         fetch_deadline=ended_at + 4 * HOUR - 600,
         archived_at=ended_at + 30,
         items=items,
+        instance=instance,
     )
-    mkey = keys.manifest_key(store.prefix, sid)
+    mkey = keys.manifest_key(store.prefix, sid, instance)
     store.put_bytes(mkey, manifest_to_bytes(manifest), content_type="application/json")
     store.put_bytes(
-        keys.index_key(store.prefix, manifest.ended_at, sid),
+        keys.index_key(store.prefix, manifest.ended_at, sid, instance),
         index_entry_to_bytes(index_entry_for(manifest, mkey)),
         content_type="application/json",
     )
@@ -213,7 +220,9 @@ def archive_from_fake(
         fake_service.end_session(TEST_TOKEN, sid)
         pipeline.observe_poll(client.list_sessions(), fake_service.clock.now())
         assert pipeline.run_until_idle(30), "the pipeline did not archive the session in time"
-        return parse_manifest(b"".join(store.iter_bytes(keys.manifest_key(store.prefix, sid))))
+        row = state.latest(sid)
+        assert row is not None
+        return parse_manifest(b"".join(store.iter_bytes(keys.manifest_key(store.prefix, sid, row.instance))))
 
     yield archive
     pipeline.stop(10.0)
@@ -376,8 +385,9 @@ def test_ls_table_and_json_output(listed: ObjectStore) -> None:
     assert [d["session_id"] for d in doc] == _ids(entries)
     assert set(doc[0]) == {
         "session_id", "ended_at", "ended_at_iso", "archived_at", "archived_at_iso", "image", "tag",
-        "location", "labels", "items_archived", "items_total", "counts", "total_bytes", "manifest_key",
+        "location", "labels", "items_archived", "items_total", "counts", "total_bytes", "manifest_key", "instance",
     }  # fmt: skip
+    assert doc[0]["instance"] is None  # legacy-layout archives have no instance
     s30 = next(d for d in doc if d["session_id"] == "s-30h")
     assert (s30["items_archived"], s30["items_total"], s30["counts"]) == (
         1,
@@ -663,19 +673,19 @@ def test_truncated_gzip_is_reported(store: ObjectStore) -> None:
 def test_get_downloads_verifies_and_extracts(
     store: ObjectStore, fake_service: FakeService, archive_from_fake: Callable[..., Manifest], tmp_path: Path
 ) -> None:
-    """Everything of a fake session lands verified under DIR/<sid>/; --extract unpacks the real tarballs."""
+    """Everything of a fake session lands verified under DIR/<sid>.<instance>/; --extract unpacks the real tarballs."""
     m = archive_from_fake(shape="ndjson")
     sid = m.session_id
     progress: list[int] = []
     result = retrieve.download_session(store, sid, tmp_path / "out", extract=True, progress=progress.append)
-    base = tmp_path / "out" / keys.escape_session_id(sid)
+    base = tmp_path / "out" / f"{keys.escape_session_id(sid)}.{m.instance}"
     assert result.directory == base
     assert (base / "manifest.json").read_bytes() == manifest_to_bytes(m)
     archived = [i for i in m.items if i.outcome == "archived"]
     assert sum(progress) == retrieve.download_size(m) == sum(i.size or 0 for i in archived)
     for item in archived:
         assert item.key is not None
-        local = base / item.key.split(f"{keys.escape_session_id(sid)}/", 1)[1]
+        local = base / item.key.split(f"{keys.escape_session_id(sid)}/{m.instance}/", 1)[1]
         assert hashlib.sha256(local.read_bytes()).hexdigest() == item.sha256
     assert [i.path for i in result.not_archived] == ["/srv/crash/core.txt"]
     assert not list(base.rglob("*.partial"))
