@@ -187,6 +187,7 @@ class Daemon:
         if self.pipeline is not None:
             self.pipeline.observe_poll(result.sessions, result.started_at)
             self.pipeline.gauges()  # backlog gauges as fresh as the snapshot they are scraped with
+        self.metrics.upstream_invalid_entries(len(result.invalid))  # quarantined list entries (0: no-op)
         for endpoint in ENDPOINTS:
             self.metrics.poll_result(
                 endpoint,

@@ -60,7 +60,7 @@ class Harness:
     pipeline: Pipeline
 
     def poll(self) -> None:
-        self.pipeline.observe_poll(self.client.list_sessions(), self.fake.clock.now())
+        self.pipeline.observe_poll(self.client.list_sessions().sessions, self.fake.clock.now())
 
     def items_total(self, kind: str, outcome: str) -> float:
         value = self.registry.get_sample_value("archiver_items_total", {"kind": kind, "outcome": outcome})
@@ -397,7 +397,7 @@ def test_a_session_missing_from_one_list_but_still_running_is_not_ended(
     h = harness_factory(fake_service, FileStore(tmp_path / "store"), artifact_paths=(REPLAY,))
     h.poll()
     # One list that lacks it (an eventually consistent listing): the describe says it still runs.
-    others = [s for s in h.client.list_sessions() if s.id != sid]
+    others = [s for s in h.client.list_sessions().sessions if s.id != sid]
     h.pipeline.observe_poll(others, fake_service.clock.now())
     assert _wait_for(h, lambda: _alive_checked(h, sid), 10)
     h.poll()
