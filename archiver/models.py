@@ -180,6 +180,8 @@ def _check_utf8(text: str, what: str, name: str) -> str:
 
 def _check_strings(values: Mapping[str, str], what: str, name: str) -> None:
     """Every key and value of a label mapping is valid UTF-8; the message names the field only."""
+    if "".join(values).isascii() and "".join(values.values()).isascii():
+        return  # the common case, tested in C
     for key, value in values.items():
         if not (_valid_utf8(key) and _valid_utf8(value)):
             raise PayloadError(f"{what} field {name!r} holds a key or value that is not valid UTF-8")
@@ -189,8 +191,12 @@ def _checked_int(value: Any, what: str, name: str) -> int | None:
     """`_as_int`, refusing what does not fit a signed 64-bit integer (1e30, "1e25")."""
     number = _as_int(value)
     if number is not None and not INT64_MIN <= number <= INT64_MAX:
-        raise PayloadError(f"{what} field {name!r} is out of the 64-bit integer range: {str(value)[:40]!r}")
+        raise _out_of_int64(value, what, name)
     return number
+
+
+def _out_of_int64(value: Any, what: str, name: str) -> PayloadError:
+    return PayloadError(f"{what} field {name!r} is out of the 64-bit integer range: {str(value)[:40]!r}")
 
 
 def _optional_str(obj: Mapping[str, Any], key: str) -> str:
@@ -341,16 +347,27 @@ def parse_session(obj: Any, *, what: str = "session", with_env_keys: bool = True
     sid = _require_str(entry, "id", what)
     if not sid:
         raise PayloadError(f"{what} field 'id' is empty")
-    _check_utf8(sid, what, "id")
-    what = f"{what} {_shown_id(sid)!r}"
+    if not sid.isascii():
+        _check_utf8(sid, what, "id")
+    what = f"{what} {sid!r}" if len(sid) <= _ID_SHOWN else f"{what} {_shown_id(sid)!r}"
+    image = _require_str(entry, "image", what)
+    tag = _optional_str(entry, "tag")
+    location = _require_str(entry, "location", what)
+    host = _optional_str(entry, "host")
+    if not (image.isascii() and tag.isascii() and location.isascii() and host.isascii()):
+        # One cheap test for the common all-ASCII case; the field is named only when one fails.
+        for name, text in (("image", image), ("tag", tag), ("location", location), ("host", host)):
+            _check_utf8(text, what, name)
     labels = parse_labels(entry.get("labels"), with_env_keys=with_env_keys)
     _check_strings(labels.user, what, "labels.tags")
     _check_strings(labels.image, what, "labels")
-    if not all(map(_valid_utf8, labels.env_keys)):
+    if labels.env_keys and not all(map(_valid_utf8, labels.env_keys)):
         raise PayloadError(f"{what} field 'labels.env' holds a name that is not valid UTF-8")
     players_obj = entry.get("players")
     players: tuple[str, ...] | None = None
-    player_count = _checked_int(entry.get("playerCount"), what, "playerCount")
+    player_count = _as_int(entry.get("playerCount"))  # _checked_int inlined: this runs 10k times a cold poll
+    if player_count is not None and not INT64_MIN <= player_count <= INT64_MAX:
+        raise _out_of_int64(entry.get("playerCount"), what, "playerCount")
     if isinstance(players_obj, dict):
         joined = players_obj.get("joined")
         if isinstance(joined, list):
@@ -364,10 +381,10 @@ def parse_session(obj: Any, *, what: str = "session", with_env_keys: bool = True
             player_count = count
     return Session(
         id=sid,
-        image=_shared(_check_utf8(_require_str(entry, "image", what), what, "image")),
-        tag=_shared(_check_utf8(_optional_str(entry, "tag"), what, "tag")),
-        location=_shared(_check_utf8(_require_str(entry, "location", what), what, "location")),
-        host=_shared(_check_utf8(_optional_str(entry, "host"), what, "host")),
+        image=_shared(image),
+        tag=_shared(tag),
+        location=_shared(location),
+        host=_shared(host),
         created_ms=_created(entry, what),
         status=_status(entry.get("status")),
         player_count=player_count,

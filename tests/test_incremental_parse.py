@@ -306,3 +306,22 @@ def test_a_bad_entry_through_the_client_is_left_out_not_a_decode_error(
         listed = client.list_sessions(parser=SessionListParser())
     assert [s.id for s in listed.sessions] == ["good"]
     assert listed.invalid == (InvalidEntry(1, "s", "session list entry 1 's' has no 'image'"),)
+
+
+def test_a_lone_surrogate_entry_does_not_cost_the_other_entries_their_reuse() -> None:
+    """msgspec refuses a body with a lone surrogate; the parser still splits it into entries, so the
+    other sessions keep their identity (no re-render) and the result is exactly the pure parser's."""
+    parser = SessionListParser()
+    emoji = entry("emoji", tag="1.0 \U0001f3ae")  # a valid surrogate pair on the wire
+    backslash = entry("back\\ud800slash")  # a backslash before "ud800": text, not an escape
+    poisoned = entry("poison", image="g\ud800")
+    first = parser.parse(body(entry("a"), emoji, backslash))
+    raw = body(entry("a"), poisoned, emoji, backslash)
+    assert b"\\ud800" in raw and b"\\ud83c\\udfae" in raw
+    second = parser.parse(raw)
+
+    assert second == pure(raw)
+    assert [s.id for s in second.sessions] == ["a", "emoji", "back\\ud800slash"]
+    assert all(x is y for x, y in zip(second.sessions, first.sessions, strict=True))
+    assert [(i.index, i.session_id) for i in second.invalid] == [(1, "poison")]
+    assert second.sessions[1].tag == "1.0 \U0001f3ae"
