@@ -349,7 +349,7 @@ def parse_session(obj: Any, *, what: str = "session", with_env_keys: bool = True
         raise PayloadError(f"{what} field 'id' is empty")
     if not sid.isascii():
         _check_utf8(sid, what, "id")
-    what = f"{what} {sid!r}" if len(sid) <= _ID_SHOWN else f"{what} {_shown_id(sid)!r}"
+    what = f"{what} {_shown_id(sid)!r}"
     image = _require_str(entry, "image", what)
     tag = _optional_str(entry, "tag")
     location = _require_str(entry, "location", what)
@@ -459,8 +459,10 @@ class _ListEnvelope(msgspec.Struct):
 
 
 _decode_envelope = msgspec.json.Decoder(_ListEnvelope).decode
-#: A JSON `\\uD800`-`\\uDFFF` escape (half of a pair, or a lone surrogate msgspec refuses).
+#: A JSON escape of U+D800..U+DFFF (half of a pair, or a lone surrogate msgspec refuses).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+#: What may separate the `sessions` key and its entries.
+_ENTRY_GAP = b" \t\r\n:[,"
 _digest = operator.methodcaller("digest")
 
 
@@ -485,15 +487,17 @@ def _raws_around_surrogates(body: bytes | bytearray) -> list[bytes] | None:
         raws = _decode_envelope(patched).sessions
     except (msgspec.DecodeError, UnicodeDecodeError):
         return None
-    # Entries follow the `sessions` key, in order, with only `,` and whitespace between them.
+    # Entries follow the `sessions` key, in order, with only `:`, `[`, `,` and whitespace between
+    # them; anything else in a gap means a match elsewhere (an odd envelope): the pure path decides.
     pos = patched.find(b'"sessions"')
-    if pos < 0:
-        return None  # the key itself escaped: rare enough for the pure path
+    if pos < 0 or patched.count(b'"sessions"') != 1:
+        return None  # the key escaped, or the word elsewhere too: rare enough for the pure path
+    pos += len(b'"sessions"')
     originals: list[bytes] = []
     for raw in raws:
         piece = bytes(raw)
         start = patched.find(piece, pos)
-        if start < 0:
+        if start < 0 or patched[pos:start].strip(_ENTRY_GAP):
             return None
         pos = start + len(piece)
         originals.append(bytes(body[start:pos]))

@@ -325,3 +325,30 @@ def test_a_lone_surrogate_entry_does_not_cost_the_other_entries_their_reuse() ->
     assert all(x is y for x, y in zip(second.sessions, first.sessions, strict=True))
     assert [(i.index, i.session_id) for i in second.invalid] == [(1, "poison")]
     assert second.sessions[1].tag == "1.0 \U0001f3ae"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [({"playerCount": 1e30}, "playerCount"), ({"created": -1}, "created"), ({"image": "g\ud800"}, "image")],
+)
+def test_a_described_session_with_an_out_of_range_value_is_a_decode_error_naming_the_field(
+    canned_upstream: tuple[str, type[_CannedHandler]], overrides: dict[str, Any], field: str
+) -> None:
+    """`GET /session/{id}` runs the same checks; there is no list to quarantine from, so it fails."""
+    url, handler = canned_upstream
+    handler.canned = json.dumps(entry("d", **overrides)).encode()
+    with (
+        SessionHostClient(httpx.Client(base_url=url), Token("t"), policy=FAST) as client,
+        pytest.raises(ApiDecodeError, match=rf"session 'd' field '{field}'") as info,
+    ):
+        client.describe_session("d")
+    assert SECRET not in str(info.value)
+
+
+def test_an_odd_envelope_with_a_lone_surrogate_still_parses_like_the_pure_parser() -> None:
+    """An earlier field holding a copy of an entry must not be mistaken for it when splitting."""
+    copy = entry("twin", image="g\u0000")
+    raw = json.dumps({"meta": {"sessions": [copy]}, "sessions": [entry("twin", image="g\ud800"), entry("b")]}).encode()
+    listed = SessionListParser().parse(raw)
+    assert listed == pure(raw)
+    assert [s.id for s in listed.sessions] == ["b"] and [i.session_id for i in listed.invalid] == ["twin"]
