@@ -220,3 +220,22 @@ def test_an_invalid_entry_is_logged_again_when_it_comes_back_after_a_clean_poll(
     assert first.errors == second.errors == again.errors == {}
     logged = [r for r in caplog.records if "left out of this poll" in r.getMessage()]
     assert [r.levelno for r in logged] == [logging.WARNING, logging.WARNING]  # first poll, and after the clean one
+
+
+def test_the_id_of_an_invalid_entry_is_cut_in_its_log_line(
+    fake_service: FakeService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upstream ids have no length limit; a log line must stay a line."""
+    from archiver.api import SessionHostClient, Token
+    from archiver.poller import Poller
+
+    long_id = "L" * 5000
+    fake_service.inject_list_entries(TEST_TOKEN, [{"id": long_id, "image": "i", "location": "l", "created": -1}])
+    caplog.set_level(logging.WARNING, logger="archiver.poller")
+    with SessionHostClient.connect(fake_service.base_url, Token(TEST_TOKEN)) as client:
+        result = Poller(client, interval=5.0, on_result=lambda result: None).poll_once()
+
+    assert [i.session_id for i in result.invalid] == [long_id]  # the caller gets the id whole
+    [message] = [r.getMessage() for r in caplog.records if "left out of this poll" in r.getMessage()]
+    assert f"(id '{'L' * 80}…')" in message
+    assert len(message) < 400
