@@ -276,9 +276,11 @@ class SessionHostClient:
         *,
         policy: RetryPolicy | None = None,
         parser: models.SessionListParser | None = None,
-    ) -> list[Session]:
-        """`GET /session`. Pass the same `parser` on every poll to reuse the Session objects of
-        unchanged entries (the poller does); without one, each call parses from scratch."""
+    ) -> models.SessionList:
+        """`GET /session`: the sessions, and the entries left out because a value failed a range
+        check (`.invalid`). Pass the same `parser` on every poll to reuse the Session objects of
+        unchanged entries (the poller does); without one, each call parses from scratch. Only a bad
+        body (not JSON, no `sessions` array) is an ApiDecodeError."""
         params = filters.params() if filters else []
         # Bytes, not decoded JSON: the parser decodes only what changed since the last poll.
         body = self._read_body("GET", "/session", "GET /session", params=params, policy=policy)

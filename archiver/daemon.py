@@ -202,6 +202,7 @@ class Daemon:
         # not hold it up.
         if self.pipeline is not None:
             self._detect(result)
+        self.metrics.upstream_invalid_entries(len(result.invalid))  # quarantined list entries (0: no-op)
         for endpoint in ENDPOINTS:
             self.metrics.poll_result(
                 endpoint,
@@ -224,7 +225,8 @@ class Daemon:
         """End detection for one poll; a failure here is ours, not the upstream's, and must show."""
         assert self.pipeline is not None
         try:
-            self.pipeline.observe_poll(result.sessions, result.started_at)
+            present = {e.session_id for e in result.invalid if e.session_id}
+            self.pipeline.observe_poll(result.sessions, result.started_at, present_ids=present)
             self.pipeline.gauges()  # backlog gauges as fresh as the snapshot they are scraped with
         except Exception as exc:  # the poll's edge: counted, shown on /readyz and by archiver_detection_up
             self.metrics.error("poll")

@@ -99,7 +99,7 @@ def check_upstream(settings: Settings, api_factory: ApiFactory = default_api_fac
         return CheckResult(FAIL, name, f"no API token: set {TOKEN_ENV} or --api-token-file")
     try:
         with api_factory(settings) as client:
-            sessions = client.list_sessions()
+            sessions = client.list_sessions().sessions
     except UnauthorizedError:
         return CheckResult(
             FAIL,

@@ -1,5 +1,5 @@
-"""Typed models of the upstream's payloads, the tolerant pure functions that parse them, and the
-incremental session-list parser that reuses the models of unchanged entries between polls."""
+"""Typed models of the upstream's payloads, the tolerant pure functions that parse and range-check them,
+and the incremental session-list parser that reuses the models of unchanged entries between polls."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import hashlib
 import json
 import math
 import operator
+import re
 import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +39,16 @@ _CANONICAL_STATUS = {status: status for status in KNOWN_STATUSES}
 #: Keys inside `labels` that the service itself sets; every other key is a raw image label.
 _ENV_KEY = "env"
 _TAGS_KEY = "tags"
+
+#: Plausible `created` values (epoch ms): 2000-01-01 to 2200-01-01 UTC. Outside them a value is in
+#: the wrong unit (µs: 1.7e15) or garbage (negative), and would corrupt end detection and rendering.
+CREATED_MIN_MS = 946_684_800_000.0
+CREATED_MAX_MS = 7_258_118_400_000.0
+#: Integers the state DB (SQLite INTEGER) and the exposition can hold: signed 64-bit.
+INT64_MIN = -(2**63)
+INT64_MAX = 2**63 - 1
+#: Ids in error messages are cut to this many characters: a megabyte id must not make a megabyte log line.
+_ID_SHOWN = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +128,8 @@ def _loads(text: bytes | bytearray | str) -> Any:
     1e400, a BOM) goes to json.loads, so the result never differs and errors are json's."""
     try:
         return _msgspec_decode(text)
-    except (msgspec.DecodeError, UnicodeDecodeError):  # ValidationError is a DecodeError
+    except (msgspec.DecodeError, UnicodeError):  # ValidationError is a DecodeError
+        # UnicodeError also covers a str holding a lone surrogate, which msgspec cannot encode.
         return json.loads(text)
 
 
@@ -146,6 +158,45 @@ def _require_str(obj: Mapping[str, Any], key: str, what: str) -> str:
     if value is None:
         raise PayloadError(f"{what} has no {key!r}")
     raise PayloadError(f"{what} field {key!r} is {_type_name(value)}, expected a string")
+
+
+def _valid_utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8, i.e. holds no lone surrogate (JSON's "\\ud800" decodes to one,
+    and it would fail later, in SQLite, the store or the exposition)."""
+    if text.isascii():
+        return True  # the common case, and far cheaper than encoding
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_utf8(text: str, what: str, name: str) -> str:
+    if not _valid_utf8(text):
+        raise PayloadError(f"{what} field {name!r} is not valid UTF-8 (a lone surrogate)")
+    return text
+
+
+def _check_strings(values: Mapping[str, str], what: str, name: str) -> None:
+    """Every key and value of a label mapping is valid UTF-8; the message names the field only."""
+    if "".join(values).isascii() and "".join(values.values()).isascii():
+        return  # the common case, tested in C
+    for key, value in values.items():
+        if not (_valid_utf8(key) and _valid_utf8(value)):
+            raise PayloadError(f"{what} field {name!r} holds a key or value that is not valid UTF-8")
+
+
+def _checked_int(value: Any, what: str, name: str) -> int | None:
+    """`_as_int`, refusing what does not fit a signed 64-bit integer (1e30, "1e25")."""
+    number = _as_int(value)
+    if number is not None and not INT64_MIN <= number <= INT64_MAX:
+        raise _out_of_int64(value, what, name)
+    return number
+
+
+def _out_of_int64(value: Any, what: str, name: str) -> PayloadError:
+    return PayloadError(f"{what} field {name!r} is out of the 64-bit integer range: {str(value)[:40]!r}")
 
 
 def _optional_str(obj: Mapping[str, Any], key: str) -> str:
@@ -209,9 +260,13 @@ def _created(obj: Mapping[str, Any], what: str) -> float:
             created = float(value)
         except (ValueError, OverflowError):
             created = math.nan
-        if math.isfinite(created):
-            return created
-        raise PayloadError(f"{what} field 'created' is not a finite number: {str(value)[:40]!r}")
+        if not math.isfinite(created):
+            raise PayloadError(f"{what} field 'created' is not a finite number: {str(value)[:40]!r}")
+        if not CREATED_MIN_MS <= created <= CREATED_MAX_MS:
+            raise PayloadError(
+                f"{what} field 'created' is not an epoch-ms time between 2000 and 2200: {str(value)[:40]!r}"
+            )
+        return created
     if value is None:
         raise PayloadError(f"{what} has no 'created'")
     raise PayloadError(f"{what} field 'created' is {_type_name(value)}, expected a number")
@@ -225,7 +280,8 @@ def parse_ports(value: Any) -> dict[str, int]:
     ports: dict[str, int] = {}
     for name, raw in value.items():
         number = _as_int(raw)
-        if number is not None:
+        # An unusable port is dropped like any other bad port entry: it must not cost the session.
+        if number is not None and INT64_MIN <= number <= INT64_MAX and _valid_utf8(str(name)):
             ports[str(name)] = number
     return ports
 
@@ -281,30 +337,54 @@ def _label_value(value: Any) -> str:
 def parse_session(obj: Any, *, what: str = "session", with_env_keys: bool = True) -> Session:
     """Parse a list entry or a described session, tolerating every quirk of api-behaviour.md.
 
-    `with_env_keys=False` leaves `env_keys` empty without decoding the env (list entries).
+    Values that would fail later (in SQLite, the store or the exposition) are refused here with a
+    PayloadError naming the field: an empty id, a string that is not valid UTF-8, an integer beyond
+    64 bits, a `created` outside CREATED_MIN_MS..CREATED_MAX_MS. Env values are never checked nor
+    quoted: they are not kept. `with_env_keys=False` leaves `env_keys` empty without decoding the env
+    (list entries).
     """
     entry = _require_mapping(obj, what)
     sid = _require_str(entry, "id", what)
-    what = f"{what} {sid!r}"
+    if not sid:
+        raise PayloadError(f"{what} field 'id' is empty")
+    if not sid.isascii():
+        _check_utf8(sid, what, "id")
+    what = f"{what} {_shown_id(sid)!r}"
+    image = _require_str(entry, "image", what)
+    tag = _optional_str(entry, "tag")
+    location = _require_str(entry, "location", what)
+    host = _optional_str(entry, "host")
+    if not (image.isascii() and tag.isascii() and location.isascii() and host.isascii()):
+        # One cheap test for the common all-ASCII case; the field is named only when one fails.
+        for name, text in (("image", image), ("tag", tag), ("location", location), ("host", host)):
+            _check_utf8(text, what, name)
     labels = parse_labels(entry.get("labels"), with_env_keys=with_env_keys)
+    _check_strings(labels.user, what, "labels.tags")
+    _check_strings(labels.image, what, "labels")
+    if labels.env_keys and not all(map(_valid_utf8, labels.env_keys)):
+        raise PayloadError(f"{what} field 'labels.env' holds a name that is not valid UTF-8")
     players_obj = entry.get("players")
     players: tuple[str, ...] | None = None
-    player_count = _as_int(entry.get("playerCount"))
+    player_count = _as_int(entry.get("playerCount"))  # _checked_int inlined: this runs 10k times a cold poll
+    if player_count is not None and not INT64_MIN <= player_count <= INT64_MAX:
+        raise _out_of_int64(entry.get("playerCount"), what, "playerCount")
     if isinstance(players_obj, dict):
         joined = players_obj.get("joined")
         if isinstance(joined, list):
             players = tuple(str(p) for p in joined)
-        count = _as_int(players_obj.get("joinedCount"))
+            if not all(map(_valid_utf8, players)):
+                raise PayloadError(f"{what} field 'players.joined' holds an id that is not valid UTF-8")
+        count = _checked_int(players_obj.get("joinedCount"), what, "players.joinedCount")
         if count is None and players is not None:
             count = len(players)
         if player_count is None:
             player_count = count
     return Session(
         id=sid,
-        image=_shared(_require_str(entry, "image", what)),
-        tag=_shared(_optional_str(entry, "tag")),
-        location=_shared(_require_str(entry, "location", what)),
-        host=_shared(_optional_str(entry, "host")),
+        image=_shared(image),
+        tag=_shared(tag),
+        location=_shared(location),
+        host=_shared(host),
         created_ms=_created(entry, what),
         status=_status(entry.get("status")),
         player_count=player_count,
@@ -316,15 +396,56 @@ def parse_session(obj: Any, *, what: str = "session", with_env_keys: bool = True
     )
 
 
-def parse_session_list(payload: Any) -> list[Session]:
-    """`{"sessions": [...]}` → sessions. Any malformed entry fails the whole list: a partial list
-    would look like ended sessions to the archiver. List entries carry no `env_keys` (nobody needs
-    them, and not decoding the env is a third of the parse)."""
+def _shown_id(sid: str) -> str:
+    return sid if len(sid) <= _ID_SHOWN else sid[:_ID_SHOWN] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidEntry:
+    """A session-list entry left out of one poll because a value failed parsing or a range check.
+
+    `session_id` is the entry's raw id whenever it has a non-empty string one (possibly unprintable,
+    possibly not valid UTF-8: whoever shows it makes it printable), else None. `reason` is the
+    PayloadError message: it names the entry and the field, never an env value.
+    """
+
+    index: int
+    session_id: str | None
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionList:
+    """One `GET /session` body: the sessions that parsed, and the entries that were left out."""
+
+    sessions: list[Session]
+    invalid: tuple[InvalidEntry, ...] = ()
+
+
+def _invalid_entry(index: int, entry: Any, exc: PayloadError) -> InvalidEntry:
+    sid = entry.get("id") if isinstance(entry, dict) else None
+    return InvalidEntry(index, sid if isinstance(sid, str) and sid else None, str(exc))
+
+
+def parse_session_list(payload: Any) -> SessionList:
+    """`{"sessions": [...]}` → the sessions, and the entries that fail parsing or a range check.
+
+    A bad entry is quarantined, never fatal: failing the whole list would stop end detection for
+    every other session. A bad envelope (no `sessions` array) still raises PayloadError: with no
+    list at all the poll failed. List entries carry no `env_keys` (nobody needs them, and not
+    decoding the env is a third of the parse)."""
     body = _require_mapping(payload, "session list")
     entries = body.get("sessions")
     if not isinstance(entries, list):
         raise PayloadError(f"session list field 'sessions' is {_type_name(entries)}, expected an array")
-    return [parse_session(entry, what=_entry_name(i), with_env_keys=False) for i, entry in enumerate(entries)]
+    sessions: list[Session] = []
+    invalid: list[InvalidEntry] = []
+    for index, entry in enumerate(entries):
+        try:
+            sessions.append(parse_session(entry, what=_entry_name(index), with_env_keys=False))
+        except PayloadError as exc:
+            invalid.append(_invalid_entry(index, entry, exc))
+    return SessionList(sessions, tuple(invalid))
 
 
 def _entry_name(index: int) -> str:
@@ -338,12 +459,49 @@ class _ListEnvelope(msgspec.Struct):
 
 
 _decode_envelope = msgspec.json.Decoder(_ListEnvelope).decode
+#: A JSON escape of U+D800..U+DFFF (half of a pair, or a lone surrogate msgspec refuses).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+#: What may separate the `sessions` key and its entries.
+_ENTRY_GAP = b" \t\r\n:[,"
 _digest = operator.methodcaller("digest")
 
 
-def _digests(raws: list[msgspec.Raw]) -> Iterator[bytes]:
+def _digests(raws: list[msgspec.Raw] | list[bytes]) -> Iterator[bytes]:
     """SHA-256 of each entry's bytes; map() keeps the loop in C (~0.8 µs an entry, mostly call overhead)."""
     return map(_digest, map(hashlib.sha256, raws))
+
+
+def _raws_around_surrogates(body: bytes | bytearray) -> list[bytes] | None:
+    """The entries' bytes of a list body that msgspec refused only for its lone-surrogate escapes;
+    None when that was not the reason (the pure path then decides).
+
+    One poisoned entry must not cost the whole list its incremental parse (5x slower, every model
+    new). Each surrogate escape is swapped for the same-length `\\u0000`, which keeps the structure
+    and every offset, so the envelope decodes and each entry's original bytes are found where its
+    patched bytes are.
+    """
+    patched = _SURROGATE_ESCAPE.sub(rb"\\u0000", body)
+    if patched == body:
+        return None
+    try:
+        raws = _decode_envelope(patched).sessions
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    # Entries follow the `sessions` key, in order, with only `:`, `[`, `,` and whitespace between
+    # them; anything else in a gap means a match elsewhere (an odd envelope): the pure path decides.
+    pos = patched.find(b'"sessions"')
+    if pos < 0 or patched.count(b'"sessions"') != 1:
+        return None  # the key escaped, or the word elsewhere too: rare enough for the pure path
+    pos += len(b'"sessions"')
+    originals: list[bytes] = []
+    for raw in raws:
+        piece = bytes(raw)
+        start = patched.find(piece, pos)
+        if start < 0 or patched[pos:start].strip(_ENTRY_GAP):
+            return None
+        pos = start + len(piece)
+        originals.append(bytes(body[start:pos]))
+    return originals
 
 
 class SessionListParser:
@@ -362,29 +520,41 @@ class SessionListParser:
     def __init__(self) -> None:
         self._by_digest: dict[bytes, Session] = {}
 
-    def parse(self, body: bytes | bytearray) -> list[Session]:
-        """The sessions of one list body; any malformed entry fails the whole list (PayloadError)."""
+    def parse(self, body: bytes | bytearray) -> SessionList:
+        """The sessions of one list body, and its entries that failed parsing or a range check (left
+        out, not remembered: only the current body's good entries are kept). A malformed envelope
+        raises PayloadError and leaves the state of the last good parse in place."""
+        raws: list[msgspec.Raw] | list[bytes] | None
         try:
             raws = _decode_envelope(body).sessions
         except (msgspec.DecodeError, UnicodeDecodeError):
-            # Not the usual shape, or JSON only Python's json accepts: the pure path decides, so the
-            # result or the error message is exactly the one parse_session_list gives.
-            return parse_session_list(decode_json(body))
+            raws = _raws_around_surrogates(body)
+            if raws is None:
+                # Not the usual shape, or JSON only Python's json accepts: the pure path decides, so
+                # the result or the error message is exactly the one parse_session_list gives.
+                return parse_session_list(decode_json(body))
         previous = self._by_digest
         current: dict[bytes, Session] = {}
         sessions: list[Session] = []
+        invalid: list[InvalidEntry] = []
         append = sessions.append
         for index, digest in enumerate(_digests(raws)):
             session = previous.get(digest)
             if session is None:
                 session = current.get(digest)  # a duplicated entry within this body
                 if session is None:
+                    # Only new or changed entries get here, so the range checks cost nothing on
+                    # the unchanged majority.
                     entry = _loads(bytes(raws[index]))
-                    session = parse_session(entry, what=_entry_name(index), with_env_keys=False)
+                    try:
+                        session = parse_session(entry, what=_entry_name(index), with_env_keys=False)
+                    except PayloadError as exc:
+                        invalid.append(_invalid_entry(index, entry, exc))
+                        continue
             current[digest] = session
             append(session)
         self._by_digest = current
-        return sessions
+        return SessionList(sessions, tuple(invalid))
 
 
 def parse_created(payload: Any, requested_id: str | None) -> CreatedSession:

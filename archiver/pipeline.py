@@ -482,7 +482,7 @@ class Pipeline:
         """
         listing = self.client.list_sessions(SessionFilter(all=True), policy=self._policy, parser=SessionListParser())
         now = self.clock()
-        ended = {session_key_of(s): s for s in getattr(listing, "sessions", listing) if s.terminal}  # TODO(merge)
+        ended = {session_key_of(s): s for s in listing.sessions if s.terminal}
         states = self.state.states_of(ended)
         known_open = [s for key, s in ended.items() if states.get(key) in ("active", "candidate")]
         unseen = [s for key, s in ended.items() if key not in states]

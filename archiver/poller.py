@@ -1,4 +1,5 @@
-"""The poll loop: once per interval, `GET /session` and `GET /metrics`, handed on as one PollResult."""
+"""The poll loop: once per interval, `GET /session` and `GET /metrics`, handed on as one PollResult
+(with the list entries left out of that poll, each logged once while it keeps appearing)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from dataclasses import dataclass, field
 
 from archiver.api import SessionHostClient
 from archiver.errors import ApiError, ApiStatusError, PayloadError
-from archiver.models import Session, SessionListParser
+from archiver.models import InvalidEntry, Session, SessionListParser
 from archiver.retry import RetryPolicy
+from archiver.textsafe import printable
 from archiver.upstream_metrics import MetricFamily, parse_upstream_metrics
 
 log = logging.getLogger("archiver.poller")
@@ -20,16 +22,21 @@ SESSIONS = "sessions"
 METRICS = "metrics"
 ENDPOINTS = (SESSIONS, METRICS)
 
+#: An invalid entry's id is shown cut to this many characters: it is upstream data of any length.
+_ID_SHOWN = 80
+
 
 @dataclass(frozen=True, slots=True)
 class PollResult:
-    """What one poll saw. `sessions`/`families` are None when that endpoint failed this time."""
+    """What one poll saw. `sessions`/`families` are None when that endpoint failed this time;
+    `invalid` holds the list entries left out of `sessions` because a value failed a range check."""
 
     started_at: float
     sessions: list[Session] | None
     families: list[MetricFamily] | None
     durations: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+    invalid: tuple[InvalidEntry, ...] = ()
 
 
 def poll_policy(interval: float) -> RetryPolicy:
@@ -42,6 +49,10 @@ def poll_policy(interval: float) -> RetryPolicy:
         # A hung upstream must show as down within a poll or two, not after a 30 s read timeout.
         attempt_timeout=min(30.0, max(1.0, interval * 0.8)),
     )
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _ID_SHOWN else text[:_ID_SHOWN] + "…"
 
 
 def _describe_error(exc: Exception) -> str:
@@ -69,6 +80,9 @@ class Poller:
         self._clock = clock
         self._policy = poll_policy(interval)
         self._healthy: dict[str, bool | None] = dict.fromkeys(ENDPOINTS)
+        # (id, reason) of the entries left out by the last poll: each is logged once while it keeps
+        # appearing; only the last poll's keys are kept, so one that goes and comes back is logged again.
+        self._invalid_logged: frozenset[tuple[str | None, str]] = frozenset()
         self.heartbeat = 0.0
 
     def poll_once(self) -> PollResult:
@@ -77,9 +91,12 @@ class Poller:
         errors: dict[str, str] = {}
 
         sessions: list[Session] | None = None
+        invalid: tuple[InvalidEntry, ...] = ()
         t0 = time.perf_counter()
         try:
-            sessions = self._client.list_sessions(policy=self._policy, parser=self._parser)
+            listed = self._client.list_sessions(policy=self._policy, parser=self._parser)
+            sessions, invalid = listed.sessions, listed.invalid
+            self._log_invalid(invalid)
         except ApiError as exc:
             errors[SESSIONS] = _describe_error(exc)
             self._transition(SESSIONS, False, exc)
@@ -98,7 +115,30 @@ class Poller:
             self._transition(METRICS, True, None)
         durations[METRICS] = time.perf_counter() - t0
 
-        return PollResult(started, sessions, families, durations, errors)
+        return PollResult(started, sessions, families, durations, errors, invalid)
+
+    def _log_invalid(self, invalid: tuple[InvalidEntry, ...]) -> None:
+        """One WARNING per entry left out, the first poll it appears in; the id made printable and cut."""
+        keys: set[tuple[str | None, str]] = set()
+        for item in invalid:
+            # Keyed without the entry's index: sessions ending ahead of it shift it in the list,
+            # and that must not log it again.
+            key = (item.session_id, item.reason.replace(f"session list entry {item.index}", "", 1))
+            keys.add(key)
+            if key in self._invalid_logged:
+                continue
+            shown = "none" if item.session_id is None else f"'{printable(_cut(item.session_id))}'"
+            # The reason quotes values with repr(), so it is printable already; printable() is the
+            # guard should that ever change (a log line must not carry a terminal escape).
+            reason = item.reason if item.reason.isprintable() else printable(item.reason)
+            log.warning(
+                "upstream list entry %d (id %s) left out of this poll: %s",
+                item.index,
+                shown,
+                reason,
+                extra={"endpoint": SESSIONS},
+            )
+        self._invalid_logged = frozenset(keys)
 
     def _transition(self, endpoint: str, ok: bool, exc: Exception | None) -> None:
         """One log line per failure, and one per change of state (down → up)."""

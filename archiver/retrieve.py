@@ -50,6 +50,7 @@ from archiver.manifest import (
 from archiver.safetar import ExtractResult, safe_extract
 from archiver.settings import parse_duration
 from archiver.store.base import ObjectStore, hash_file
+from archiver.textsafe import printable
 
 #: `ls` looks back this far when no --since is given.
 DEFAULT_SINCE = 24 * 3600.0
@@ -149,29 +150,6 @@ def compile_grep(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
 
 
 # --- safe text for terminals -------------------------------------------------------------------
-
-_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-
-
-def printable(text: str) -> str:
-    r"""``text`` with every character that could control a terminal or hide itself escaped.
-
-    Control characters (ESC, CR, BEL, C1), format characters (bidi overrides, zero-width joiners:
-    two ids that look the same must not print the same), line/paragraph separators and lone
-    surrogates become ``\xNN``/``\uNNNN``; a backslash is doubled so the escaping is unambiguous.
-    """
-    if text.isprintable() and "\\" not in text:
-        return text  # fast path: the common case is a plain UUID
-    out: list[str] = []
-    for ch in text:
-        if ch == "\\":
-            out.append("\\\\")
-        elif unicodedata.category(ch) in _ESCAPED_CATEGORIES:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def _escape_line(text: str) -> str:

@@ -122,6 +122,11 @@ class SelfMetrics:
             ["endpoint", "code"],
             registry=registry,
         )
+        self._upstream_invalid = Counter(
+            "archiver_upstream_invalid_entries",
+            "Upstream session-list entries left out of a poll because a value failed the range checks.",
+            registry=registry,
+        )
         self._sessions_ended = Counter(
             "archiver_sessions_ended",
             "Sessions seen disappearing from the session list (candidates for archiving).",
@@ -229,6 +234,10 @@ class SelfMetrics:
         self._poll_duration.labels(endpoint).observe(duration)
         if ok:
             self._last_success.labels(endpoint).set(now)
+
+    def upstream_invalid_entries(self, count: int) -> None:
+        """`count` entries of one session-list poll were left out (each poll that still sees one counts it)."""
+        self._upstream_invalid.inc(count)
 
     def sessions_ended(self, count: int = 1) -> None:
         self._sessions_ended.inc(count)

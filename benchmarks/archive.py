@@ -174,7 +174,7 @@ class Archiver:
         )  # fmt: skip
 
     def poll(self) -> None:
-        self.pipeline.observe_poll(self.client.list_sessions(), time.time())
+        self.pipeline.observe_poll(self.client.list_sessions().sessions, time.time())
 
     def archived(self, ids: list[str]) -> int:
         return sum(1 for r in self.state.sessions_in("archived") if r.id in set(ids))

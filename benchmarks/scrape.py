@@ -182,7 +182,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     from archiver.api import SessionHostClient, Token
     from archiver.exposition import SnapshotRenderer
     from archiver.httpserver import MetricsServer
-    from archiver.models import Session, SessionListParser
+    from archiver.models import SessionList, SessionListParser
     from archiver.poller import METRICS, SESSIONS, Poller
     from archiver.selfmetrics import SelfMetrics
 
@@ -191,7 +191,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     class TimedParser(SessionListParser):
         """Delegates to the production parser; only records how long its parse took."""
 
-        def parse(self, body: bytes | bytearray) -> list[Session]:
+        def parse(self, body: bytes | bytearray) -> SessionList:
             t0 = time.perf_counter()
             try:
                 return super().parse(body)
@@ -272,7 +272,7 @@ def child_baseline(paths: list[Path], allowlist: list[str]) -> None:
     upstream = Gauge("sessionhost_upstream_session_count", "u", registry=registry)
     exported = Gauge("archiver_sessions_exported", "e", registry=registry)
 
-    sessions = parse_session_list(json.loads(paths[0].read_bytes()))
+    sessions = parse_session_list(json.loads(paths[0].read_bytes())).sessions
     t0 = time.perf_counter()
     counts: dict[tuple[str, ...], int] = {}
     sums: dict[tuple[str, ...], int] = {}

@@ -56,7 +56,9 @@ class Harness:
     pipeline: Pipeline
 
     def poll(self) -> None:
-        self.pipeline.observe_poll(self.client.list_sessions(), self.fake.clock.now())
+        listing = self.client.list_sessions()
+        present = {e.session_id for e in listing.invalid if e.session_id}
+        self.pipeline.observe_poll(listing.sessions, self.fake.clock.now(), present_ids=present)
 
     def items_total(self, kind: str, outcome: str) -> float:
         value = self.registry.get_sample_value("archiver_items_total", {"kind": kind, "outcome": outcome})

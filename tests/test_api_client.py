@@ -67,7 +67,7 @@ def test_full_lifecycle_through_every_session_endpoint(client: SessionHostClient
     created = client.create_session("eu-west-1", "demo-game", session_id="match-1", labels={"mode": "duel"})
     assert created.id == "match-1" and created.ports
 
-    listed = client.list_sessions()
+    listed = client.list_sessions().sessions
     assert [s.id for s in listed] == ["match-1"]
     assert listed[0].tag == "1.1.0"  # the highest-priority tag when none was asked for
     assert listed[0].labels == {"mode": "duel"}
@@ -85,7 +85,7 @@ def test_full_lifecycle_through_every_session_endpoint(client: SessionHostClient
     client.stop_session("match-1")
     with pytest.raises(ConflictError):
         client.stop_session("match-1")
-    assert client.list_sessions() == []
+    assert client.list_sessions().sessions == []
     assert client.describe_session("match-1").terminal
 
     with client.open_artifact("match-1", "/srv/replays/match.replay") as download:
@@ -135,9 +135,9 @@ def test_catalogue_endpoints(client: SessionHostClient) -> None:
 def test_list_filters(client: SessionHostClient, fake_service: FakeService) -> None:
     fake_service.add_session(TEST_TOKEN, id="a", labels={"tournament": "spring"}, location="us-east-1")
     fake_service.add_session(TEST_TOKEN, id="b", labels={"tournament": "autumn"}, players=["p1", "p2", "p3"])
-    assert [s.id for s in client.list_sessions(SessionFilter(labels={"tournament": "spring"}))] == ["a"]
-    assert [s.id for s in client.list_sessions(SessionFilter(location="eu-west-1"))] == ["b"]
-    assert [s.id for s in client.list_sessions(SessionFilter(player_count_gt=1))] == ["b"]
+    assert [s.id for s in client.list_sessions(SessionFilter(labels={"tournament": "spring"})).sessions] == ["a"]
+    assert [s.id for s in client.list_sessions(SessionFilter(location="eu-west-1")).sessions] == ["b"]
+    assert [s.id for s in client.list_sessions(SessionFilter(player_count_gt=1)).sessions] == ["b"]
 
 
 def test_metrics_text(client: SessionHostClient, fake_service: FakeService) -> None:
@@ -152,8 +152,8 @@ def test_token_isolation_between_organisations(fake_service_factory: object) -> 
         make_client(fake, "org-b") as b,
     ):
         sid = fake.add_session("org-a")
-        assert [s.id for s in a.list_sessions()] == [sid]
-        assert b.list_sessions() == []
+        assert [s.id for s in a.list_sessions().sessions] == [sid]
+        assert b.list_sessions().sessions == []
         with pytest.raises(NotFoundError):
             b.describe_session(sid)
 
@@ -191,10 +191,10 @@ def test_every_quirk_parses_to_the_same_model(
 ) -> None:
     client = lenient_client
     fake_service.add_session(TEST_TOKEN, id="q", labels={"mode": "duel"}, env={"SECRET": "hunter2"})
-    reference = client.list_sessions()[0]
+    reference = client.list_sessions().sessions[0]
     described = client.describe_session("q")
     fake_service.set_quirks(**quirk)
-    assert client.list_sessions()[0] == reference
+    assert client.list_sessions().sessions[0] == reference
     assert client.describe_session("q") == described
     assert "hunter2" not in repr(reference)
 
@@ -206,13 +206,13 @@ def test_quirks_that_drop_fields_and_ids(lenient_client: SessionHostClient, fake
     )
     created = client.create_session("eu-west-1", "demo-game", session_id="chosen")
     assert created.id == "chosen"
-    [entry] = client.list_sessions()
+    [entry] = client.list_sessions().sessions
     assert (entry.tag, entry.status, entry.player_count) == ("", "unknown", None)
     assert isinstance(entry.created_ms, float)
     client.stop_session("chosen")
     fake_service.set_quirks(omit_optional_list_fields=False, player_count_null=True)
     fake_service.add_session(TEST_TOKEN, id="n")
-    assert client.list_sessions()[0].player_count is None
+    assert client.list_sessions().sessions[0].player_count is None
 
 
 @pytest.mark.parametrize("status", [500, 502, 503, 420, 429])
@@ -222,7 +222,7 @@ def test_transient_statuses_are_retried_and_counted(
     client = lenient_client  # injected faults answer outside the OpenAPI on purpose
     fake_service.add_session(TEST_TOKEN, id="r")
     fake_service.set_fault("GET /session", status=status, count=2, retry_after=1 if status in (420, 429) else None)
-    assert [s.id for s in client.list_sessions()] == ["r"]
+    assert [s.id for s in client.list_sessions().sessions] == ["r"]
     assert client.retries["GET /session"] == 2
     assert fake_service.request_count("GET /session") == 3
     if status in (420, 429):
@@ -245,7 +245,7 @@ def test_persistent_failures_surface_as_typed_errors_after_bounded_attempts(
 def test_broken_connections_are_retried(client: SessionHostClient, fake_service: FakeService, kind: str) -> None:
     fake_service.add_session(TEST_TOKEN, id="c")
     fake_service.set_fault("GET /session", kind=kind, count=1)
-    assert [s.id for s in client.list_sessions()] == ["c"]
+    assert [s.id for s in client.list_sessions().sessions] == ["c"]
     assert client.retries["GET /session"] == 1
 
 

@@ -70,7 +70,7 @@ def _run(config: dict[str, Any]) -> int:
     pipeline.start()
     until = time.monotonic() + config["timeout"]
     while time.monotonic() < until:
-        pipeline.observe_poll(client.list_sessions(), time.time())
+        pipeline.observe_poll(client.list_sessions().sessions, time.time())
         done = all((row := state.latest(sid)) is not None and row.state == "archived" for sid in config["ids"])
         if done and pipeline.run_until_idle(0.0):
             pipeline.stop(5.0)

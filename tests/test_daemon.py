@@ -1,13 +1,17 @@
-"""The daemon's process-level guarantees: one writer per state dir, backfill through the CLI."""
+"""The daemon's process-level guarantees: one writer per state dir, backfill through the CLI, a poisoned
+session-list entry quarantined without holding up any other session."""
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from archiver.daemon import Daemon
@@ -128,3 +132,109 @@ def test_a_store_that_does_not_answer_the_probe_leaves_writes_checking_first(tmp
     gone.conditional_writes = False
     assert probe_store(gone, SelfMetrics(CollectorRegistry())) is False
     assert gone.conditional_writes is False
+
+
+POISON_SECRET = "planted-env-secret-0451"
+
+
+def test_a_poisoned_list_entry_is_left_out_counted_and_logged_once_while_every_good_session_is_exported(
+    fake_service: FakeService, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One bad entry must not stop end detection for the fleet: the poll stays up, the good sessions
+    are scraped, the bad ones are counted every poll and logged once each, without their env."""
+    for sid in ("good-1", "good-2"):
+        fake_service.add_session(TEST_TOKEN, id=sid, env={"MATCH_SECRET": POISON_SECRET})
+    env = {"env": json.dumps({"MATCH_SECRET": POISON_SECRET})}
+    poisoned = [
+        {"id": "huge", "image": "demo-game", "location": "eu-west-1", "created": 1_700_000_000_000,
+         "playerCount": 1e30, "labels": env},
+        {"id": "evil\ud800\x1b[31m", "image": "demo-game", "location": "eu-west-1",
+         "created": 1_700_000_000_000, "labels": env},
+    ]  # fmt: skip
+    injected = httpx.post(
+        f"{fake_service.base_url}/_fake/list-entries",
+        content=json.dumps({"entries": poisoned}),  # json.dumps sends the lone surrogate as "\\ud800"
+        headers={"Authorization": f"Bearer {TEST_TOKEN}"},
+    )
+    assert injected.status_code == 200
+    settings = load_settings(
+        {"api_url": fake_service.base_url, "state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0",
+         "poll_interval": "0.2s"},
+        {"ARCHIVER_API_TOKEN": TEST_TOKEN},
+    )  # fmt: skip
+    caplog.set_level(logging.WARNING, logger="archiver.poller")
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        # Three polls at least: the counter counts every poll, the log says it once.
+        deadline = time.monotonic() + 20
+        while (daemon.registry.get_sample_value("archiver_upstream_invalid_entries_total") or 0) < 6:
+            assert time.monotonic() < deadline, "the poisoned entries were never counted"
+            time.sleep(0.05)  # polling interval of a deadline loop
+        scrape = httpx.get(f"{daemon.server.url}/metrics", timeout=5).text
+    finally:
+        daemon.stop()
+
+    assert 'archiver_upstream_up{endpoint="sessions"} 1.0' in scrape
+    assert 'session_id="good-1"' in scrape and 'session_id="good-2"' in scrape
+    assert 'session_id="huge"' not in scrape
+    invalid_total = [line for line in scrape.splitlines() if line.startswith("archiver_upstream_invalid_entries_total")]
+    assert len(invalid_total) == 1 and float(invalid_total[0].split()[-1]) >= 6
+    warnings = [r.getMessage() for r in caplog.records if "left out of this poll" in r.getMessage()]
+    assert len(warnings) == 2, warnings  # once per entry, not once per poll
+    assert "upstream list entry 2 (id 'huge') left out of this poll" in warnings[0]
+    assert "field 'playerCount' is out of the 64-bit integer range" in warnings[0]
+    # The id is shown printable: the surrogate and the terminal escape as text, never raw.
+    assert "(id 'evil\\ud800\\x1b[31m')" in warnings[1]
+    assert all(m.isprintable() for m in warnings)
+    assert POISON_SECRET not in caplog.text and POISON_SECRET not in scrape
+
+
+def test_an_invalid_entry_is_logged_again_when_it_comes_back_after_a_clean_poll(
+    fake_service: FakeService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The poller remembers only the last poll's invalid entries: memory stays bounded, and a problem
+    that returns is news again. A shift of the entry's position alone does not log it again."""
+    from archiver.api import SessionHostClient, Token
+    from archiver.poller import Poller
+
+    fake_service.add_session(TEST_TOKEN, id="first")
+    bad = {"id": "neg", "image": "demo-game", "location": "eu-west-1", "created": -1}
+    caplog.set_level(logging.WARNING, logger="archiver.poller")
+    with SessionHostClient.connect(fake_service.base_url, Token(TEST_TOKEN)) as client:
+        poller = Poller(client, interval=5.0, on_result=lambda result: None)
+        fake_service.inject_list_entries(TEST_TOKEN, [bad])
+        first = poller.poll_once()
+        fake_service.end_session(TEST_TOKEN, "first")  # the bad entry moves from index 1 to 0
+        fake_service.advance(5 * 3600)  # past retention: "first" leaves the list
+        second = poller.poll_once()
+        fake_service.clear_list_entries(TEST_TOKEN)
+        clean = poller.poll_once()
+        fake_service.inject_list_entries(TEST_TOKEN, [bad])
+        again = poller.poll_once()
+
+    assert [(i.index, i.session_id) for i in first.invalid] == [(1, "neg")]
+    assert [(i.index, i.session_id) for i in second.invalid] == [(0, "neg")]
+    assert clean.invalid == () and again.invalid == second.invalid
+    assert first.errors == second.errors == again.errors == {}
+    logged = [r for r in caplog.records if "left out of this poll" in r.getMessage()]
+    assert [r.levelno for r in logged] == [logging.WARNING, logging.WARNING]  # first poll, and after the clean one
+
+
+def test_the_id_of_an_invalid_entry_is_cut_in_its_log_line(
+    fake_service: FakeService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Upstream ids have no length limit; a log line must stay a line."""
+    from archiver.api import SessionHostClient, Token
+    from archiver.poller import Poller
+
+    long_id = "L" * 5000
+    fake_service.inject_list_entries(TEST_TOKEN, [{"id": long_id, "image": "i", "location": "l", "created": -1}])
+    caplog.set_level(logging.WARNING, logger="archiver.poller")
+    with SessionHostClient.connect(fake_service.base_url, Token(TEST_TOKEN)) as client:
+        result = Poller(client, interval=5.0, on_result=lambda result: None).poll_once()
+
+    assert [i.session_id for i in result.invalid] == [long_id]  # the caller gets the id whole
+    [message] = [r.getMessage() for r in caplog.records if "left out of this poll" in r.getMessage()]
+    assert f"(id '{'L' * 80}…')" in message
+    assert len(message) < 400

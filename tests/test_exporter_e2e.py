@@ -150,7 +150,7 @@ def _fake_sessions(fake: FakeService) -> list[object]:
     body = _httpx.get(f"{fake.base_url}/session", headers={"Authorization": f"Bearer {TEST_TOKEN}"}).json()
     from archiver.models import parse_session_list
 
-    return parse_session_list(body)  # type: ignore[return-value]
+    return parse_session_list(body).sessions  # type: ignore[return-value]
 
 
 def test_output_passes_promtool_and_never_carries_secrets(

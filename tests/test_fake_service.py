@@ -950,3 +950,38 @@ def test_openapi_checker_is_not_vacuous() -> None:
         validate_response("GET", "/session", 418, {"Content-Type": "application/json"}, ok)
     assert validate_response("GET", "/metrics", 200, {"Content-Type": "text/plain"}, b"x 1\n") is False
     assert validate_response("GET", "/session", 502, {"Content-Type": "text/html"}, b"<html>") is False
+
+
+def test_injected_raw_list_entries_are_appended_to_every_session_list_of_that_org_until_cleared(
+    fake_service_factory: Callable[..., FakeService],
+) -> None:
+    """POST /_fake/list-entries: values no real session produces (1e30, lone surrogates) reach the client as sent."""
+    svc = fake_service_factory(["org-a", "org-b"])
+    svc.add_session("org-a", id="real")
+    poisoned = [{"id": "bad\ud800", "playerCount": 1e30}, "not an object"]
+    with (
+        httpx.Client(base_url=svc.base_url, headers={"Authorization": "Bearer org-a"}) as a,
+        httpx.Client(base_url=svc.base_url, headers={"Authorization": "Bearer org-b"}) as b,
+    ):
+        # json.dumps escapes the lone surrogate as the upstream would send it (httpx's json= cannot encode it).
+        injected = a.post("/_fake/list-entries", content=json.dumps({"entries": poisoned}))
+        assert injected.json() == {"injected": 2}
+        raw = a.get("/session").content
+        assert b'"bad\\ud800"' in raw and b"1e+30" in raw
+        assert [e if isinstance(e, str) else e["id"] for e in json.loads(raw)["sessions"]] == [
+            "real",
+            "bad\ud800",
+            "not an object",
+        ]
+        # Appended whatever the filter: they stand in for entries the upstream got wrong.
+        assert len(a.get("/session", params={"location": "nowhere"}).json()["sessions"]) == 2
+        assert b.get("/session").json()["sessions"] == []  # another organisation sees none
+        assert a.post("/_fake/list-entries", json={"entries": {}}).status_code == 422
+        assert a.delete("/_fake/list-entries").json() == {"injected": 0}
+        assert [e["id"] for e in a.get("/session").json()["sessions"]] == ["real"]
+
+    svc.inject_list_entries("org-b", [{"id": ""}])  # the same through the Python API
+    with httpx.Client(base_url=svc.base_url, headers={"Authorization": "Bearer org-b"}) as b:
+        assert b.get("/session").json()["sessions"] == [{"id": ""}]
+        svc.clear_list_entries("org-b")
+        assert b.get("/session").json()["sessions"] == []

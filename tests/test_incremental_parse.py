@@ -1,11 +1,13 @@
 """The incremental session-list parser: same models as the pure parser, unchanged entries reused by
-identity, changed ones re-parsed, ended ones dropped, a bad entry failing the whole list, no env values."""
+identity, changed ones re-parsed, ended ones dropped, a bad entry left out (never failing the whole
+list, never remembered), no env values."""
 
 from __future__ import annotations
 
 import http.server
 import json
 import pickle
+import re
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -16,7 +18,7 @@ import pytest
 from archiver.api import SessionHostClient, Token
 from archiver.errors import ApiDecodeError, PayloadError
 from archiver.fake import FakeService
-from archiver.models import Session, SessionListParser, decode_json, parse_session_list
+from archiver.models import InvalidEntry, SessionList, SessionListParser, decode_json, parse_session_list
 from archiver.poller import Poller
 from archiver.retry import RetryPolicy
 from tests.fixtures_fake import TEST_TOKEN
@@ -48,7 +50,7 @@ def body(*entries: dict[str, Any] | Any) -> bytes:
     return json.dumps({"sessions": list(entries)}).encode()
 
 
-def pure(raw: bytes) -> list[Session]:
+def pure(raw: bytes) -> SessionList:
     return parse_session_list(decode_json(raw))
 
 
@@ -82,8 +84,8 @@ def test_every_quirk_parses_to_the_same_models_as_the_pure_parser(overrides: dic
 def test_missing_optional_fields_parse_like_the_pure_parser() -> None:
     sparse = {k: v for k, v in entry().items() if k not in ("tag", "status", "playerCount", "labels")}
     raw = body(sparse)
-    [session] = SessionListParser().parse(raw)
-    assert [session] == pure(raw)
+    [session] = SessionListParser().parse(raw).sessions
+    assert [session] == pure(raw).sessions
     assert (session.tag, session.status, session.player_count, dict(session.labels)) == ("", "unknown", None, {})
 
 
@@ -110,8 +112,8 @@ def test_json_that_only_pythons_decoder_accepts_still_parses_like_the_pure_parse
 
 def test_unchanged_entries_come_back_as_the_same_objects_changed_ones_are_new_ended_ones_gone() -> None:
     parser = SessionListParser()
-    first = {s.id: s for s in parser.parse(body(entry("kept"), entry("changed"), entry("ended")))}
-    second_list = parser.parse(body(entry("kept"), entry("changed", playerCount=9), entry("new")))
+    first = {s.id: s for s in parser.parse(body(entry("kept"), entry("changed"), entry("ended"))).sessions}
+    second_list = parser.parse(body(entry("kept"), entry("changed", playerCount=9), entry("new"))).sessions
     second = {s.id: s for s in second_list}
 
     assert [s.id for s in second_list] == ["kept", "changed", "new"]
@@ -119,51 +121,85 @@ def test_unchanged_entries_come_back_as_the_same_objects_changed_ones_are_new_en
     assert second["changed"] is not first["changed"]
     assert second["changed"].player_count == 9
     assert "ended" not in second
-    assert second_list == pure(body(entry("kept"), entry("changed", playerCount=9), entry("new")))
+    assert second_list == pure(body(entry("kept"), entry("changed", playerCount=9), entry("new"))).sessions
 
 
 def test_an_ended_session_that_comes_back_is_parsed_again_not_resurrected_from_old_state() -> None:
     parser = SessionListParser()
-    [original] = parser.parse(body(entry("a")))
-    assert parser.parse(body()) == []
-    [again] = parser.parse(body(entry("a")))
+    [original] = parser.parse(body(entry("a"))).sessions
+    assert parser.parse(body()) == SessionList([])
+    [again] = parser.parse(body(entry("a"))).sessions
     assert again == original and again is not original
 
 
 def test_a_changed_env_value_is_a_changed_entry_but_yields_an_equal_model() -> None:
     parser = SessionListParser()
-    [before] = parser.parse(body(entry("a")))
+    [before] = parser.parse(body(entry("a"))).sessions
     rotated = {**entry("a")["labels"], "env": json.dumps({**ENV, "MATCH_SECRET": "rotated"})}
-    [after] = parser.parse(body(entry("a", labels=rotated)))
+    [after] = parser.parse(body(entry("a", labels=rotated))).sessions
     assert after == before and after is not before
 
 
 def test_identical_duplicate_entries_share_one_object() -> None:
-    first, second = SessionListParser().parse(body(entry("dup"), entry("dup")))
+    first, second = SessionListParser().parse(body(entry("dup"), entry("dup"))).sessions
     assert first is second
 
 
-@pytest.mark.parametrize(
-    ("bad", "message"),
-    [
-        (entry("x", id=None), r"session list entry 1 has no 'id'"),
-        (entry("x", id=7), r"session list entry 1 field 'id' is int, expected a string"),
-        (entry("x", image=None), r"session list entry 1 'x' has no 'image'"),
-        (entry("x", created="yesterday"), r"session list entry 1 'x' field 'created'"),
-        ("garbage", r"session list entry 1 is str, expected an object"),
-    ],
-)
-def test_one_bad_entry_fails_the_whole_list_naming_the_entry_and_keeps_the_last_good_state(
-    bad: Any, message: str
+BAD_ENTRIES: dict[str, tuple[Any, str | None, str]] = {
+    "no id": (entry("x", id=None), None, r"session list entry 1 has no 'id'"),
+    "non-string id": (entry("x", id=7), None, r"session list entry 1 field 'id' is int, expected a string"),
+    "empty id": (entry("x", id=""), None, r"session list entry 1 field 'id' is empty"),
+    "no image": (entry("x", image=None), "x", r"session list entry 1 'x' has no 'image'"),
+    "unparseable created": (entry("x", created="yesterday"), "x", r"session list entry 1 'x' field 'created'"),
+    "created in microseconds": (entry("x", created=1_648_472_895_000_000), "x", r"'created' is not an epoch-ms"),
+    "negative created": (entry("x", created=-1648472895000), "x", r"'created' is not an epoch-ms"),
+    "playerCount 1e30": (entry("x", playerCount=1e30), "x", r"'x' field 'playerCount' is out of the 64-bit"),
+    "playerCount '1e25'": (entry("x", playerCount="1e25"), "x", r"field 'playerCount' is out of the 64-bit"),
+    "lone surrogate in id": (entry("x\ud800"), "x\ud800", r"session list entry 1 field 'id' is not valid UTF-8"),
+    "lone surrogate in image": (entry("x", image="g\udc00"), "x", r"'x' field 'image' is not valid UTF-8"),
+    "lone surrogate in a label value": (
+        entry("x", labels={"env": json.dumps(ENV), "tags": json.dumps({"mode": "\ud800"})}),
+        "x",
+        r"field 'labels.tags' holds a key or value that is not valid UTF-8",
+    ),
+    "not an object": ("garbage", None, r"session list entry 1 is str, expected an object"),
+}
+
+
+@pytest.mark.parametrize(("bad", "session_id", "reason"), BAD_ENTRIES.values(), ids=BAD_ENTRIES.keys())
+def test_one_bad_entry_is_left_out_with_its_index_and_id_and_every_other_entry_parses(
+    bad: Any, session_id: str | None, reason: str
 ) -> None:
     parser = SessionListParser()
-    [good] = parser.parse(body(entry("good")))
-    with pytest.raises(PayloadError, match=message):
-        parser.parse(body(entry("good"), bad, entry("other")))
-    with pytest.raises(PayloadError, match=message):
-        pure(body(entry("good"), bad, entry("other")))
-    [again] = parser.parse(body(entry("good")))
-    assert again is good
+    [good] = parser.parse(body(entry("good"))).sessions
+    listed = parser.parse(body(entry("good"), bad, entry("other")))
+
+    assert [s.id for s in listed.sessions] == ["good", "other"]
+    assert listed.sessions[0] is good  # the unchanged entry is still reused
+    [invalid] = listed.invalid
+    assert (invalid.index, invalid.session_id) == (1, session_id)
+    assert re.search(reason, invalid.reason), invalid.reason
+    assert SECRET not in invalid.reason
+    assert listed == pure(body(entry("good"), bad, entry("other")))  # both paths agree
+
+
+def test_a_bad_entry_is_checked_again_on_every_poll_and_never_remembered() -> None:
+    """Invalid entries are not cached: the parser's state holds the current body's good entries only."""
+    parser = SessionListParser()
+    bad = entry("bad", playerCount=1e30)
+    first = parser.parse(body(entry("good"), bad))
+    second = parser.parse(body(bad, entry("good")))
+    assert [i.index for i in first.invalid] == [1]
+    assert [i.index for i in second.invalid] == [0]  # re-parsed, so its index is the new one
+    assert len(parser._by_digest) == 1
+    assert parser.parse(body(entry("good"))).invalid == ()
+
+
+def test_a_bad_entry_that_is_fixed_is_parsed_and_kept_on_the_next_poll() -> None:
+    parser = SessionListParser()
+    assert parser.parse(body(entry("a", created=-1))).sessions == []
+    [fixed] = parser.parse(body(entry("a"))).sessions
+    assert fixed.id == "a" and fixed.created_ms == 1648472895000
 
 
 @pytest.mark.parametrize(
@@ -184,7 +220,7 @@ def test_a_malformed_body_fails_with_the_pure_parsers_message(raw: bytes, messag
 def test_env_values_never_appear_in_returned_models_or_in_the_parsers_state() -> None:
     parser = SessionListParser()
     shapes = [entry(f"s{i}", **overrides) for i, overrides in enumerate(QUIRKS.values())]
-    sessions = parser.parse(body(*shapes))
+    sessions = parser.parse(body(*shapes)).sessions
     assert len(sessions) == len(shapes)
     for session in sessions:
         assert SECRET not in repr(session)
@@ -249,13 +285,70 @@ def test_a_bad_list_is_a_decode_error_whose_message_carries_no_env_value(
     canned_upstream: tuple[str, type[_CannedHandler]],
 ) -> None:
     url, handler = canned_upstream
-    # A short entry puts the env inside the first 200 bytes, where the error's body excerpt looks.
-    handler.canned = body({"id": "s", "labels": {"env": json.dumps(ENV)}, "image": None})
-    expected = r"GET /session: session list entry 0 's' has no 'image'"
+    # A short body puts the env inside the first 200 bytes, where the error's body excerpt looks.
+    handler.canned = json.dumps({"sessions": {"id": "s", "labels": {"env": json.dumps(ENV)}}}).encode()
+    expected = r"GET /session: session list field 'sessions' is dict, expected an array"
     with (
         SessionHostClient(httpx.Client(base_url=url), Token("t"), policy=FAST) as client,
         pytest.raises(ApiDecodeError, match=expected) as info,
     ):
         client.list_sessions(parser=SessionListParser())
     assert SECRET not in str(info.value)
-    assert info.value.excerpt.startswith('{"sessions": [{"id": "s"')
+    assert info.value.excerpt.startswith('{"sessions": {"id": "s"')
+
+
+def test_a_bad_entry_through_the_client_is_left_out_not_a_decode_error(
+    canned_upstream: tuple[str, type[_CannedHandler]],
+) -> None:
+    url, handler = canned_upstream
+    handler.canned = body(entry("good"), {"id": "s", "labels": {"env": json.dumps(ENV)}, "image": None})
+    with SessionHostClient(httpx.Client(base_url=url), Token("t"), policy=FAST) as client:
+        listed = client.list_sessions(parser=SessionListParser())
+    assert [s.id for s in listed.sessions] == ["good"]
+    assert listed.invalid == (InvalidEntry(1, "s", "session list entry 1 's' has no 'image'"),)
+
+
+def test_a_lone_surrogate_entry_does_not_cost_the_other_entries_their_reuse() -> None:
+    """msgspec refuses a body with a lone surrogate; the parser still splits it into entries, so the
+    other sessions keep their identity (no re-render) and the result is exactly the pure parser's."""
+    parser = SessionListParser()
+    emoji = entry("emoji", tag="1.0 \U0001f3ae")  # a valid surrogate pair on the wire
+    backslash = entry("back\\ud800slash")  # a backslash before "ud800": text, not an escape
+    poisoned = entry("poison", image="g\ud800")
+    first = parser.parse(body(entry("a"), emoji, backslash))
+    raw = body(entry("a"), poisoned, emoji, backslash)
+    assert b"\\ud800" in raw and b"\\ud83c\\udfae" in raw
+    second = parser.parse(raw)
+
+    assert second == pure(raw)
+    assert [s.id for s in second.sessions] == ["a", "emoji", "back\\ud800slash"]
+    assert all(x is y for x, y in zip(second.sessions, first.sessions, strict=True))
+    assert [(i.index, i.session_id) for i in second.invalid] == [(1, "poison")]
+    assert second.sessions[1].tag == "1.0 \U0001f3ae"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "field"),
+    [({"playerCount": 1e30}, "playerCount"), ({"created": -1}, "created"), ({"image": "g\ud800"}, "image")],
+)
+def test_a_described_session_with_an_out_of_range_value_is_a_decode_error_naming_the_field(
+    canned_upstream: tuple[str, type[_CannedHandler]], overrides: dict[str, Any], field: str
+) -> None:
+    """`GET /session/{id}` runs the same checks; there is no list to quarantine from, so it fails."""
+    url, handler = canned_upstream
+    handler.canned = json.dumps(entry("d", **overrides)).encode()
+    with (
+        SessionHostClient(httpx.Client(base_url=url), Token("t"), policy=FAST) as client,
+        pytest.raises(ApiDecodeError, match=rf"session 'd' field '{field}'") as info,
+    ):
+        client.describe_session("d")
+    assert SECRET not in str(info.value)
+
+
+def test_an_odd_envelope_with_a_lone_surrogate_still_parses_like_the_pure_parser() -> None:
+    """An earlier field holding a copy of an entry must not be mistaken for it when splitting."""
+    copy = entry("twin", image="g\u0000")
+    raw = json.dumps({"meta": {"sessions": [copy]}, "sessions": [entry("twin", image="g\ud800"), entry("b")]}).encode()
+    listed = SessionListParser().parse(raw)
+    assert listed == pure(raw)
+    assert [s.id for s in listed.sessions] == ["b"] and [i.session_id for i in listed.invalid] == ["twin"]

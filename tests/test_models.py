@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 
+from archiver import models
 from archiver.errors import PayloadError
 from archiver.models import (
     UNKNOWN_STATUS,
+    InvalidEntry,
     decode_json,
     parse_created,
     parse_error_body,
@@ -131,16 +134,137 @@ def test_terminal_statuses() -> None:
     [
         ([], "expected an object"),
         ({"sessions": {}}, "expected an array"),
-        ({"sessions": [entry(id=None)]}, "has no 'id'"),
-        ({"sessions": [entry(id=7)]}, "expected a string"),
-        ({"sessions": [entry(image=None)]}, "has no 'image'"),
-        ({"sessions": [entry(created="yesterday")]}, "'created'"),
-        ({"sessions": [entry(), "garbage"]}, "entry 1"),
+        ({}, "'sessions' is null"),
     ],
 )
-def test_malformed_lists_raise_payload_errors_naming_the_problem(payload: Any, message: str) -> None:
+def test_a_malformed_envelope_fails_the_whole_list_naming_the_problem(payload: Any, message: str) -> None:
+    """Without a `sessions` array there is no list at all: the poll failed."""
     with pytest.raises(PayloadError, match=message):
         parse_session_list(payload)
+
+
+SECRET_ENV_VALUE = "s3cr3t-env-value-never-logged"
+POISONED_LABELS = {"env": json.dumps({"MATCH_SECRET": SECRET_ENV_VALUE}), "tags": json.dumps(TAGS)}
+
+#: Entry overrides that must be quarantined → (expected session_id of the InvalidEntry, reason pattern).
+BAD_ENTRIES: dict[str, tuple[dict[str, Any], str | None, str]] = {
+    "playerCount 1e30": ({"id": "big", "playerCount": 1e30}, "big", r"'big' field 'playerCount' is out of the 64-bit"),
+    "playerCount '1e25'": ({"id": "big", "playerCount": "1e25"}, "big", r"field 'playerCount' is out of the 64-bit"),
+    "joinedCount 2**63": (
+        {"id": "j", "playerCount": None, "players": {"joinedCount": 2**63}},
+        "j",
+        r"field 'players.joinedCount' is out of the 64-bit",
+    ),
+    "lone surrogate in id": ({"id": "ab\ud800"}, "ab\ud800", r"entry 1 field 'id' is not valid UTF-8"),
+    "lone surrogate in image": ({"id": "img", "image": "demo\udfff"}, "img", r"'img' field 'image' is not valid"),
+    "lone surrogate in tag": ({"id": "t", "tag": "\ud800"}, "t", r"field 'tag' is not valid UTF-8"),
+    "lone surrogate in host": ({"id": "h", "host": "\ud800"}, "h", r"field 'host' is not valid UTF-8"),
+    "lone surrogate in location": ({"id": "l", "location": "\ud800"}, "l", r"field 'location' is not valid"),
+    "lone surrogate in a label value": (
+        {"id": "lv", "labels": {"env": POISONED_LABELS["env"], "tags": json.dumps({"mode": "\ud800"})}},
+        "lv",
+        r"field 'labels.tags' holds a key or value that is not valid UTF-8",
+    ),
+    "lone surrogate in a label value, labels as objects": (
+        {"id": "lo", "labels": {"tags": {"mode": "\ud800"}}},
+        "lo",
+        r"field 'labels.tags' holds",
+    ),
+    "lone surrogate in an image label key": (
+        {"id": "ik", "labels": {"com.example\ud800": "1"}},
+        "ik",
+        r"field 'labels' holds a key or value",
+    ),
+    "created in microseconds": ({"id": "us", "created": 1_700_000_000_000_000}, "us", r"'created' is not an epoch-ms"),
+    "negative created": ({"id": "neg", "created": -1}, "neg", r"'neg' field 'created' is not an epoch-ms time"),
+    "created in seconds": ({"id": "sec", "created": 1_700_000_000}, "sec", r"field 'created' is not an epoch-ms"),
+    "empty id": ({"id": ""}, None, r"session list entry 1 field 'id' is empty"),
+    "non-string id": ({"id": 7}, None, r"session list entry 1 field 'id' is int, expected a string"),
+    "missing id": ({"id": None}, None, r"session list entry 1 has no 'id'"),
+    "missing image": ({"id": "noimg", "image": None}, "noimg", r"'noimg' has no 'image'"),
+    "unparseable created": ({"id": "y", "created": "yesterday"}, "y", r"'y' field 'created'"),
+}
+
+
+def _decoded(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The entry as the client gets it: through JSON, where a lone surrogate travels as "\\ud800"."""
+    decoded: dict[str, Any] = json.loads(json.dumps(entry(**{"labels": POISONED_LABELS, **overrides})))
+    return decoded
+
+
+@pytest.mark.parametrize(("overrides", "session_id", "reason"), BAD_ENTRIES.values(), ids=BAD_ENTRIES.keys())
+def test_a_bad_entry_is_left_out_with_its_index_and_id_while_the_others_parse(
+    overrides: dict[str, Any], session_id: str | None, reason: str
+) -> None:
+    bad = _decoded(overrides)
+    listed = parse_session_list({"sessions": [entry(id="before"), bad, entry(id="after")]})
+
+    assert [s.id for s in listed.sessions] == ["before", "after"]
+    [invalid] = listed.invalid
+    assert invalid.index == 1
+    assert invalid.session_id == session_id
+    assert re.search(reason, invalid.reason), invalid.reason
+    assert SECRET_ENV_VALUE not in invalid.reason
+
+
+@pytest.mark.parametrize(("overrides", "session_id", "reason"), BAD_ENTRIES.values(), ids=BAD_ENTRIES.keys())
+def test_a_described_session_with_a_bad_value_is_a_payload_error_naming_the_field(
+    overrides: dict[str, Any], session_id: str | None, reason: str
+) -> None:
+    """The same checks guard `GET /session/{id}`: what would fail later fails here, as a PayloadError."""
+    with pytest.raises(PayloadError) as info:
+        parse_session(_decoded(overrides))
+    assert SECRET_ENV_VALUE not in str(info.value)
+    str(info.value).encode("utf-8")  # the message itself never carries a lone surrogate
+
+
+def test_a_non_object_entry_is_left_out_without_an_id() -> None:
+    listed = parse_session_list({"sessions": [entry(), "garbage"]})
+    assert [s.id for s in listed.sessions] == ["s1"]
+    assert listed.invalid == (InvalidEntry(1, None, "session list entry 1 is str, expected an object"),)
+
+
+@pytest.mark.parametrize(
+    "created", [models.CREATED_MIN_MS, models.CREATED_MAX_MS, 1_700_000_000_000, "1700000000000.5"]
+)
+def test_created_at_the_plausible_bounds_and_inside_them_is_accepted(created: Any) -> None:
+    assert parse_session(entry(created=created)).created_ms == float(created)
+
+
+@pytest.mark.parametrize(
+    ("count", "kept"), [(2**63 - 1, 2**63 - 1), (-(2**63), -(2**63)), ("9.2e18", 9_200_000_000_000_000_000), (0, 0)]
+)
+def test_player_counts_that_fit_64_bits_are_kept(count: Any, kept: int) -> None:
+    assert parse_session(entry(playerCount=count)).player_count == kept
+
+
+def test_a_port_out_of_range_or_with_an_unencodable_name_is_dropped_not_the_session() -> None:
+    ports = {"7777/udp": 25160, "1/tcp": 2**64, "2/tcp\ud800": 1}
+    session = parse_session(_decoded({"port": ports}))
+    assert session.ports == {"7777/udp": 25160}
+
+
+def test_a_lone_surrogate_in_a_joined_player_id_or_an_env_name_of_a_described_session_is_refused() -> None:
+    with pytest.raises(PayloadError, match=r"field 'players.joined' holds an id that is not valid UTF-8"):
+        parse_session(_decoded({"players": {"joined": ["p1", "p\ud800"]}}))
+    env = json.dumps({"OK": SECRET_ENV_VALUE, "BAD\ud800": SECRET_ENV_VALUE})
+    with pytest.raises(PayloadError, match=r"field 'labels.env' holds a name") as info:
+        parse_session(_decoded({"labels": {"env": env}}))
+    assert SECRET_ENV_VALUE not in str(info.value)
+    # List entries never decode the env, so an odd env name cannot cost a session there.
+    assert parse_session(_decoded({"labels": {"env": env}}), with_env_keys=False).env_keys == ()
+
+
+def test_a_lone_surrogate_in_an_env_value_is_not_checked_because_values_are_never_kept() -> None:
+    env = json.dumps({"MATCH_SECRET": "x\ud800"})
+    assert parse_session(_decoded({"labels": {"env": env}})).env_keys == ("MATCH_SECRET",)
+
+
+def test_a_very_long_id_is_cut_in_the_reason() -> None:
+    listed = parse_session_list({"sessions": [entry(id="x" * 10_000, created=-5)]})
+    [invalid] = listed.invalid
+    assert invalid.session_id == "x" * 10_000
+    assert len(invalid.reason) < 300
 
 
 def test_create_response_falls_back_to_the_requested_id() -> None:
@@ -186,7 +310,7 @@ def test_error_body_parsing_never_raises() -> None:
 
 
 def test_list_entries_carry_no_env_keys_while_described_sessions_keep_them() -> None:
-    [listed] = parse_session_list({"sessions": [entry()]})
+    [listed] = parse_session_list({"sessions": [entry()]}).sessions
     assert listed.env_keys == ()
     assert listed == parse_session(entry(), with_env_keys=False)
     assert parse_session(entry()).env_keys == tuple(sorted(ENV))
@@ -194,7 +318,7 @@ def test_list_entries_carry_no_env_keys_while_described_sessions_keep_them() -> 
 
 def test_repeated_strings_are_shared_between_sessions() -> None:
     # Built at run time so the two copies are distinct objects before parsing.
-    a, b = parse_session_list({"sessions": [entry(id="a", image="".join(["demo", "-game"])), entry(id="b")]})
+    a, b = parse_session_list({"sessions": [entry(id="a", image="".join(["demo", "-game"])), entry(id="b")]}).sessions
     assert a.image is b.image and a.location is b.location and a.status is b.status
 
 

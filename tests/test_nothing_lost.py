@@ -22,11 +22,10 @@ from tests.fixtures_pipeline import REPLAY, TOKEN, Harness
 def _poll(h: Harness) -> bool:
     """One poll as the daemon does it: a failed list is reported as failed (None), never as empty."""
     try:
-        sessions = h.client.list_sessions()
+        h.poll()
     except ApiError:
         h.pipeline.observe_poll(None, h.fake.clock.now())
         return False
-    h.pipeline.observe_poll(sessions, h.fake.clock.now())
     return True
 
 
@@ -322,3 +321,43 @@ def test_a_schema_1_state_db_is_migrated_with_work_in_flight_kept_on_the_legacy_
     with state.read() as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     state.close()
+
+
+def test_a_fleet_with_poisoned_entries_archives_every_good_session_within_one_poll_of_its_end(
+    fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    """Entries with values out of range are left out of the poll; every other session goes on,
+    and a known session whose entry turns bad is not taken for ended."""
+    store = _file_store(tmp_path)
+    h = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
+    good = [fake_service.add_session(TOKEN, id=f"good-{n}") for n in range(4)]
+    poisoned = {"id": "turns-bad", "image": "demo-game", "location": "eu-west-1", "created": 1.7e15,
+                "status": "running", "playerCount": 2}  # fmt: skip
+    fake_service.inject_list_entries(
+        TOKEN,
+        [
+            {"id": "huge", "image": "g", "location": "l", "created": 1.7e12, "playerCount": 1e30},
+            {"id": "quoted", "image": "g", "location": "l", "created": 1.7e12, "playerCount": "1e25"},
+            {"id": "bad\ud800", "image": "g", "location": "l", "created": 1.7e12},
+            {"id": "", "image": "g", "location": "l", "created": 1.7e12},
+            {"id": "negative", "image": "g", "location": "l", "created": -5},
+        ],
+    )
+    assert _poll(h)
+    for n, sid in enumerate(good):
+        fake_service.end_session(TOKEN, sid)
+        assert _poll(h)  # the poll right after its end sees it gone
+        assert _wait_for(lambda sid=sid: bool(_manifests(store, sid))), n  # type: ignore[misc]
+    assert h.pipeline.run_until_idle(20)
+    for sid in good:
+        _archived_once_and_complete(h, sid)
+    # A session we know, whose entry turns bad: still listed (by id), never ended for it.
+    known = fake_service.add_session(TOKEN, id="turns-bad")
+    assert _poll(h)
+    fake_service.hide_from_list(TOKEN, known, polls=3)
+    fake_service.inject_list_entries(TOKEN, [poisoned])
+    for _ in range(3):
+        assert _poll(h)
+    row = h.state.latest(known)
+    assert row is not None and row.state == "active"
+    assert h.registry.get_sample_value("archiver_sessions_ended_total") == len(good)

@@ -299,7 +299,7 @@ def test_a_session_missing_from_one_list_but_still_running_is_not_ended(
     h = harness_factory(fake_service, FileStore(tmp_path / "store"), artifact_paths=(REPLAY,))
     h.poll()
     # One list that lacks it (an eventually consistent listing): the describe says it still runs.
-    others = [s for s in h.client.list_sessions() if s.id != sid]
+    others = [s for s in h.client.list_sessions().sessions if s.id != sid]
     h.pipeline.observe_poll(others, fake_service.clock.now())
     assert _wait_for(h, lambda: _alive_checked(h, sid), 10)
     h.poll()

@@ -216,9 +216,9 @@ def archive_from_fake(
     def archive(*, shape: str = "text", labels: Mapping[str, str] | None = None) -> Manifest:
         fake_service.set_quirks(query_log_shape=shape)
         sid = fake_service.add_session(TEST_TOKEN, labels=dict(labels or {}), players=["ann", "bob"])
-        pipeline.observe_poll(client.list_sessions(), fake_service.clock.now())
+        pipeline.observe_poll(client.list_sessions().sessions, fake_service.clock.now())
         fake_service.end_session(TEST_TOKEN, sid)
-        pipeline.observe_poll(client.list_sessions(), fake_service.clock.now())
+        pipeline.observe_poll(client.list_sessions().sessions, fake_service.clock.now())
         assert pipeline.run_until_idle(30), "the pipeline did not archive the session in time"
         row = state.latest(sid)
         assert row is not None

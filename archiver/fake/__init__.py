@@ -200,6 +200,17 @@ class FakeService:
         with self.state.lock:
             self.state.list_omissions[(org.name, session_id)] += polls
 
+    def inject_list_entries(self, token: str, entries: Sequence[object]) -> None:
+        """Append raw JSON values to every ``GET /session`` body of ``token``'s organisation, as
+        they are (poisoned entries: ``{"id": "x", "playerCount": 1e30}``); see clear_list_entries."""
+        with self.state.lock:
+            self.state.org(token).injected_list_entries.extend(entries)
+
+    def clear_list_entries(self, token: str) -> None:
+        """Remove every injected list entry of ``token``'s organisation."""
+        with self.state.lock:
+            self.state.org(token).injected_list_entries.clear()
+
     def advance(self, seconds: float) -> float:
         """Move the clock forward and apply the transitions that became due; returns virtual now."""
         return self.state.advance(seconds)

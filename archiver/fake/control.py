@@ -1,4 +1,5 @@
-"""The control API under /_fake/: seed and end sessions, move the clock, set quirks, faults and traffic."""
+"""The control API under /_fake/: seed and end sessions, move the clock, set quirks, faults and traffic,
+inject raw session-list entries."""
 
 from __future__ import annotations
 
@@ -150,6 +151,23 @@ def _traffic(ctx: Context, req: Request) -> Response:
     return Response(200, dumps({"traffic": ctx.traffic.snapshot(req.org)}))
 
 
+def _add_list_entries(ctx: Context, req: Request) -> Response:
+    """`{"entries": [...]}`: raw JSON values appended as they are to every GET /session body."""
+    entries = _object(req).get("entries")
+    if not isinstance(entries, list):
+        raise _bad("entries must be an array.", [Violation("entries", "must be an array of JSON values")])
+    with ctx.state.lock:
+        req.org.injected_list_entries.extend(entries)
+        count = len(req.org.injected_list_entries)
+    return Response(200, dumps({"injected": count}))
+
+
+def _clear_list_entries(ctx: Context, req: Request) -> Response:
+    with ctx.state.lock:
+        req.org.injected_list_entries.clear()
+    return Response(200, dumps({"injected": 0}))
+
+
 def _state(ctx: Context, req: Request) -> Response:
     state = ctx.state
     with state.lock:
@@ -184,4 +202,6 @@ HANDLERS: dict[str, Callable[[Context, Request], Response]] = {
     ep.C_FAULTS_CLEAR: _clear_faults,
     ep.C_TRAFFIC: _traffic,
     ep.C_STATE: _state,
+    ep.C_LIST_ENTRIES_ADD: _add_list_entries,
+    ep.C_LIST_ENTRIES_CLEAR: _clear_list_entries,
 }

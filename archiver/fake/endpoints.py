@@ -32,6 +32,8 @@ C_FAULTS_SET = "PUT /_fake/faults"
 C_FAULTS_CLEAR = "DELETE /_fake/faults"
 C_TRAFFIC = "POST /_fake/traffic"
 C_STATE = "GET /_fake/state"
+C_LIST_ENTRIES_ADD = "POST /_fake/list-entries"
+C_LIST_ENTRIES_CLEAR = "DELETE /_fake/list-entries"
 
 #: Key of requests that match no route (counted too, so stray calls show up in the state).
 UNMATCHED = "UNMATCHED"
@@ -99,6 +101,8 @@ def _match_control(method: str, segs: list[str]) -> Route:
         ("DELETE", "faults"): C_FAULTS_CLEAR,
         ("POST", "traffic"): C_TRAFFIC,
         ("GET", "state"): C_STATE,
+        ("POST", "list-entries"): C_LIST_ENTRIES_ADD,
+        ("DELETE", "list-entries"): C_LIST_ENTRIES_CLEAR,
     }
     key = table.get((method, "/".join(rest)))
     return Route(key, {}) if key else Route(UNMATCHED, {})

@@ -127,7 +127,8 @@ def list_sessions(ctx: Context, req: Request) -> Response:
     )
     quirks = ctx.state.quirks
     with ctx.state.lock:
-        docs = [list_entry(s, quirks) for s in ctx.state.matching(req.org, flt)]
+        docs: list[object] = [list_entry(s, quirks) for s in ctx.state.matching(req.org, flt)]
+        docs.extend(req.org.injected_list_entries)  # raw, unfiltered: they are not sessions
     return Response(200, dumps({"sessions": docs}))
 
 

@@ -84,6 +84,9 @@ class Org:
 
     name: str
     sessions: dict[str, Session] = field(default_factory=dict)
+    #: Raw JSON values appended to every GET /session body (POST /_fake/list-entries): poisoned
+    #: entries no real session produces, for testing the client's quarantine.
+    injected_list_entries: list[object] = field(default_factory=list)
     started_total: int = 0
     recent_starts: deque[float] = field(default_factory=deque)
 
