@@ -137,14 +137,14 @@ def fake_service(**kwargs: Any) -> None:
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 @friendly_errors
 def status(fmt: str, **kwargs: Any) -> None:
-    """Pending items in the local state DB and the time left to each fetch deadline."""
+    """Pending items in the local state DB, the time left to each fetch deadline, and failed sessions."""
     import json
     import time
 
-    from archiver.pipeline import pending_status
+    from archiver.state import read_status
 
     settings = resolve(kwargs)
-    items = pending_status(settings.state_dir, time.time())
+    items = read_status(settings.state_dir, time.time())
     if fmt == "json":
         click.echo(json.dumps([_as_dict(item) for item in items]))
         return

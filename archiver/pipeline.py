@@ -803,12 +803,3 @@ class Pipeline:
             if left <= 0:
                 return False
             self._wait(generation, left)
-
-
-def pending_status(state_dir: Path, now: float) -> list[PendingItem]:
-    """`archiver status` without a running pipeline: read the state DB beside the daemon."""
-    state = StateDB.open_readonly(state_dir)
-    try:
-        return state.pending_items(now)
-    finally:
-        state.close()

@@ -1045,6 +1045,25 @@ class StateDB:
             )
         return result
 
+    def attention_items(self, now: float) -> list[PendingItem]:
+        """`archiver status`: every unfinished item, then every session given up on (stage `failed`)."""
+        failed = [
+            PendingItem(
+                session_id=row.id,
+                instance=row.instance,
+                kind="session",
+                path="",
+                stage="failed",
+                status="failed",
+                deadline=row.fetch_deadline or 0.0,
+                time_left=None,
+                attempts=row.finalize_attempts,
+                last_error=row.last_error,
+            )
+            for row in self.failed_sessions()
+        ]
+        return [*self.pending_items(now), *failed]
+
     def outcome_counts(self) -> dict[tuple[str, str], int]:
         """(kind, outcome) → items, over the whole DB (tests and the demo summary)."""
         with self.read() as db:
@@ -1107,3 +1126,12 @@ class SqliteJournal:
     def entries(self) -> Iterable[tuple[str, str]]:
         with self._db.read() as conn:
             return list(conn.execute("SELECT key, upload_id FROM multipart_uploads ORDER BY key"))
+
+
+def read_status(state_dir: Path, now: float) -> list[PendingItem]:
+    """`archiver status` without a running pipeline: read the state DB beside the daemon."""
+    state = StateDB.open_readonly(state_dir)
+    try:
+        return state.attention_items(now)
+    finally:
+        state.close()

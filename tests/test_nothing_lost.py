@@ -14,7 +14,7 @@ from archiver.errors import ApiError
 from archiver.fake import FakeService
 from archiver.fake.logs import render_text
 from archiver.manifest import Manifest, parse_manifest
-from archiver.state import SCHEMA_VERSION, StateDB
+from archiver.state import SCHEMA_VERSION, StateDB, read_status
 from archiver.store import FileStore, ObjectStore
 from tests.fixtures_pipeline import REPLAY, TOKEN, Harness
 
@@ -235,6 +235,8 @@ def test_a_session_whose_finalization_keeps_failing_never_blocks_the_others(
     failed = h.state.failed_sessions()
     assert [r.id for r in failed] == [bad] and "ValueError" in (failed[0].last_error or "")
     assert h.state.backlog().idle
+    (shown,) = read_status(h.settings.state_dir, fake_service.clock.now())  # what `archiver status` prints
+    assert (shown.session_id, shown.stage) == (bad, "failed") and "ValueError" in (shown.last_error or "")
 
 
 def test_archived_rows_are_pruned_and_a_pruned_session_is_never_archived_again(
