@@ -291,6 +291,18 @@ class SessionHostClient:
                 f"GET /session: {exc}", body=_safe_excerpt(body), method="GET", path="/session"
             ) from None
 
+    def list_ended_sessions(self, *, policy: RetryPolicy | None = None) -> list[models.EndedEntry]:
+        """`GET /session?all=true`, reduced to the entries whose status is terminal, unparsed
+        (`models.parse_ended` parses one); see `models.scan_ended` for why."""
+        params = SessionFilter(all=True).params()
+        body = self._read_body("GET", "/session", "GET /session", params=params, policy=policy)
+        try:
+            return models.scan_ended(body)
+        except PayloadError as exc:
+            raise ApiDecodeError(
+                f"GET /session: {exc}", body=_safe_excerpt(body), method="GET", path="/session"
+            ) from None
+
     def describe_session(self, session_id: str, *, policy: RetryPolicy | None = None) -> Session:
         path = f"/session/{_quote_segment(session_id)}"
         payload = self._json("GET", path, "GET /session/{id}", policy=policy)

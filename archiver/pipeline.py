@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archiver import keys
-from archiver.api import SessionFilter, SessionHostClient
+from archiver.api import SessionHostClient
 from archiver.crashpoints import crashpoint
 from archiver.durable import fsync_dir
 from archiver.errors import (
@@ -42,12 +42,13 @@ from archiver.errors import (
     StoreUnavailableError,
 )
 from archiver.fetch import Fetcher, Finished, Retry, Spool, Spooled, artifact_source, logs_source
-from archiver.models import UNKNOWN_STATUS, Session, SessionListParser
+from archiver.models import UNKNOWN_STATUS, InvalidEntry, Session, parse_ended
 from archiver.retry import RetryPolicy
 from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
-from archiver.state import Backlog, ItemRow, NewItem, PendingItem, SessionRow, StateDB, session_key_of
+from archiver.state import Backlog, ItemRow, NewItem, PendingItem, SessionRow, StateDB, session_key, session_key_of
 from archiver.store.base import ObjectStore
+from archiver.textsafe import printable
 from archiver.upload import Conflict, SpoolBroken, Stored, Uploader
 
 log = logging.getLogger(__name__)
@@ -480,10 +481,25 @@ class Pipeline:
         the upstream lists it now (`deadline_for`). Also prunes old terminal rows. Returns the
         number of sessions queued.
         """
-        listing = self.client.list_sessions(SessionFilter(all=True), policy=self._policy, parser=SessionListParser())
+        scanned = self.client.list_ended_sessions(policy=self._policy)
         now = self.clock()
-        ended = {session_key_of(s): s for s in listing.sessions if s.terminal}
-        states = self.state.states_of(ended)
+        by_key = {session_key(e.session_id, e.created_ms): e for e in scanned}
+        states = self.state.states_of(by_key)
+        # Only what the DB does not know as past its end is parsed (the rest is cheap to skip).
+        ended: dict[str, Session] = {}
+        invalid: list[InvalidEntry] = []
+        for key, entry in by_key.items():
+            if states.get(key, "active") in ("active", "candidate"):
+                parsed = parse_ended(entry)
+                if isinstance(parsed, Session):
+                    ended[session_key_of(parsed)] = parsed
+                else:
+                    invalid.append(parsed)
+        if invalid:
+            self.metrics.upstream_invalid_entries(len(invalid))
+            for bad in invalid[:5]:
+                log.warning("ended list entry %d (id %s) left out of reconciliation: %s", bad.index,
+                            printable(bad.session_id or "")[:80], bad.reason)  # fmt: skip
         known_open = [s for key, s in ended.items() if states.get(key) in ("active", "candidate")]
         unseen = [s for key, s in ended.items() if key not in states]
         queued = 0

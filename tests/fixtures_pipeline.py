@@ -31,6 +31,8 @@ MB = 1024 * 1024
 #: Short loops for tests: the production defaults wait seconds to minutes between retries.
 FAST = Tuning(
     not_found_confirm=0.2,
+    finalize_backoff_initial=0.05,
+    finalize_backoff_max=0.2,
     confirm_retry=0.1,
     confirm_recheck=0.2,
     fetch_backoff_initial=0.05,

@@ -335,3 +335,29 @@ def test_created_that_is_not_a_finite_number_is_a_payload_error(created: Any) ->
     """A 400-digit integer would otherwise pass parsing and crash the renderer later."""
     with pytest.raises(PayloadError, match="'created'"):
         parse_session(entry(created=created))
+
+
+def test_scan_ended_keeps_only_terminal_entries_and_parses_them_on_demand() -> None:
+    """Reconciliation reads id, status and created of every entry and parses only ended ones."""
+    from archiver.models import Session, parse_ended, scan_ended
+
+    entries = [
+        {"id": "running", "image": "g", "location": "l", "created": 1.7e12, "status": "running"},
+        {"id": "done", "image": "g", "location": "l", "created": 1.7e12, "status": "exited",
+         "labels": {"env": '{"SECRET": "hunter2"}'}},
+        {"id": "crashed", "image": "g", "location": "l", "created": 1.7e12 + 5, "status": "dead"},
+        {"id": "no-created", "image": "g", "location": "l", "status": "exited"},
+        {"id": "bad\ud800", "image": "g", "location": "l", "created": 1.7e12, "status": "exited"},
+        {"id": "huge", "image": "g", "location": "l", "created": 1.7e12, "status": "exited", "playerCount": 1e30},
+        "not an object",
+    ]  # fmt: skip
+    body = json.dumps({"sessions": entries}).encode()
+    found = scan_ended(body)
+    assert [(e.index, e.session_id) for e in found] == [(1, "done"), (2, "crashed"), (4, "bad\ud800"), (5, "huge")]
+    parsed = [parse_ended(e) for e in found]
+    assert [p.id for p in parsed if isinstance(p, Session)] == ["done", "crashed"]
+    invalid = [p for p in parsed if not isinstance(p, Session)]
+    assert [(i.index, i.session_id) for i in invalid] == [(4, "bad\ud800"), (5, "huge")]
+    assert all("hunter2" not in i.reason for i in invalid)
+    with pytest.raises(PayloadError):
+        scan_ended(b'{"sessions": 3}')
