@@ -335,13 +335,79 @@ def test_basic_auth_switches_probes_to_tcp(chart: helm.Chart) -> None:
     assert "httpGet" not in c["readinessProbe"]
 
 
-def test_prometheus_rule_carries_the_alert_rules_file(chart: helm.Chart) -> None:
+def rule_groups(chart: helm.Chart, values: dict[str, Any]) -> dict[str, Doc]:
+    """The rendered PrometheusRule's alerts by name."""
+    rule = one(render(chart, values), "PrometheusRule")
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+
+
+def test_prometheus_rule_with_defaults_is_the_standalone_rules_file(chart: helm.Chart) -> None:
+    """The chart's alert template is the source; grafana/alerts/archiver.rules.yml is its default
+    rendering, byte for byte (fix: make rules)."""
+    from tests.render_rules import RULES, render_file
+
     docs = render(chart, ALL_FEATURES)
     rule = one(docs, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    source = yaml.safe_load((GRAFANA / "alerts" / "archiver.rules.yml").read_text())
+    source = yaml.safe_load(RULES.read_text())
     assert rule["spec"]["groups"] == source["groups"]
+    assert RULES.read_text() == render_file(), "grafana/alerts/archiver.rules.yml is stale: run `make rules`"
+
+
+def test_alert_rules_follow_values(chart: helm.Chart) -> None:
+    """Per-rule enabled, severity, for and thresholds, extra alert labels and the runbook base URL."""
+    values = {
+        **MINIMAL,
+        "prometheusRule": {
+            "enabled": True,
+            "alertLabels": {"team": "games"},
+            "runbookBaseUrl": "https://wiki.example.com/archiver",
+            "rules": {
+                "ArchiverSessionsDropped": {"enabled": False},
+                "ArchiverUploadBacklog": {"threshold": 500, "for": "1h", "severity": "critical"},
+                "ArchiverFetchDeadlineNear": {"threshold": 3600},
+                "ArchiverItemsExpired": {"window": "2h"},
+                "ArchiverStoreDown": {"for": "10m"},
+            },
+        },
+    }
+    rules = rule_groups(chart, values)
+    assert "ArchiverSessionsDropped" not in rules and "ArchiverDown" in rules
+    backlog = rules["ArchiverUploadBacklog"]
+    assert backlog["expr"] == 'archiver_pending_items{stage="upload"} > 500'
+    assert backlog["for"] == "1h" and backlog["labels"] == {"severity": "critical", "team": "games"}
+    assert "more than 500 fetched items" in backlog["annotations"]["description"]
+    assert rules["ArchiverFetchDeadlineNear"]["expr"].endswith("time() < 3600")
+    assert '[2h]) > 0' in rules["ArchiverItemsExpired"]["expr"]
+    assert rules["ArchiverStoreDown"]["for"] == "10m"
+    assert rules["ArchiverStoreDown"]["annotations"]["runbook_url"] == "https://wiki.example.com/archiver#archiverstoredown"
+
+
+@pytest.mark.parametrize(
+    ("persistence", "spool", "expected"),
+    [
+        ({}, {}, 5 * 1024**3),
+        ({"size": "50Gi"}, {}, 25 * 1024**3),
+        ({"size": "500M"}, {"volumeFraction": 0.8}, 400_000_000),
+        ({"size": "50Gi"}, {"thresholdBytes": 1_000_000}, 1_000_000),
+    ],
+)
+def test_spool_alert_follows_the_volume_size(
+    chart: helm.Chart, persistence: dict[str, Any], spool: dict[str, Any], expected: int
+) -> None:
+    values = {
+        **MINIMAL,
+        "persistence": persistence,
+        "prometheusRule": {"enabled": True, "rules": {"ArchiverSpoolLarge": spool}},
+    }
+    assert rule_groups(chart, values)["ArchiverSpoolLarge"]["expr"] == f"archiver_spool_bytes > {expected}"
+
+
+def test_spool_alert_refuses_an_unreadable_volume_size(chart: helm.Chart) -> None:
+    values = {**MINIMAL, "persistence": {"size": "lots"}, "prometheusRule": {"enabled": True}}
+    with pytest.raises(helm.HelmError, match="lots"):
+        chart.render(values, name="arch")
 
 
 def test_dashboard_configmaps_carry_the_dashboards(chart: helm.Chart) -> None:
@@ -357,10 +423,8 @@ def test_dashboard_configmaps_carry_the_dashboards(chart: helm.Chart) -> None:
 
 
 def test_chart_copies_equal_the_grafana_sources() -> None:
-    """helm/archiver/files/ holds byte-identical copies (fix: cp grafana/... helm/archiver/files/...)."""
-    assert (CHART / "files" / "archiver.rules.yml").read_bytes() == (
-        GRAFANA / "alerts" / "archiver.rules.yml"
-    ).read_bytes()
+    """helm/archiver/files/dashboards holds byte-identical copies (fix: cp grafana/dashboards/*.json
+    helm/archiver/files/dashboards/)."""
     sources = sorted(p.name for p in (GRAFANA / "dashboards").glob("*.json"))
     copies = sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json"))
     assert copies == sources and sources
