@@ -2,7 +2,8 @@
 
 Rendering and linting use helm-python-sdk (Helm's Go SDK through ctypes, no helm binary);
 every rendered core manifest is validated with kubernetes-validate against the Kubernetes
-OpenAPI schemas it ships, in strict mode (unknown fields are errors).
+OpenAPI schemas it ships, in strict mode (unknown fields are errors), and the prometheus-operator
+objects against structural CRD schemas in tests/data/crds. values.schema.json refuses unknown keys.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -24,7 +26,12 @@ CHART = REPO / "helm" / "archiver"
 GRAFANA = REPO / "grafana"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schema shipped.
 K8S_VERSIONS = ["1.25", kubernetes_validate.utils.latest_version()]
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", kind): json.loads(
+        (REPO / "tests" / "data" / "crds" / f"monitoring.coreos.com_v1_{kind.lower()}.json").read_text()
+    )
+    for kind in ("ServiceMonitor", "PrometheusRule")
+}
 TOKEN = "tok-3f9c2e7a-NEVER-IN-A-MANIFEST"
 TOKEN_FILE = "/etc/archiver/secret/api-token"
 
@@ -103,26 +110,49 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(chart: helm.Char
     docs = render(chart, values)
     assert docs
     for doc in docs:
-        if (doc["apiVersion"], doc["kind"]) in CRD_KINDS:
-            assert doc["metadata"]["name"] and doc["metadata"]["namespace"] == "observability"
-            assert isinstance(doc["spec"], dict)
+        crd_schema = CRD_SCHEMAS.get((doc["apiVersion"], doc["kind"]))
+        if crd_schema is not None:
+            assert doc["metadata"]["namespace"] == "observability"
+            jsonschema.validate(doc, crd_schema)
             continue
         for version in K8S_VERSIONS:
             kubernetes_validate.validate(doc, version, strict=True)
 
 
+@pytest.mark.parametrize(
+    ("kind", "path", "bad"),
+    [
+        ("ServiceMonitor", ["spec", "endpoints", 0, "intervall"], "30s"),
+        ("ServiceMonitor", ["spec", "endpoints", 0, "interval"], "30 seconds"),
+        ("PrometheusRule", ["spec", "groups", 0, "rules", 0, "annotation"], {}),
+        ("PrometheusRule", ["spec", "groups", 0, "rules", 0, "for"], "5 minutes"),
+    ],
+)
+def test_crd_schema_validation_catches_a_malformed_object(chart: helm.Chart, kind: str, path: list[Any], bad: Any) -> None:
+    """The CRD schemas above are live: a misspelt field or a malformed duration fails them."""
+    doc = one(render(chart, ALL_FEATURES), kind)
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = bad
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, CRD_SCHEMAS[("monitoring.coreos.com/v1", kind)])
+
+
 def test_schema_validation_catches_a_malformed_manifest(chart: helm.Chart) -> None:
-    """The validation above is live: a bad extraEnv entry renders but fails the Pod schema."""
-    values = {**MINIMAL, "extraEnv": [{"name": "AWS_REGION", "valueFrom": {"bogus": "x"}}]}
+    """The validation above is live: a bad extra volume renders (the values schema leaves volume
+    sources to Kubernetes) but fails the Pod schema."""
+    values = {**MINIMAL, "extraVolumes": [{"name": "ca", "bogus": {"path": "/x"}}]}
     sts = one(render(chart, values), "StatefulSet")
     with pytest.raises(kubernetes_validate.ValidationError, match="bogus"):
         kubernetes_validate.validate(sts, K8S_VERSIONS[0], strict=True)
 
 
 def test_defaults_create_only_the_core_objects(chart: helm.Chart) -> None:
-    """ServiceMonitor, PrometheusRule and dashboards are off by default; existingSecret makes no Secret."""
+    """ServiceMonitor, PrometheusRule, dashboards and NetworkPolicy are off by default; existingSecret
+    makes no Secret; the helm test Pod is on."""
     kinds = sorted(d["kind"] for d in render(chart, MINIMAL))
-    assert kinds == ["ConfigMap", "Service", "ServiceAccount", "StatefulSet"]
+    assert kinds == ["ConfigMap", "Pod", "Service", "ServiceAccount", "StatefulSet"]
 
 
 def test_statefulset_runs_one_archiver_with_a_persistent_state_dir(chart: helm.Chart) -> None:
@@ -432,3 +462,138 @@ def test_chart_copies_equal_the_grafana_sources() -> None:
         assert (CHART / "files" / "dashboards" / name).read_bytes() == (GRAFANA / "dashboards" / name).read_bytes(), (
             name
         )
+
+
+# (values added to the minimal ones, the misspelt key)
+MISSPELT: list[tuple[dict[str, Any], str]] = [
+    ({"serviceMonitr": {"enabled": True}}, "serviceMonitr"),
+    ({"image": {"registy": "registry.example.com"}}, "registy"),
+    ({"persistence": {"sise": "20Gi"}}, "sise"),
+    ({"prometheusRule": {"rules": {"ArchiverStoreDwn": {"enabled": False}}}}, "ArchiverStoreDwn"),
+    ({"prometheusRule": {"rules": {"ArchiverStoreDown": {"treshold": 1}}}}, "treshold"),
+    ({"securityContext": {"readOnlyRootFileSystem": True}}, "readOnlyRootFileSystem"),
+    ({"livenessProbe": {"periodSecond": 10}}, "periodSecond"),
+    ({"networkPolicy": {"egres": []}}, "egres"),
+    ({"helmTest": {"enable": False}}, "enable"),
+    ({"config": {"poll_intervall": "5s"}}, "poll_intervall"),
+]
+
+
+@pytest.mark.parametrize(("typo", "misspelt"), MISSPELT, ids=[key for _, key in MISSPELT])
+def test_values_with_a_misspelt_key_are_refused(chart: helm.Chart, typo: dict[str, Any], misspelt: str) -> None:
+    """values.schema.json closes every level: a typo fails the render and lint, naming the key,
+    instead of rendering the default silently."""
+    values = {**MINIMAL, **{k: {**MINIMAL.get(k, {}), **v} for k, v in typo.items()}}
+    with pytest.raises(helm.HelmError, match=f"additional properties '{misspelt}' not allowed"):
+        chart.render(values, name="arch")
+    report = helm.lint(CHART, values, strict=True)
+    assert any(misspelt in str(m) for m in report["errors"] + report["messages"]), report
+
+
+def test_ci_values_files_pass_the_schema(chart: helm.Chart) -> None:
+    """Both CI values files (all features on) satisfy the closed schema."""
+    for values in (MINIMAL, ALL_FEATURES):
+        assert render(chart, values)
+
+
+def test_helm_test_pod_runs_archiver_check_with_the_daemon_config(chart: helm.Chart) -> None:
+    """`helm test` fails when the store or token is broken: its pod runs `archiver check` with the
+    same config file, token Secret, service account, env and extra mounts as the daemon."""
+    docs = render(chart, ALL_FEATURES)
+    pod = one(docs, "Pod")
+    sts_pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (check,) = pod["spec"]["containers"]
+    daemon = sts_pod["containers"][0]
+    assert check["args"] == ["check", "--config", "/etc/archiver/config.toml", "--api-token-file", TOKEN_FILE]
+    assert check["image"] == daemon["image"]
+    assert check.get("env") == daemon.get("env")
+    assert pod["spec"]["serviceAccountName"] == sts_pod["serviceAccountName"]
+    assert check["securityContext"] == daemon["securityContext"]
+    assert pod["spec"]["securityContext"] == sts_pod["securityContext"]
+    mounts = {m["name"]: m for m in check["volumeMounts"]}
+    daemon_mounts = {m["name"]: m for m in daemon["volumeMounts"]}
+    for name in ("config", "api-token", "tmp", "tls"):
+        assert mounts[name] == daemon_mounts[name], name
+    assert mounts["state"]["mountPath"] == rendered_toml(docs)["state_dir"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    daemon_volumes = {v["name"]: v for v in sts_pod["volumes"]}
+    for name in ("config", "api-token", "tls"):
+        assert volumes[name] == daemon_volumes[name], name
+    # Not an endpoint of the metrics Service, not under the NetworkPolicy.
+    selector = one(docs, "Service")["spec"]["selector"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+    assert [d for d in render(chart, {**MINIMAL, "helmTest": {"enabled": False}}) if d["kind"] == "Pod"] == []
+
+
+def test_image_reference_registry_and_global_override(chart: helm.Chart) -> None:
+    def image(values: dict[str, Any]) -> str:
+        found: str = container(render(chart, {**MINIMAL, **values}))["image"]
+        return found
+
+    assert image({}) == "ghcr.io/session-archiver/archiver:0.1.0"
+    assert image({"image": {"registry": "registry.example.com/mirror/"}}) == (
+        "registry.example.com/mirror/session-archiver/archiver:0.1.0"
+    )
+    assert image({"global": {"imageRegistry": "mirror.local"}, "image": {"tag": "0.2.0"}}) == (
+        "mirror.local/session-archiver/archiver:0.2.0"
+    )
+    digest = "sha256:" + "ab" * 32
+    assert image({"image": {"registry": "", "repository": "me/arch", "digest": digest}}) == f"me/arch@{digest}"
+
+
+def test_common_labels_reach_every_object_but_not_the_selectors(chart: helm.Chart) -> None:
+    docs = render(chart, {**ALL_FEATURES, "commonLabels": {"team": "games", "cost-center": "42"}})
+    for doc in docs:
+        assert doc["metadata"]["labels"]["team"] == "games", doc["kind"]
+        assert doc["metadata"]["labels"]["cost-center"] == "42", doc["kind"]
+    sts = one(docs, "StatefulSet")
+    assert "team" not in sts["spec"]["selector"]["matchLabels"]
+    assert sts["spec"]["template"]["metadata"]["labels"]["team"] == "games"
+    with pytest.raises(helm.HelmError, match="app.kubernetes.io/name"):
+        chart.render({**MINIMAL, "commonLabels": {"app.kubernetes.io/name": "x"}}, name="arch")
+
+
+def test_startup_probe_revision_history_and_network_policy(chart: helm.Chart) -> None:
+    docs = render(chart, MINIMAL)
+    c = container(docs)
+    assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics", "scheme": "HTTP"}
+    assert c["startupProbe"]["failureThreshold"] * c["startupProbe"]["periodSeconds"] >= 300
+    assert "initialDelaySeconds" not in c["livenessProbe"]  # the start-up probe holds it off instead
+    assert one(docs, "StatefulSet")["spec"]["revisionHistoryLimit"] == 5
+    assert "startupProbe" not in container(render(chart, {**MINIMAL, "startupProbe": None}))
+    assert [d for d in docs if d["kind"] == "NetworkPolicy"] == []
+
+    policy = one(render(chart, ALL_FEATURES), "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"] == one(docs, "Service")["spec"]["selector"]
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
+    assert ingress["from"] == ALL_FEATURES["networkPolicy"]["ingressFrom"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    egress = policy["spec"]["egress"]
+    assert egress[:-1] == ALL_FEATURES["networkPolicy"]["egress"]
+    assert {"port": 53, "protocol": "UDP"} in egress[-1]["ports"]
+
+
+def test_chart_defaults_match_the_image_contract() -> None:
+    """The Dockerfile's user, entrypoint, state dir and port are what the chart's defaults assume."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def instruction(name: str) -> str:
+        # The last one: the runtime stage's.
+        lines = [ln for ln in dockerfile.splitlines() if ln.startswith(f"{name} ")]
+        return lines[-1].split(" ", 1)[1].strip()
+
+    user, group = instruction("USER").split(":")
+    assert int(user) == values["podSecurityContext"]["runAsUser"] == values["podSecurityContext"]["fsGroup"]
+    assert int(group) == values["podSecurityContext"]["runAsGroup"]
+    assert json.loads(instruction("ENTRYPOINT")) == ["archiver"]  # the chart's args start with a subcommand
+    assert instruction("WORKDIR") == values["config"]["state_dir"]
+    assert json.loads(instruction("VOLUME")) == [values["config"]["state_dir"]]
+    assert instruction("EXPOSE") == values["config"]["listen"].rsplit(":", 1)[1] == str(values["service"]["port"])
+    assert values["securityContext"]["readOnlyRootFilesystem"] is True
+    reference = f"{values['image']['registry']}/{values['image']['repository']}"
+    assert reference == "ghcr.io/session-archiver/archiver"
+    assert f"-t {reference}:" in (REPO / "README.md").read_text()  # the README builds what the chart pulls

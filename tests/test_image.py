@@ -78,6 +78,13 @@ class BuiltImage:
     size_bytes: int
 
 
+def _size_bytes(human: str) -> int:
+    """buildah's image size ("276 MB": decimal units, as go-units prints them) in bytes."""
+    match = re.fullmatch(r"([0-9.]+)\s*([kMGT]?B)", human.strip())
+    assert match, human
+    return int(float(match.group(1)) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9, "TB": 1e12}[match.group(2)])
+
+
 def _base_tarball(tmp: Path) -> Path:
     cached = os.environ.get(BASE_TAR_ENV)
     target = Path(cached) if cached else tmp / "base.tar"
@@ -153,10 +160,10 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltImage]:
             timeout=1500,
         )
         build_seconds = time.monotonic() - started
-        (inspect,) = json.loads(buildah("inspect", "--type", "image", IMAGE).stdout) or [None]
+        inspect = json.loads(buildah("inspect", "--type", "image", IMAGE).stdout)
         images = json.loads(buildah("images", "--json").stdout)
-        (entry,) = [i for i in images if any(n.startswith(IMAGE) for n in i.get("names") or [])]
-        built = BuiltImage(buildah, build_seconds, inspect, int(entry["size"]))
+        (entry,) = [i for i in images if IMAGE in (i.get("names") or [])]
+        built = BuiltImage(buildah, build_seconds, inspect, _size_bytes(entry["size"]))
         print(f"\nimage {IMAGE}: built in {build_seconds:.0f} s, {built.size_bytes / 1e6:.1f} MB")
         yield built
     finally:
@@ -181,9 +188,14 @@ def container(image: BuiltImage) -> Iterator[str]:
     image.buildah("rm", name, check=False)
 
 
-def run_in(image: BuiltImage, container: str, *command: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+def run_in(
+    image: BuiltImage, container: str, *command: str, volumes: tuple[str, ...] = (), timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
     """`buildah run` uses the image's USER and WORKDIR, like a container runtime would."""
-    return image.buildah("run", "--isolation", "chroot", container, "--", *command, timeout=timeout, check=False)
+    options = [arg for volume in volumes for arg in ("--volume", volume)]
+    return image.buildah(
+        "run", "--isolation", "chroot", *options, container, "--", *command, timeout=timeout, check=False
+    )
 
 
 def test_image_contract(image: BuiltImage) -> None:
@@ -231,21 +243,31 @@ def _tree(root: Path, skip: tuple[str, ...]) -> dict[str, tuple[int, int]]:
     return found
 
 
-def test_demo_archives_sessions_inside_the_container(image: BuiltImage, container: str) -> None:
-    """`archiver demo --duration 20` in the image ends with sessions archived, and writes nothing
-    outside the state dir and /tmp (what a read-only root filesystem allows)."""
+def test_demo_archives_sessions_inside_the_container(image: BuiltImage, container: str, tmp_path: Path) -> None:
+    """`archiver demo --duration 20` in the image ends with sessions archived on the state volume, and
+    writes nothing outside the state dir and /tmp (what a read-only root filesystem allows)."""
     mount = Path(image.buildah("mount", container).stdout.strip())
+    # The state volume, owned by the image's user as fsGroup makes it in Kubernetes.
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, 65534, 65534)
+    # /etc: buildah run bind-mounts its own hosts and resolv.conf there.
     writable = ("/var/lib/archiver", "/tmp", "/proc", "/sys", "/dev", "/run", "/etc")
     before = _tree(mount, writable)
     # 127.0.0.1:0: chroot isolation shares the host's network namespace; never a fixed port.
-    result = run_in(image, container, "archiver", "demo", "--duration", "20", "--listen", "127.0.0.1:0")
+    result = run_in(
+        image,
+        container,
+        *("archiver", "demo", "--duration", "20", "--listen", "127.0.0.1:0"),
+        volumes=(f"{state}:/var/lib/archiver",),
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "Traceback" not in output
     match = re.search(r"summary: (\d+) sessions ended, (\d+) archived", output)
     assert match, output
     assert int(match.group(2)) > 0, output
-    archive = mount / "var" / "lib" / "archiver" / "demo-archive"
+    archive = state / "demo-archive"
     manifests = list((archive / "sessions").glob("*/manifest.json"))
     assert manifests, output
     assert any(item["outcome"] == "archived" for item in json.loads(manifests[0].read_text())["items"])
