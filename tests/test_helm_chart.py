@@ -128,7 +128,9 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(chart: helm.Char
         ("PrometheusRule", ["spec", "groups", 0, "rules", 0, "for"], "5 minutes"),
     ],
 )
-def test_crd_schema_validation_catches_a_malformed_object(chart: helm.Chart, kind: str, path: list[Any], bad: Any) -> None:
+def test_crd_schema_validation_catches_a_malformed_object(
+    chart: helm.Chart, kind: str, path: list[Any], bad: Any
+) -> None:
     """The CRD schemas above are live: a misspelt field or a malformed duration fails them."""
     doc = one(render(chart, ALL_FEATURES), kind)
     target = doc
@@ -409,9 +411,12 @@ def test_alert_rules_follow_values(chart: helm.Chart) -> None:
     assert backlog["for"] == "1h" and backlog["labels"] == {"severity": "critical", "team": "games"}
     assert "more than 500 fetched items" in backlog["annotations"]["description"]
     assert rules["ArchiverFetchDeadlineNear"]["expr"].endswith("time() < 3600")
-    assert '[2h]) > 0' in rules["ArchiverItemsExpired"]["expr"]
+    assert "[2h]) > 0" in rules["ArchiverItemsExpired"]["expr"]
     assert rules["ArchiverStoreDown"]["for"] == "10m"
-    assert rules["ArchiverStoreDown"]["annotations"]["runbook_url"] == "https://wiki.example.com/archiver#archiverstoredown"
+    assert (
+        rules["ArchiverStoreDown"]["annotations"]["runbook_url"]
+        == "https://wiki.example.com/archiver#archiverstoredown"
+    )
 
 
 @pytest.mark.parametrize(
@@ -551,7 +556,7 @@ def test_common_labels_reach_every_object_but_not_the_selectors(chart: helm.Char
     sts = one(docs, "StatefulSet")
     assert "team" not in sts["spec"]["selector"]["matchLabels"]
     assert sts["spec"]["template"]["metadata"]["labels"]["team"] == "games"
-    with pytest.raises(helm.HelmError, match="app.kubernetes.io/name"):
+    with pytest.raises(helm.HelmError, match=r"app\.kubernetes\.io/name"):
         chart.render({**MINIMAL, "commonLabels": {"app.kubernetes.io/name": "x"}}, name="arch")
 
 
