@@ -386,3 +386,31 @@ def test_dashboard_structure(path: Path) -> None:
 def test_dashboard_uids_are_unique() -> None:
     uids = [json.loads(p.read_text())["uid"] for p in DASHBOARDS]
     assert len(DASHBOARDS) == 2 and len(set(uids)) == len(uids)
+
+
+def test_chart_rules_with_custom_settings_pass_promtool_check(promtool: str, tmp_path: Path) -> None:
+    """Thresholds, windows and `for` set from chart values still make valid rules (the template is
+    the source of the rules file, so a value that breaks the PromQL must not slip through)."""
+    from tests.render_rules import chart_groups
+
+    settings = {
+        "ArchiverUpstreamInvalidEntries": {"window": "30m", "for": "5m"},
+        "ArchiverFetchDeadlineNear": {"threshold": 2700.5, "for": ""},
+        "ArchiverItemsExpired": {"window": "6h", "severity": "warning"},
+        "ArchiverUploadBacklog": {"threshold": 1000},
+        "ArchiverSpoolLarge": {"volumeFraction": 0.9},
+        "ArchiverNoRecentArchive": {"threshold": 7200},
+        "ArchiverSessionsDropped": {"enabled": False},
+    }
+    groups = chart_groups({"persistence": {"size": "200Gi"}, "prometheusRule": {"rules": settings}})
+    rules_file = tmp_path / "custom.rules.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": groups}))
+    result = run_promtool(promtool, "check", "rules", rules_file)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(EXPECTED_ALERTS) - 1} rules found" in result.stdout
+    rules = {r["alert"]: r for g in groups for r in g["rules"]}
+    assert rules["ArchiverSpoolLarge"]["expr"] == f"archiver_spool_bytes > {int(0.9 * 200 * 1024**3)}"
+    assert (
+        rules["ArchiverFetchDeadlineNear"]["expr"].endswith("< 2700")
+        and "for" not in rules["ArchiverFetchDeadlineNear"]
+    )

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import socket
+import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +24,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
+from archiver.fake import FakeService
+from tests.fixtures_fake import TEST_TOKEN
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "helm" / "archiver"
@@ -602,3 +609,62 @@ def test_chart_defaults_match_the_image_contract() -> None:
     reference = f"{values['image']['registry']}/{values['image']['repository']}"
     assert reference == "ghcr.io/session-archiver/archiver"
     assert f"-t {reference}:" in (REPO / "README.md").read_text()  # the README builds what the chart pulls
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize("store_alive", [True, False], ids=["store-ok", "store-unreachable"])
+def test_helm_test_pod_command_fails_when_the_store_is_unreachable(
+    chart: helm.Chart,
+    fake_service: FakeService,
+    s3_bucket: tuple[str, str],
+    tmp_path: Path,
+    store_alive: bool,
+) -> None:
+    """What `helm test` runs, run here: the check pod's own args and env, with its ConfigMap and
+    token Secret where the pod mounts them, against the fake upstream and a moto S3 store (alive, or
+    a closed port). It exits 0 only while the store works, so `helm test` fails on a dead store."""
+    endpoint, bucket = s3_bucket
+    state_dir = tmp_path / "state"
+    values = {
+        **MINIMAL,
+        "config": {
+            "api_url": fake_service.base_url,
+            "store": f"s3://{bucket}/archive/",
+            "s3_endpoint_url": endpoint if store_alive else f"http://127.0.0.1:{_closed_port()}",
+            "state_dir": str(state_dir),
+        },
+        "extraEnv": [{"name": "AWS_DEFAULT_REGION", "value": "us-east-1"}],
+    }
+    docs = render(chart, values)
+    (check,) = one(docs, "Pod")["spec"]["containers"]
+    mounted = {
+        "/etc/archiver/config.toml": tmp_path / "config.toml",
+        TOKEN_FILE: tmp_path / "api-token",
+    }
+    mounted["/etc/archiver/config.toml"].write_text(one(docs, "ConfigMap", "arch-archiver")["data"]["config.toml"])
+    mounted[TOKEN_FILE].write_text(TEST_TOKEN)
+    args = [str(mounted.get(arg, arg)) for arg in check["args"]]
+    env = {**os.environ, **{e["name"]: e["value"] for e in check["env"]}}
+    env = {k: v for k, v in env.items() if k != "ARCHIVER_API_TOKEN"}
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "archiver"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert TEST_TOKEN not in output
+    if store_alive:
+        assert result.returncode == 0, output
+        assert "verdict: READY" in output
+    else:
+        assert result.returncode != 0, output
+        assert "NOT READY" in output and "store reachable" in output

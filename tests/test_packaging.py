@@ -60,7 +60,9 @@ def test_typing_marker_is_shipped() -> None:
 def test_changelog_has_an_unreleased_section_and_the_current_version() -> None:
     changelog = (REPO / "CHANGELOG.md").read_text()
     assert re.search(r"^## \[Unreleased\]$", changelog, re.M)
-    assert re.search(rf"^## \[{re.escape(PYPROJECT['project']['version'])}\] - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.M)
+    assert re.search(
+        rf"^## \[{re.escape(PYPROJECT['project']['version'])}\] - \d{{4}}-\d{{2}}-\d{{2}}$", changelog, re.M
+    )
 
 
 def test_sdist_carries_the_tests_and_their_data(tmp_path: Path) -> None:
