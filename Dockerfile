@@ -34,7 +34,9 @@ RUN --mount=type=secret,id=build-ca,target=/run/secrets/build-ca.crt,required=fa
  && /opt/archiver/bin/archiver --version
 
 FROM ${BASE}
-ARG VERSION=0.1.0
+# Label values only (`archiver --version` reads the installed package): the version lives in
+# pyproject.toml, so builds pass it, e.g. --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD).
+ARG VERSION=unknown
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="session-archiver" \
       org.opencontainers.image.description="Prometheus exporter and forensic archiver for a game-server session hosting service" \

@@ -97,3 +97,11 @@ def test_sdist_carries_the_tests_and_their_data(tmp_path: Path) -> None:
     ):
         assert required in members, required
     assert not [m for m in members if "__pycache__" in m or m.endswith(".pyc")]
+
+
+def test_chart_app_version_is_the_package_version() -> None:
+    """The chart deploys the image tag of its appVersion: the release the package says it is."""
+    import yaml
+
+    chart = yaml.safe_load((REPO / "helm" / "archiver" / "Chart.yaml").read_text())
+    assert chart["appVersion"] == PYPROJECT["project"]["version"]
