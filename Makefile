@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint fake-service clean
+.PHONY: test test-image rules demo bench lint fake-service clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,6 +14,14 @@ $(STAMP): pyproject.toml
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Builds the container image (buildah + mmdebstrap, as root) and runs it: minutes, so not in `test`.
+test-image: $(STAMP)
+	$(BIN)/python -m pytest -q -m image tests/test_image.py $(PYTEST_ARGS)
+
+# grafana/alerts/archiver.rules.yml is the chart's alert template rendered with default values.
+rules: $(STAMP)
+	$(BIN)/python -m tests.render_rules
 
 demo: $(STAMP)
 	$(BIN)/archiver demo $(DEMO_ARGS)

@@ -80,7 +80,7 @@ def friendly_errors(func: F) -> F:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
-@click.version_option(__version__, prog_name="archiver")
+@click.version_option(__version__, "-V", "--version", prog_name="archiver")
 def main() -> None:
     """Prometheus exporter and forensic archiver for a game-server session hosting service."""
 

@@ -26,6 +26,25 @@ ITEM_KINDS = ("logs", "artifact")
 ITEM_OUTCOMES = ("archived", "source_gone", "too_large", "expired", "conflict", "failed")
 PENDING_STAGES = ("fetch", "upload")
 
+#: One `endpoint` vocabulary on every archiver_upstream_* metric: the API client names a request by
+#: method and path template, the poll metrics by the polled resource ("sessions", "metrics"); the
+#: requests counter uses the same short names, so `archiver_upstream_requests_total{endpoint="sessions"}`
+#: and `archiver_upstream_up{endpoint="sessions"}` join.
+ENDPOINT_LABELS = {
+    "GET /session": "sessions",
+    "GET /metrics": "metrics",
+    "GET /session/{id}": "session",
+    "POST /session": "session_create",
+    "DELETE /session/{id}": "session_stop",
+    "PUT /session/player/join": "player_join",
+    "DELETE /session/player/leave": "player_leave",
+    "GET /available-location/{image}": "available_locations",
+    "GET /tag/{region}/{image}/{version}": "tag",
+    "GET /artifacts": "artifacts",
+    "GET /query/log": "log_query",
+    "GET /logs": "logs",
+}
+
 #: Poll durations: a healthy poll is tens of ms, a struggling upstream takes seconds (timeouts ~30 s).
 POLL_DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 #: Time left before the 4 h removal window closes when a fetch completes: minutes to 4 h; the 0 bucket
@@ -76,6 +95,29 @@ class _NextDeadlineCollector(Collector):
     def describe(self) -> Iterable[Metric]:
         # Describing lets the registry reject a second collector that registers the same name.
         return [GaugeMetricFamily("archiver_next_fetch_deadline_timestamp_seconds", "")]
+
+
+class _OptionalGauge(Collector):
+    """A label-less gauge that is absent until first set (a prometheus_client Gauge starts at 0)."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self._name = name
+        self._documentation = documentation
+        self._lock = threading.Lock()
+        self._value: float | None = None
+
+    def set(self, value: float) -> None:
+        with self._lock:
+            self._value = value
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            value = self._value
+        if value is not None:
+            yield GaugeMetricFamily(self._name, self._documentation, value=value)
+
+    def describe(self) -> Iterable[Metric]:
+        return [GaugeMetricFamily(self._name, self._documentation)]
 
 
 class SelfMetrics:
@@ -208,11 +250,12 @@ class SelfMetrics:
             "Ended sessions found by reconciliation (GET /session?all=true) that the polls had missed.",
             registry=registry,
         )
-        self._store_up = Gauge(
-            "archiver_store_up",
-            "1 when the last store operation or probe succeeded, 0 when it failed.",
-            registry=registry,
+        # Absent until the first store operation or probe: export-only mode (no store) must not
+        # show a store that is "down", and 0 before the first probe would claim a failure.
+        self._store_up = _OptionalGauge(
+            "archiver_store_up", "1 when the last store operation or probe succeeded, 0 when it failed."
         )
+        registry.register(self._store_up)
         # archiver_upstream_up stays absent until the first poll: 0 would claim a failure that did not happen.
         for endpoint in endpoints:
             self._poll_duration.labels(endpoint)
@@ -225,8 +268,9 @@ class SelfMetrics:
     # --- poller ---------------------------------------------------------------------------------
 
     def upstream_request(self, endpoint: str, code: int | str) -> None:
-        """Count one upstream request; `code` is the HTTP status, or e.g. "error" when none came back."""
-        self._requests.labels(endpoint, str(code)).inc()
+        """Count one upstream request; `code` is the HTTP status, or e.g. "error" when none came back.
+        `endpoint` is the API client's request name ("GET /session"), exported as ENDPOINT_LABELS says."""
+        self._requests.labels(ENDPOINT_LABELS.get(endpoint, endpoint), str(code)).inc()
 
     def poll_result(self, endpoint: str, *, ok: bool, duration: float, now: float) -> None:
         """Record one poll of an endpoint (`now` is the wall-clock time of its end)."""
@@ -276,6 +320,10 @@ class SelfMetrics:
     def set_conditional_writes_supported(self, supported: bool) -> None:
         self._conditional_writes.set(1 if supported else 0)
 
+    def set_store_up(self, up: bool) -> None:
+        """The outcome of the latest store operation or probe (absent until the first one)."""
+        self._store_up.set(1 if up else 0)
+
     def set_detection_up(self, up: bool) -> None:
         self._detection_up.set(1 if up else 0)
 
@@ -287,9 +335,6 @@ class SelfMetrics:
 
     def reconciled(self, count: int) -> None:
         self._reconciled.inc(count)
-
-    def set_store_up(self, up: bool) -> None:
-        self._store_up.set(1 if up else 0)
 
     def restore_last_archive_success(self, timestamp: float | None) -> None:
         """After a restart: the newest manifest the state DB knows of (absent → left at 0)."""

@@ -238,3 +238,38 @@ def test_the_id_of_an_invalid_entry_is_cut_in_its_log_line(
     [message] = [r.getMessage() for r in caplog.records if "left out of this poll" in r.getMessage()]
     assert f"(id '{'L' * 80}…')" in message
     assert len(message) < 400
+
+
+def test_store_up_goes_to_zero_when_the_store_becomes_unreachable(
+    fake_service: FakeService, moto_endpoint: str, tmp_path: Path
+) -> None:
+    """The health check runs every poll interval, so a dead store shows without any upload going on."""
+    from moto.server import ThreadedMotoServer
+
+    from archiver.store import make_s3_client
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    make_s3_client(endpoint_url=endpoint, checksum_mode="when_supported").create_bucket(Bucket="evidence")
+    settings = load_settings(
+        {"api_url": fake_service.base_url, "store": "s3://evidence/", "s3_endpoint_url": endpoint,
+         "state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0", "poll_interval": "0.5s"},
+        {"ARCHIVER_API_TOKEN": TEST_TOKEN},
+    )  # fmt: skip
+    daemon = Daemon(settings)
+    daemon.start()
+    try:
+        deadline = time.monotonic() + 30
+        while daemon.registry.get_sample_value("archiver_store_up") != 1.0:
+            assert time.monotonic() < deadline, "store never reported up"
+            time.sleep(0.05)  # polling interval of a deadline loop
+        server.stop()
+        deadline = time.monotonic() + 60
+        while daemon.registry.get_sample_value("archiver_store_up") != 0.0:
+            assert time.monotonic() < deadline, "a dead store was never reported down"
+            time.sleep(0.05)  # polling interval of a deadline loop
+    finally:
+        daemon.stop()
+        server.stop()

@@ -1,8 +1,10 @@
-"""Grafana dashboards and Prometheus alert rules: valid, tested with promtool, on DESIGN §6 metric names."""
+"""Grafana dashboards and Prometheus alert rules: valid, tested with promtool, on DESIGN §6 metric names,
+each alert with a runbook section."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -15,6 +17,8 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "grafana" / "alerts" / "archiver.rules.yml"
 RULES_TEST = REPO / "grafana" / "alerts" / "archiver.rules.test.yml"
+RUNBOOK = REPO / "docs" / "runbook.md"
+RUNBOOK_URL = "https://github.com/session-archiver/session-archiver/blob/main/docs/runbook.md"
 DASHBOARDS = sorted((REPO / "grafana" / "dashboards").glob("*.json"))
 
 # DESIGN.md §6, exactly. Histograms expose _bucket/_sum/_count; counters end in _total.
@@ -50,12 +54,21 @@ KNOWN_METRICS = frozenset(
         "archiver_spool_bytes",
         "archiver_retention_seconds",
         "archiver_last_archive_success_timestamp_seconds",
+        "archiver_store_up",
+        "archiver_detection_up",
+        "archiver_upstream_invalid_entries_total",
+        "archiver_sessions_failed_total",
+        "archiver_sessions_reopened_total",
+        "archiver_reconciled_sessions_total",
         *(f"{h}{suffix}" for h in HISTOGRAMS for suffix in ("_bucket", "_sum", "_count")),
         "up",  # Prometheus' own scrape health, for ArchiverDown
     ]
 )
 EXPECTED_ALERTS = {
     "ArchiverDown",
+    "ArchiverStoreDown",
+    "ArchiverDetectionFailing",
+    "ArchiverUpstreamInvalidEntries",
     "ArchiverUpstreamDown",
     "ArchiverFetchDeadlineNear",
     "ArchiverItemsExpired",
@@ -129,7 +142,10 @@ def all_panels(board: dict[str, Any]) -> list[dict[str, Any]]:
 def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        pytest.skip("promtool is not installed (CI installs Debian's prometheus package)")
+        message = "promtool is not installed (CI installs Debian's prometheus package)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
     return path
 
 
@@ -150,36 +166,67 @@ def test_alert_rules_unit_tests_pass(promtool: str) -> None:
     assert "SUCCESS" in result.stdout
 
 
-@pytest.mark.parametrize(
-    ("original", "broken"),
-    [
-        # Unscoped, the rule would also page for an account whose /metrics answers 404 for good.
-        ('expr: archiver_upstream_up{endpoint="sessions"} == 0', "expr: archiver_upstream_up == 0"),
-        ('{outcome="expired"}[1h]) > 0', '{outcome="archived"}[1h]) > 0'),
-        ("time() < 1800", "time() < 60"),
-    ],
-    ids=["ArchiverUpstreamDown", "ArchiverItemsExpired", "ArchiverFetchDeadlineNear"],
-)
-def test_alert_unit_tests_catch_a_broken_rule(promtool: str, tmp_path: Path, original: str, broken: str) -> None:
+# Each rule replaced by a plausible wrong one: the unit tests must notice.
+BROKEN_RULES = {
+    # Unscoped, the rule would also page for an account whose /metrics answers 404 for good.
+    "ArchiverUpstreamDown": "archiver_upstream_up == 0",
+    "ArchiverItemsExpired": 'increase(archiver_items_total{outcome="archived"}[1h]) > 0',
+    "ArchiverFetchDeadlineNear": "archiver_next_fetch_deadline_timestamp_seconds - time() < 60",
+    # The old rule: tied to a job name that contains "archiver", and silent without a target.
+    "ArchiverDown/job-name": 'up{job=~".*archiver.*"} == 0',
+    "ArchiverDown/no-absent": "up == 0 and on (job, instance) max_over_time(archiver_build_info[1d])",
+    "ArchiverStoreDown": "archiver_store_up < 1 and archiver_store_up > 0",
+    "ArchiverDetectionFailing": "archiver_detection_up == 1",
+    # A counter that stays up is not new invalid entries.
+    "ArchiverUpstreamInvalidEntries": "archiver_upstream_invalid_entries_total > 0",
+}
+
+
+@pytest.mark.parametrize(("alert", "broken"), BROKEN_RULES.items(), ids=BROKEN_RULES.keys())
+def test_alert_unit_tests_catch_a_broken_rule(promtool: str, tmp_path: Path, alert: str, broken: str) -> None:
     """The unit tests are not vacuous: a rule with a wrong expression makes them fail."""
-    text = RULES.read_text()
-    assert text.count(original) == 1
-    (tmp_path / RULES.name).write_text(text.replace(original, broken))
+    document = yaml.safe_load(RULES.read_text())
+    (rule,) = [r for g in document["groups"] for r in g["rules"] if r["alert"] == alert.split("/")[0]]
+    rule["expr"] = broken
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(document))
     shutil.copy(RULES_TEST, tmp_path / RULES_TEST.name)
     result = run_promtool(promtool, "test", "rules", tmp_path / RULES_TEST.name)
     assert result.returncode != 0, result.stdout
 
 
+def runbook_anchors() -> set[str]:
+    """GitHub's anchors of the runbook's headings: lower-cased, spaces to -, punctuation dropped."""
+    anchors = set()
+    for line in RUNBOOK.read_text().splitlines():
+        match = re.match(r"#{1,6}\s+(.+)", line)
+        if match:
+            anchors.add(re.sub(r"[^\w\- ]", "", match.group(1).strip().lower()).replace(" ", "-"))
+    return anchors
+
+
 def test_every_alert_is_documented() -> None:
-    """The expected alerts exist, each with a severity, summary, description and runbook hint."""
+    """The expected alerts exist, each with a severity, summary, description and a runbook_url whose
+    anchor is a section of docs/runbook.md."""
     rules = load_rules()
     assert {r["alert"] for r in rules} == EXPECTED_ALERTS
+    anchors = runbook_anchors()
     for rule in rules:
         assert rule["labels"]["severity"] in {"critical", "warning"}, rule["alert"]
-        for key in ("summary", "description", "runbook"):
+        for key in ("summary", "description", "runbook_url"):
             assert rule["annotations"].get(key, "").strip(), f"{rule['alert']} has no {key}"
+        base, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert base == RUNBOOK_URL, rule["alert"]
+        assert anchor in anchors, f"{rule['alert']}: no section #{anchor} in {RUNBOOK.name}"
     severities = {r["alert"]: r["labels"]["severity"] for r in rules}
     assert severities["ArchiverItemsExpired"] == "critical"
+    assert severities["ArchiverStoreDown"] == "critical"
+
+
+def test_runbook_anchor_check_is_live() -> None:
+    """The anchor check above can fail: headings give GitHub's anchors, and a made-up one is missing."""
+    anchors = runbook_anchors()
+    assert {"archiverdown", "archiverstoredown"} <= anchors
+    assert "archiverstoredwon" not in anchors
 
 
 def test_alert_expressions_use_only_design_metric_names() -> None:
@@ -216,8 +263,10 @@ def test_archiver_metric_names_match_the_implementation() -> None:
     from archiver.selfmetrics import SelfMetrics
 
     registry = CollectorRegistry()
-    # The next-deadline gauge is absent while nothing is pending: make one pending.
-    SelfMetrics(registry).set_next_fetch_deadline(1_700_000_000.0)
+    metrics = SelfMetrics(registry)
+    # The next-deadline gauge is absent while nothing is pending, store_up until the store is first used.
+    metrics.set_next_fetch_deadline(1_700_000_000.0)
+    metrics.set_store_up(True)
     exposed = set()
     for family in registry.collect():
         if family.type == "counter":
@@ -228,7 +277,48 @@ def test_archiver_metric_names_match_the_implementation() -> None:
             exposed.add(family.name)
     snapshot_gauges = {"archiver_sessions_exported", "archiver_sessions_dropped"}
     used = {name for name in used_metric_names() if name.startswith("archiver_")}
-    assert used - snapshot_gauges <= exposed, used - snapshot_gauges - exposed
+    missing = used - snapshot_gauges - exposed
+    assert not missing, missing
+
+
+def test_store_up_is_absent_until_set_then_follows_the_last_outcome() -> None:
+    """archiver_store_up: no series before the first store operation (export-only mode must not look
+    like a store outage), then 1 or 0 as the latest operation or probe went."""
+    from prometheus_client import CollectorRegistry
+
+    from archiver.selfmetrics import SelfMetrics
+
+    registry = CollectorRegistry()
+    metrics = SelfMetrics(registry)
+    assert registry.get_sample_value("archiver_store_up") is None
+    metrics.set_store_up(True)
+    assert registry.get_sample_value("archiver_store_up") == 1.0
+    metrics.set_store_up(False)
+    assert registry.get_sample_value("archiver_store_up") == 0.0
+    assert b"# TYPE archiver_store_up gauge" in metrics.render(openmetrics=False)
+
+
+def test_upstream_requests_use_the_poll_metrics_endpoint_names() -> None:
+    """One `endpoint` vocabulary: every request name the API client reports maps to a short name,
+    and the polled ones are the names archiver_upstream_up uses."""
+    from prometheus_client import CollectorRegistry
+
+    from archiver.poller import ENDPOINTS
+    from archiver.selfmetrics import ENDPOINT_LABELS, SelfMetrics
+
+    source = (REPO / "archiver" / "api.py").read_text()
+    request_names = set(re.findall(r'"((?:GET|POST|PUT|DELETE|PATCH|HEAD) /[^"]*)"\)?', source))
+    request_names = {n for n in request_names if n.count(" ") == 1}
+    assert request_names and request_names <= ENDPOINT_LABELS.keys(), request_names - ENDPOINT_LABELS.keys()
+    assert {ENDPOINT_LABELS["GET /session"], ENDPOINT_LABELS["GET /metrics"]} == set(ENDPOINTS)
+    assert len(set(ENDPOINT_LABELS.values())) == len(ENDPOINT_LABELS)
+    registry = CollectorRegistry()
+    metrics = SelfMetrics(registry)
+    metrics.upstream_request("GET /session", 200)
+    metrics.poll_result("sessions", ok=True, duration=0.01, now=1.0)
+    labels = {"endpoint": "sessions"}
+    assert registry.get_sample_value("archiver_upstream_requests_total", {**labels, "code": "200"}) == 1.0
+    assert registry.get_sample_value("archiver_upstream_up", labels) == 1.0
 
 
 def test_dashboards_cover_the_pipeline_and_fleet_metrics() -> None:
@@ -293,3 +383,31 @@ def test_dashboard_structure(path: Path) -> None:
 def test_dashboard_uids_are_unique() -> None:
     uids = [json.loads(p.read_text())["uid"] for p in DASHBOARDS]
     assert len(DASHBOARDS) == 2 and len(set(uids)) == len(uids)
+
+
+def test_chart_rules_with_custom_settings_pass_promtool_check(promtool: str, tmp_path: Path) -> None:
+    """Thresholds, windows and `for` set from chart values still make valid rules (the template is
+    the source of the rules file, so a value that breaks the PromQL must not slip through)."""
+    from tests.render_rules import chart_groups
+
+    settings = {
+        "ArchiverUpstreamInvalidEntries": {"window": "30m", "for": "5m"},
+        "ArchiverFetchDeadlineNear": {"threshold": 2700.5, "for": ""},
+        "ArchiverItemsExpired": {"window": "6h", "severity": "warning"},
+        "ArchiverUploadBacklog": {"threshold": 1000},
+        "ArchiverSpoolLarge": {"volumeFraction": 0.9},
+        "ArchiverNoRecentArchive": {"threshold": 7200},
+        "ArchiverSessionsDropped": {"enabled": False},
+    }
+    groups = chart_groups({"persistence": {"size": "200Gi"}, "prometheusRule": {"rules": settings}})
+    rules_file = tmp_path / "custom.rules.yml"
+    rules_file.write_text(yaml.safe_dump({"groups": groups}))
+    result = run_promtool(promtool, "check", "rules", rules_file)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(EXPECTED_ALERTS) - 1} rules found" in result.stdout
+    rules = {r["alert"]: r for g in groups for r in g["rules"]}
+    assert rules["ArchiverSpoolLarge"]["expr"] == f"archiver_spool_bytes > {int(0.9 * 200 * 1024**3)}"
+    assert (
+        rules["ArchiverFetchDeadlineNear"]["expr"].endswith("< 2700")
+        and "for" not in rules["ArchiverFetchDeadlineNear"]
+    )

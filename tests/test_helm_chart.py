@@ -2,29 +2,43 @@
 
 Rendering and linting use helm-python-sdk (Helm's Go SDK through ctypes, no helm binary);
 every rendered core manifest is validated with kubernetes-validate against the Kubernetes
-OpenAPI schemas it ships, in strict mode (unknown fields are errors).
+OpenAPI schemas it ships, in strict mode (unknown fields are errors), and the prometheus-operator
+objects against structural CRD schemas in tests/data/crds. values.schema.json refuses unknown keys.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import os
+import socket
+import subprocess
+import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+
+from archiver.fake import FakeService
+from tests.fixtures_fake import TEST_TOKEN
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "helm" / "archiver"
 GRAFANA = REPO / "grafana"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schema shipped.
 K8S_VERSIONS = ["1.25", kubernetes_validate.utils.latest_version()]
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
+CRD_SCHEMAS = {
+    ("monitoring.coreos.com/v1", kind): json.loads(
+        (REPO / "tests" / "data" / "crds" / f"monitoring.coreos.com_v1_{kind.lower()}.json").read_text()
+    )
+    for kind in ("ServiceMonitor", "PrometheusRule")
+}
 TOKEN = "tok-3f9c2e7a-NEVER-IN-A-MANIFEST"
 TOKEN_FILE = "/etc/archiver/secret/api-token"
 
@@ -103,26 +117,51 @@ def test_rendered_manifests_validate_against_kubernetes_schemas(chart: helm.Char
     docs = render(chart, values)
     assert docs
     for doc in docs:
-        if (doc["apiVersion"], doc["kind"]) in CRD_KINDS:
-            assert doc["metadata"]["name"] and doc["metadata"]["namespace"] == "observability"
-            assert isinstance(doc["spec"], dict)
+        crd_schema = CRD_SCHEMAS.get((doc["apiVersion"], doc["kind"]))
+        if crd_schema is not None:
+            assert doc["metadata"]["namespace"] == "observability"
+            jsonschema.validate(doc, crd_schema)
             continue
         for version in K8S_VERSIONS:
             kubernetes_validate.validate(doc, version, strict=True)
 
 
+@pytest.mark.parametrize(
+    ("kind", "path", "bad"),
+    [
+        ("ServiceMonitor", ["spec", "endpoints", 0, "intervall"], "30s"),
+        ("ServiceMonitor", ["spec", "endpoints", 0, "interval"], "30 seconds"),
+        ("PrometheusRule", ["spec", "groups", 0, "rules", 0, "annotation"], {}),
+        ("PrometheusRule", ["spec", "groups", 0, "rules", 0, "for"], "5 minutes"),
+    ],
+)
+def test_crd_schema_validation_catches_a_malformed_object(
+    chart: helm.Chart, kind: str, path: list[Any], bad: Any
+) -> None:
+    """The CRD schemas above are live: a misspelt field or a malformed duration fails them."""
+    doc = one(render(chart, ALL_FEATURES), kind)
+    target = doc
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = bad
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, CRD_SCHEMAS[("monitoring.coreos.com/v1", kind)])
+
+
 def test_schema_validation_catches_a_malformed_manifest(chart: helm.Chart) -> None:
-    """The validation above is live: a bad extraEnv entry renders but fails the Pod schema."""
-    values = {**MINIMAL, "extraEnv": [{"name": "AWS_REGION", "valueFrom": {"bogus": "x"}}]}
+    """The validation above is live: a bad extra volume renders (the values schema leaves volume
+    sources to Kubernetes) but fails the Pod schema."""
+    values = {**MINIMAL, "extraVolumes": [{"name": "ca", "bogus": {"path": "/x"}}]}
     sts = one(render(chart, values), "StatefulSet")
     with pytest.raises(kubernetes_validate.ValidationError, match="bogus"):
         kubernetes_validate.validate(sts, K8S_VERSIONS[0], strict=True)
 
 
 def test_defaults_create_only_the_core_objects(chart: helm.Chart) -> None:
-    """ServiceMonitor, PrometheusRule and dashboards are off by default; existingSecret makes no Secret."""
+    """ServiceMonitor, PrometheusRule, dashboards and NetworkPolicy are off by default; existingSecret
+    makes no Secret; the helm test Pod is on."""
     kinds = sorted(d["kind"] for d in render(chart, MINIMAL))
-    assert kinds == ["ConfigMap", "Service", "ServiceAccount", "StatefulSet"]
+    assert kinds == ["ConfigMap", "Pod", "Service", "ServiceAccount", "StatefulSet"]
 
 
 def test_statefulset_runs_one_archiver_with_a_persistent_state_dir(chart: helm.Chart) -> None:
@@ -335,13 +374,82 @@ def test_basic_auth_switches_probes_to_tcp(chart: helm.Chart) -> None:
     assert "httpGet" not in c["readinessProbe"]
 
 
-def test_prometheus_rule_carries_the_alert_rules_file(chart: helm.Chart) -> None:
+def rule_groups(chart: helm.Chart, values: dict[str, Any]) -> dict[str, Doc]:
+    """The rendered PrometheusRule's alerts by name."""
+    rule = one(render(chart, values), "PrometheusRule")
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+
+
+def test_prometheus_rule_with_defaults_is_the_standalone_rules_file(chart: helm.Chart) -> None:
+    """The chart's alert template is the source; grafana/alerts/archiver.rules.yml is its default
+    rendering, byte for byte (fix: make rules)."""
+    from tests.render_rules import RULES, render_file
+
     docs = render(chart, ALL_FEATURES)
     rule = one(docs, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    source = yaml.safe_load((GRAFANA / "alerts" / "archiver.rules.yml").read_text())
+    source = yaml.safe_load(RULES.read_text())
     assert rule["spec"]["groups"] == source["groups"]
+    assert RULES.read_text() == render_file(), "grafana/alerts/archiver.rules.yml is stale: run `make rules`"
+
+
+def test_alert_rules_follow_values(chart: helm.Chart) -> None:
+    """Per-rule enabled, severity, for and thresholds, extra alert labels and the runbook base URL."""
+    values = {
+        **MINIMAL,
+        "prometheusRule": {
+            "enabled": True,
+            "alertLabels": {"team": "games"},
+            "runbookBaseUrl": "https://wiki.example.com/archiver",
+            "rules": {
+                "ArchiverSessionsDropped": {"enabled": False},
+                "ArchiverUploadBacklog": {"threshold": 500, "for": "1h", "severity": "critical"},
+                "ArchiverFetchDeadlineNear": {"threshold": 3600},
+                "ArchiverItemsExpired": {"window": "2h"},
+                "ArchiverStoreDown": {"for": "10m"},
+            },
+        },
+    }
+    rules = rule_groups(chart, values)
+    assert "ArchiverSessionsDropped" not in rules and "ArchiverDown" in rules
+    backlog = rules["ArchiverUploadBacklog"]
+    assert backlog["expr"] == 'archiver_pending_items{stage="upload"} > 500'
+    assert backlog["for"] == "1h" and backlog["labels"] == {"severity": "critical", "team": "games"}
+    assert "more than 500 fetched items" in backlog["annotations"]["description"]
+    assert rules["ArchiverFetchDeadlineNear"]["expr"].endswith("time() < 3600")
+    assert "[2h]) > 0" in rules["ArchiverItemsExpired"]["expr"]
+    assert rules["ArchiverStoreDown"]["for"] == "10m"
+    assert (
+        rules["ArchiverStoreDown"]["annotations"]["runbook_url"]
+        == "https://wiki.example.com/archiver#archiverstoredown"
+    )
+
+
+@pytest.mark.parametrize(
+    ("persistence", "spool", "expected"),
+    [
+        ({}, {}, 5 * 1024**3),
+        ({"size": "50Gi"}, {}, 25 * 1024**3),
+        ({"size": "500M"}, {"volumeFraction": 0.8}, 400_000_000),
+        ({"size": "50Gi"}, {"thresholdBytes": 1_000_000}, 1_000_000),
+    ],
+)
+def test_spool_alert_follows_the_volume_size(
+    chart: helm.Chart, persistence: dict[str, Any], spool: dict[str, Any], expected: int
+) -> None:
+    values = {
+        **MINIMAL,
+        "persistence": persistence,
+        "prometheusRule": {"enabled": True, "rules": {"ArchiverSpoolLarge": spool}},
+    }
+    assert rule_groups(chart, values)["ArchiverSpoolLarge"]["expr"] == f"archiver_spool_bytes > {expected}"
+
+
+def test_spool_alert_refuses_an_unreadable_volume_size(chart: helm.Chart) -> None:
+    values = {**MINIMAL, "persistence": {"size": "lots"}, "prometheusRule": {"enabled": True}}
+    with pytest.raises(helm.HelmError, match="lots"):
+        chart.render(values, name="arch")
 
 
 def test_dashboard_configmaps_carry_the_dashboards(chart: helm.Chart) -> None:
@@ -357,10 +465,8 @@ def test_dashboard_configmaps_carry_the_dashboards(chart: helm.Chart) -> None:
 
 
 def test_chart_copies_equal_the_grafana_sources() -> None:
-    """helm/archiver/files/ holds byte-identical copies (fix: cp grafana/... helm/archiver/files/...)."""
-    assert (CHART / "files" / "archiver.rules.yml").read_bytes() == (
-        GRAFANA / "alerts" / "archiver.rules.yml"
-    ).read_bytes()
+    """helm/archiver/files/dashboards holds byte-identical copies (fix: cp grafana/dashboards/*.json
+    helm/archiver/files/dashboards/)."""
     sources = sorted(p.name for p in (GRAFANA / "dashboards").glob("*.json"))
     copies = sorted(p.name for p in (CHART / "files" / "dashboards").glob("*.json"))
     assert copies == sources and sources
@@ -368,3 +474,197 @@ def test_chart_copies_equal_the_grafana_sources() -> None:
         assert (CHART / "files" / "dashboards" / name).read_bytes() == (GRAFANA / "dashboards" / name).read_bytes(), (
             name
         )
+
+
+# (values added to the minimal ones, the misspelt key)
+MISSPELT: list[tuple[dict[str, Any], str]] = [
+    ({"serviceMonitr": {"enabled": True}}, "serviceMonitr"),
+    ({"image": {"registy": "registry.example.com"}}, "registy"),
+    ({"persistence": {"sise": "20Gi"}}, "sise"),
+    ({"prometheusRule": {"rules": {"ArchiverStoreDwn": {"enabled": False}}}}, "ArchiverStoreDwn"),
+    ({"prometheusRule": {"rules": {"ArchiverStoreDown": {"treshold": 1}}}}, "treshold"),
+    ({"securityContext": {"readOnlyRootFileSystem": True}}, "readOnlyRootFileSystem"),
+    ({"livenessProbe": {"periodSecond": 10}}, "periodSecond"),
+    ({"networkPolicy": {"egres": []}}, "egres"),
+    ({"helmTest": {"enable": False}}, "enable"),
+    ({"config": {"poll_intervall": "5s"}}, "poll_intervall"),
+]
+
+
+@pytest.mark.parametrize(("typo", "misspelt"), MISSPELT, ids=[key for _, key in MISSPELT])
+def test_values_with_a_misspelt_key_are_refused(chart: helm.Chart, typo: dict[str, Any], misspelt: str) -> None:
+    """values.schema.json closes every level: a typo fails the render and lint, naming the key,
+    instead of rendering the default silently."""
+    values = {**MINIMAL, **{k: {**MINIMAL.get(k, {}), **v} for k, v in typo.items()}}
+    with pytest.raises(helm.HelmError, match=f"additional properties '{misspelt}' not allowed"):
+        chart.render(values, name="arch")
+    report = helm.lint(CHART, values, strict=True)
+    assert any(misspelt in str(m) for m in report["errors"] + report["messages"]), report
+
+
+def test_ci_values_files_pass_the_schema(chart: helm.Chart) -> None:
+    """Both CI values files (all features on) satisfy the closed schema."""
+    for values in (MINIMAL, ALL_FEATURES):
+        assert render(chart, values)
+
+
+def test_helm_test_pod_runs_archiver_check_with_the_daemon_config(chart: helm.Chart) -> None:
+    """`helm test` fails when the store or token is broken: its pod runs `archiver check` with the
+    same config file, token Secret, service account, env and extra mounts as the daemon."""
+    docs = render(chart, ALL_FEATURES)
+    pod = one(docs, "Pod")
+    sts_pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    (check,) = pod["spec"]["containers"]
+    daemon = sts_pod["containers"][0]
+    assert check["args"] == ["check", "--config", "/etc/archiver/config.toml", "--api-token-file", TOKEN_FILE]
+    assert check["image"] == daemon["image"]
+    assert check.get("env") == daemon.get("env")
+    assert pod["spec"]["serviceAccountName"] == sts_pod["serviceAccountName"]
+    assert check["securityContext"] == daemon["securityContext"]
+    assert pod["spec"]["securityContext"] == sts_pod["securityContext"]
+    mounts = {m["name"]: m for m in check["volumeMounts"]}
+    daemon_mounts = {m["name"]: m for m in daemon["volumeMounts"]}
+    for name in ("config", "api-token", "tmp", "tls"):
+        assert mounts[name] == daemon_mounts[name], name
+    assert mounts["state"]["mountPath"] == rendered_toml(docs)["state_dir"]
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    daemon_volumes = {v["name"]: v for v in sts_pod["volumes"]}
+    for name in ("config", "api-token", "tls"):
+        assert volumes[name] == daemon_volumes[name], name
+    # Not an endpoint of the metrics Service, not under the NetworkPolicy.
+    selector = one(docs, "Service")["spec"]["selector"]
+    assert not selector.items() <= pod["metadata"]["labels"].items()
+    assert [d for d in render(chart, {**MINIMAL, "helmTest": {"enabled": False}}) if d["kind"] == "Pod"] == []
+
+
+def test_image_reference_registry_and_global_override(chart: helm.Chart) -> None:
+    def image(values: dict[str, Any]) -> str:
+        found: str = container(render(chart, {**MINIMAL, **values}))["image"]
+        return found
+
+    assert image({}) == "ghcr.io/session-archiver/archiver:0.1.0"
+    assert image({"image": {"registry": "registry.example.com/mirror/"}}) == (
+        "registry.example.com/mirror/session-archiver/archiver:0.1.0"
+    )
+    assert image({"global": {"imageRegistry": "mirror.local"}, "image": {"tag": "0.2.0"}}) == (
+        "mirror.local/session-archiver/archiver:0.2.0"
+    )
+    digest = "sha256:" + "ab" * 32
+    assert image({"image": {"registry": "", "repository": "me/arch", "digest": digest}}) == f"me/arch@{digest}"
+
+
+def test_common_labels_reach_every_object_but_not_the_selectors(chart: helm.Chart) -> None:
+    docs = render(chart, {**ALL_FEATURES, "commonLabels": {"team": "games", "cost-center": "42"}})
+    for doc in docs:
+        assert doc["metadata"]["labels"]["team"] == "games", doc["kind"]
+        assert doc["metadata"]["labels"]["cost-center"] == "42", doc["kind"]
+    sts = one(docs, "StatefulSet")
+    assert "team" not in sts["spec"]["selector"]["matchLabels"]
+    assert sts["spec"]["template"]["metadata"]["labels"]["team"] == "games"
+    with pytest.raises(helm.HelmError, match=r"app\.kubernetes\.io/name"):
+        chart.render({**MINIMAL, "commonLabels": {"app.kubernetes.io/name": "x"}}, name="arch")
+
+
+def test_startup_probe_revision_history_and_network_policy(chart: helm.Chart) -> None:
+    docs = render(chart, MINIMAL)
+    c = container(docs)
+    assert c["startupProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics", "scheme": "HTTP"}
+    assert c["startupProbe"]["failureThreshold"] * c["startupProbe"]["periodSeconds"] >= 300
+    assert "initialDelaySeconds" not in c["livenessProbe"]  # the start-up probe holds it off instead
+    assert one(docs, "StatefulSet")["spec"]["revisionHistoryLimit"] == 5
+    assert "startupProbe" not in container(render(chart, {**MINIMAL, "startupProbe": None}))
+    assert [d for d in docs if d["kind"] == "NetworkPolicy"] == []
+
+    policy = one(render(chart, ALL_FEATURES), "NetworkPolicy")
+    assert policy["spec"]["podSelector"]["matchLabels"] == one(docs, "Service")["spec"]["selector"]
+    (ingress,) = policy["spec"]["ingress"]
+    assert ingress["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
+    assert ingress["from"] == ALL_FEATURES["networkPolicy"]["ingressFrom"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    egress = policy["spec"]["egress"]
+    assert egress[:-1] == ALL_FEATURES["networkPolicy"]["egress"]
+    assert {"port": 53, "protocol": "UDP"} in egress[-1]["ports"]
+
+
+def test_chart_defaults_match_the_image_contract() -> None:
+    """The Dockerfile's user, entrypoint, state dir and port are what the chart's defaults assume."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def instruction(name: str) -> str:
+        # The last one: the runtime stage's.
+        lines = [ln for ln in dockerfile.splitlines() if ln.startswith(f"{name} ")]
+        return lines[-1].split(" ", 1)[1].strip()
+
+    user, group = instruction("USER").split(":")
+    assert int(user) == values["podSecurityContext"]["runAsUser"] == values["podSecurityContext"]["fsGroup"]
+    assert int(group) == values["podSecurityContext"]["runAsGroup"]
+    assert json.loads(instruction("ENTRYPOINT")) == ["archiver"]  # the chart's args start with a subcommand
+    assert instruction("WORKDIR") == values["config"]["state_dir"]
+    assert json.loads(instruction("VOLUME")) == [values["config"]["state_dir"]]
+    assert instruction("EXPOSE") == values["config"]["listen"].rsplit(":", 1)[1] == str(values["service"]["port"])
+    assert values["securityContext"]["readOnlyRootFilesystem"] is True
+    reference = f"{values['image']['registry']}/{values['image']['repository']}"
+    assert reference == "ghcr.io/session-archiver/archiver"
+    assert f"-t {reference}:" in (REPO / "README.md").read_text()  # the README builds what the chart pulls
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize("store_alive", [True, False], ids=["store-ok", "store-unreachable"])
+def test_helm_test_pod_command_fails_when_the_store_is_unreachable(
+    chart: helm.Chart,
+    fake_service: FakeService,
+    s3_bucket: tuple[str, str],
+    tmp_path: Path,
+    store_alive: bool,
+) -> None:
+    """What `helm test` runs, run here: the check pod's own args and env, with its ConfigMap and
+    token Secret where the pod mounts them, against the fake upstream and a moto S3 store (alive, or
+    a closed port). It exits 0 only while the store works, so `helm test` fails on a dead store."""
+    endpoint, bucket = s3_bucket
+    state_dir = tmp_path / "state"
+    values = {
+        **MINIMAL,
+        "config": {
+            "api_url": fake_service.base_url,
+            "store": f"s3://{bucket}/archive/",
+            "s3_endpoint_url": endpoint if store_alive else f"http://127.0.0.1:{_closed_port()}",
+            "state_dir": str(state_dir),
+        },
+        "extraEnv": [{"name": "AWS_DEFAULT_REGION", "value": "us-east-1"}],
+    }
+    docs = render(chart, values)
+    (check,) = one(docs, "Pod")["spec"]["containers"]
+    mounted = {
+        "/etc/archiver/config.toml": tmp_path / "config.toml",
+        TOKEN_FILE: tmp_path / "api-token",
+    }
+    mounted["/etc/archiver/config.toml"].write_text(one(docs, "ConfigMap", "arch-archiver")["data"]["config.toml"])
+    mounted[TOKEN_FILE].write_text(TEST_TOKEN)
+    args = [str(mounted.get(arg, arg)) for arg in check["args"]]
+    env = {**os.environ, **{e["name"]: e["value"] for e in check["env"]}}
+    env = {k: v for k, v in env.items() if k != "ARCHIVER_API_TOKEN"}
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "archiver"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert TEST_TOKEN not in output
+    if store_alive:
+        assert result.returncode == 0, output
+        assert "verdict: READY" in output
+    else:
+        assert result.returncode != 0, output
+        assert "NOT READY" in output and "store reachable" in output

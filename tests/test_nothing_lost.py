@@ -364,3 +364,21 @@ def test_a_fleet_with_poisoned_entries_archives_every_good_session_within_one_po
     row = h.state.latest(known)
     assert row is not None and row.state == "active"
     assert h.registry.get_sample_value("archiver_sessions_ended_total") == len(good)
+
+
+def test_the_last_archive_time_is_restored_after_a_restart(
+    fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    store = _file_store(tmp_path)
+    first = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
+    sid = fake_service.add_session(TOKEN, id="before-restart")
+    assert _poll(first)
+    fake_service.end_session(TOKEN, sid)
+    assert _poll(first)
+    assert _wait_for(lambda: bool(_manifests(store, sid)))
+    assert first.pipeline.run_until_idle(60)
+    written = first.registry.get_sample_value("archiver_last_archive_success_timestamp_seconds")
+    assert written
+    first.close()
+    second = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
+    assert second.registry.get_sample_value("archiver_last_archive_success_timestamp_seconds") == written

@@ -45,15 +45,31 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/*
-Common labels.
+Common labels: the selector labels, the chart's own, then commonLabels (which cannot override them).
 */}}
 {{- define "archiver.labels" -}}
-helm.sh/chart: {{ include "archiver.chart" . }}
 {{ include "archiver.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" | quote }}
 app.kubernetes.io/component: archiver
-app.kubernetes.io/part-of: session-archiver
-app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{ include "archiver.baseLabels" . }}
+{{- end -}}
+
+{{/*
+Labels of every object except the selector and component ones (the helm test pod must not match
+the Service).
+*/}}
+{{- define "archiver.baseLabels" -}}
+{{- $own := dict
+  "helm.sh/chart" (include "archiver.chart" .)
+  "app.kubernetes.io/version" (.Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-")
+  "app.kubernetes.io/part-of" "session-archiver"
+  "app.kubernetes.io/managed-by" .Release.Service
+-}}
+{{- range $k, $v := .Values.commonLabels }}
+{{- if or (hasKey $own $k) (has $k (list "app.kubernetes.io/name" "app.kubernetes.io/instance" "app.kubernetes.io/component")) }}
+{{- fail (printf "commonLabels.%s: the chart sets this label itself" $k) }}
+{{- end }}
+{{- end -}}
+{{ toYaml (merge $own .Values.commonLabels) }}
 {{- end -}}
 
 {{/*
@@ -75,13 +91,19 @@ Name of the Secret holding the API token under the key "api-token".
 {{- end -}}
 
 {{/*
-Container image reference: a digest pins it, else the tag (default: the chart's appVersion).
+Container image reference: [registry/]repository, then a digest that pins it, else the tag
+(default: the chart's appVersion). global.imageRegistry wins over image.registry.
 */}}
 {{- define "archiver.image" -}}
+{{- $registry := (.Values.global).imageRegistry | default .Values.image.registry -}}
+{{- $repository := .Values.image.repository -}}
+{{- if $registry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" $registry) $repository -}}
+{{- end -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) -}}
 {{- end -}}
 {{- end -}}
 

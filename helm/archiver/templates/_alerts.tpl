@@ -1,0 +1,213 @@
+{{/*
+The alert rules: the single source of grafana/alerts/archiver.rules.yml (generated from the default
+rendering by `make rules`; a test keeps them equal) and of the chart's PrometheusRule. Each rule's
+enabled / severity / for / threshold come from .Values.prometheusRule.rules.<AlertName>.
+Prometheus template syntax inside annotations is written as Go raw strings ({{`...`}}) so Helm
+leaves it alone.
+*/}}
+
+{{/*
+Bytes of a Kubernetes quantity (10Gi, 500Mi, 2G, 1000000): the spool alert follows persistence.size.
+*/}}
+{{- define "archiver.quantityBytes" -}}
+{{- $q := toString . -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $q -}}
+{{- $suffix := trimPrefix $number $q -}}
+{{- $units := dict "" 1 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 -}}
+{{- if or (not $number) (not (hasKey $units $suffix)) -}}
+{{- fail (printf "cannot read %q as a size (e.g. 10Gi, 500Mi, 2G)" $q) -}}
+{{- end -}}
+{{- mulf (float64 $number) (index $units $suffix) | floor | int64 -}}
+{{- end -}}
+
+{{/*
+One rule's settings merged over the defaults; fails on an unknown alert name.
+Called with (dict "ctx" $ "name" "ArchiverDown").
+*/}}
+{{- define "archiver.ruleSettings" -}}
+{{- $rules := .ctx.Values.prometheusRule.rules -}}
+{{- if not (hasKey $rules .name) -}}
+{{- fail (printf "prometheusRule.rules.%s is missing" .name) -}}
+{{- end -}}
+{{- toYaml (index $rules .name) -}}
+{{- end -}}
+
+{{/*
+The rule's common tail: for, labels (severity plus prometheusRule.alertLabels), and the start of
+the annotations with runbook_url. Called with (dict "ctx" $ "name" ... "rule" <settings>).
+*/}}
+{{- define "archiver.ruleHead" -}}
+{{- $rule := .rule -}}
+{{- with $rule.for }}
+for: {{ . }}
+{{- end }}
+labels:
+  severity: {{ $rule.severity }}
+  {{- with .ctx.Values.prometheusRule.alertLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+annotations:
+  runbook_url: {{ printf "%s#%s" .ctx.Values.prometheusRule.runbookBaseUrl (lower .name) }}
+{{- end -}}
+
+{{/*
+The rule groups (a YAML list), with disabled rules left out.
+*/}}
+{{- define "archiver.alertGroups" -}}
+{{- $ := . -}}
+{{- $r := dict -}}
+{{- range $name := list "ArchiverDown" "ArchiverUpstreamDown" "ArchiverStoreDown" "ArchiverDetectionFailing" "ArchiverUpstreamInvalidEntries" "ArchiverFetchDeadlineNear" "ArchiverItemsExpired" "ArchiverUploadBacklog" "ArchiverSpoolLarge" "ArchiverNoRecentArchive" "ArchiverSessionsDropped" -}}
+{{- $_ := set $r $name (include "archiver.ruleSettings" (dict "ctx" $ "name" $name) | fromYaml) -}}
+{{- end -}}
+- name: session-archiver
+  rules:
+    {{- with $r.ArchiverDown }}{{ if .enabled }}
+    - alert: ArchiverDown
+      # Any target that exported archiver_build_info in the last day (whatever its job or release
+      # name) and now fails its scrape, or no archiver target at all (deleted, scaled to 0, or the
+      # ServiceMonitor selects nothing): the absent() branch, which stays quiet while the first
+      # branch already speaks.
+      expr: |-
+        (up == 0 and on (job, instance) max_over_time(archiver_build_info[1d]))
+        or
+        (absent(archiver_build_info) unless on () (up == 0 and on (job, instance) max_over_time(archiver_build_info[1d])))
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverDown" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Archiver {{ with $labels.instance }}target {{ . }} is down{{ else }}is not running: no target exports archiver_build_info{{ end }}"`}}
+        description: >-
+          {{`No archiver has been scraped successfully for`}} {{ .for }}{{`{{ with $labels.instance }} ({{ $labels.job }}/{{ . }}){{ end }}.
+          While the archiver is down, ended sessions are neither confirmed nor fetched; their
+          logs and artifacts are removed upstream 4 hours after the session ends.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverUpstreamDown }}{{ if .enabled }}
+
+    - alert: ArchiverUpstreamDown
+      # The session list only: some accounts' /metrics answers 404 for good, and exporting and
+      # archiving both depend on the list, not on the upstream's own metrics.
+      expr: archiver_upstream_up{endpoint="sessions"} == 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverUpstreamDown" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Archiver cannot reach the session hosting API ({{ $labels.endpoint }})"`}}
+        description: >-
+          {{`{{ $labels.instance }}: the polls of upstream endpoint {{ $labels.endpoint }} failed for`}} {{ .for }}.
+          Session metrics are stale and ended sessions are not detected; the 4-hour fetch window
+          keeps running.
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverStoreDown }}{{ if .enabled }}
+
+    - alert: ArchiverStoreDown
+      # Set by every store operation and by a probe each poll interval, so a dead endpoint or a
+      # wrong IAM role shows within one poll, not when the spool or the deadlines run out.
+      expr: archiver_store_up == 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverStoreDown" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Archiver cannot write to its archive store"`}}
+        description: >-
+          {{`{{ $labels.instance }}: store operations and probes have failed for`}} {{ .for }}.
+          Fetched logs and artifacts wait in the local spool (nothing is lost while the volume has
+          room), but no session is archived until the store accepts writes again.
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverDetectionFailing }}{{ if .enabled }}
+
+    - alert: ArchiverDetectionFailing
+      expr: archiver_detection_up == 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverDetectionFailing" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Archiver cannot process ended sessions"`}}
+        description: >-
+          {{`{{ $labels.instance }}: the end detection of every poll has failed for`}} {{ .for }},
+          although the session list is fetched. Ended sessions are not queued for archiving; their
+          logs and artifacts are removed upstream 4 hours after the session ends.
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverUpstreamInvalidEntries }}{{ if .enabled }}
+
+    - alert: ArchiverUpstreamInvalidEntries
+      expr: increase(archiver_upstream_invalid_entries_total[{{ .window }}]) > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverUpstreamInvalidEntries" "rule" .) | trim | nindent 6 }}
+        summary: {{`"The session list has entries the archiver cannot read"`}}
+        description: >-
+          {{`{{ $labels.instance }}: about {{ $value | humanize }} session list entries were left out of
+          polls in the last`}} {{ .window }} {{`because a value failed its range checks. Those sessions are
+          neither exported nor archived while their entries stay invalid.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverFetchDeadlineNear }}{{ if .enabled }}
+
+    - alert: ArchiverFetchDeadlineNear
+      expr: archiver_next_fetch_deadline_timestamp_seconds - time() < {{ int64 .threshold }}
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverFetchDeadlineNear" "rule" .) | trim | nindent 6 }}
+        summary: {{`"An ended session's logs/artifacts are about to be removed upstream"`}}
+        description: >-
+          {{`{{ $labels.instance }}: the earliest pending fetch deadline is
+          {{ $value | humanizeDuration }} away. When it passes, the provider removes the
+          session's logs and artifacts and they can no longer be archived.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverItemsExpired }}{{ if .enabled }}
+
+    - alert: ArchiverItemsExpired
+      expr: increase(archiver_items_total{outcome="expired"}[{{ .window }}]) > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverItemsExpired" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Evidence lost: {{ $labels.kind }} items of ended sessions expired before archiving"`}}
+        description: >-
+          {{`{{ $labels.instance }}: about {{ $value | humanize }} {{ $labels.kind }} items passed
+          their fetch deadline in the last`}} {{ .window }} {{`without being fetched. They are gone upstream;
+          their manifests record the outcome "expired".`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverUploadBacklog }}{{ if .enabled }}
+
+    - alert: ArchiverUploadBacklog
+      expr: archiver_pending_items{stage="upload"} > {{ int64 .threshold }}
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverUploadBacklog" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Archiver upload backlog: {{ $value }} items waiting for the store"`}}
+        description: >-
+          {{`{{ $labels.instance }}: more than`}} {{ int64 .threshold }} {{`fetched items have been waiting for
+          upload to the archive store for`}} {{ .for }}. Nothing is lost (the bytes are spooled on
+          the volume), but the spool grows until the store accepts writes again.
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverSpoolLarge }}{{ if .enabled }}
+    {{- $bytes := .thresholdBytes }}
+    {{- if not $bytes }}
+    {{- $bytes = mulf (include "archiver.quantityBytes" $.Values.persistence.size | float64) .volumeFraction | floor | int64 }}
+    {{- end }}
+
+    - alert: ArchiverSpoolLarge
+      # Default: a fraction (volumeFraction) of the state volume, persistence.size.
+      expr: archiver_spool_bytes > {{ int64 $bytes }}
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverSpoolLarge" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Archiver spool holds {{ $value | humanize1024 }}B"`}}
+        description: >-
+          {{`{{ $labels.instance }}: the local spool holds more than {{`}} {{ int64 $bytes }} {{`| humanize1024 }}B of
+          fetched, not yet uploaded data (the state volume is`}} {{ $.Values.persistence.size }}{{`). If the
+          volume fills up, fetches fail and fetch deadlines can be missed.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverNoRecentArchive }}{{ if .enabled }}
+
+    - alert: ArchiverNoRecentArchive
+      expr: |-
+        increase(archiver_sessions_ended_total[1h]) > 0
+        unless on (job, instance)
+        (time() - archiver_last_archive_success_timestamp_seconds < {{ int64 .threshold }})
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverNoRecentArchive" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Sessions ended but nothing was archived for a while"`}}
+        description: >-
+          {{`{{ $labels.instance }}: sessions ended in the last hour, yet no session archive
+          completed in the last`}} {{ int64 .threshold }} {{`seconds. Without a store (export-only mode) this
+          alert is expected; disable it or set config.store.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverSessionsDropped }}{{ if .enabled }}
+
+    - alert: ArchiverSessionsDropped
+      expr: archiver_sessions_dropped > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverSessionsDropped" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Per-session series capped: {{ $value }} sessions not exported"`}}
+        description: >-
+          {{`{{ $labels.instance }}: more active sessions than --max-sessions; the per-session
+          series (sessionhost_session_*) of {{ $value }} sessions are dropped. Aggregates
+          (sessionhost_sessions, sessionhost_players) stay exact and archiving is unaffected.`}}
+    {{- end }}{{ end }}
+{{- end -}}
