@@ -474,25 +474,27 @@ class Pipeline:
             self.reconciled_once.set()
 
     def reconcile(self) -> int:
-        """List every session the upstream still holds (`all=true`) and end those it calls ended that
-        have no archive yet, however the polls missed them (daemon stopped, list outage, quarantine).
+        """List every session the upstream still holds (`all=true`) and queue those it calls ended
+        that the state DB has never seen, however the polls missed them (daemon stopped, list
+        outage). They become candidates: the confirmers describe them (the describe also gives
+        their players) and end them as any other session.
 
-        The deadline of a session never seen alive comes from its creation time and the fact that
-        the upstream lists it now (`deadline_for`). Also prunes old terminal rows. Returns the
-        number of sessions queued.
+        Sessions the DB knows are left to the polls and confirmers. The deadline of a session never
+        seen alive comes from its creation time and the fact that the upstream lists it now
+        (`deadline_for`). Also prunes old terminal rows. Returns the number of sessions queued.
         """
         scanned = self.client.list_ended_sessions(policy=self._policy)
         now = self.clock()
         by_key = {session_key(e.session_id, e.created_ms): e for e in scanned}
         states = self.state.states_of(by_key)
-        # Only what the DB does not know as past its end is parsed (the rest is cheap to skip).
-        ended: dict[str, Session] = {}
+        # Only entries the DB does not know are parsed: in steady state that is none of them.
+        unseen: list[Session] = []
         invalid: list[InvalidEntry] = []
         for key, entry in by_key.items():
-            if states.get(key, "active") in ("active", "candidate"):
+            if key not in states:
                 parsed = parse_ended(entry)
                 if isinstance(parsed, Session):
-                    ended[session_key_of(parsed)] = parsed
+                    unseen.append(parsed)
                 else:
                     invalid.append(parsed)
         if invalid:
@@ -500,27 +502,18 @@ class Pipeline:
             for bad in invalid[:5]:
                 log.warning("ended list entry %d (id %s) left out of reconciliation: %s", bad.index,
                             printable(bad.session_id or "")[:80], bad.reason)  # fmt: skip
-        known_open = [s for key, s in ended.items() if states.get(key) in ("active", "candidate")]
-        unseen = [s for key, s in ended.items() if key not in states]
         queued = 0
         if unseen and self._first_start and self.settings.on_first_start == "skip":
             skipped = self.state.skip_sessions(unseen, now)
             log.info("first start: %d ended sessions the upstream still holds are not archived (on-first-start=skip)",
                      skipped)  # fmt: skip
-            unseen = []
-        elif unseen and self._first_start:
-            log.info("first start: archiving the %d ended sessions the upstream still holds", len(unseen))
-        if known_open or unseen:
-            rows = self.state.end_sessions(
-                [*known_open, *unseen], deadline_for=self._deadline_for, items_for=self._items_for, now=now
-            )
-            queued = len(rows)
+        elif unseen:
+            if self._first_start:
+                log.info("first start: archiving the %d ended sessions the upstream still holds", len(unseen))
+            queued = self.state.add_candidates(unseen, now)
             if queued:
-                self.metrics.sessions_ended(queued)
-                found = sum(1 for r in rows if r.last_seen_active is None)
-                if found:
-                    self.metrics.reconciled(found)
-                    log.info("reconciliation found %d ended sessions the polls had missed", found)
+                self.metrics.reconciled(queued)
+                log.info("reconciliation found %d ended sessions the polls had missed", queued)
                 self._notify()
         self._first_start = False
         pruned = self.state.prune(now - self.settings.prune_after)
@@ -678,7 +671,9 @@ class Pipeline:
                           item.session_id if item else "?", exc)  # fmt: skip
                 self.metrics.error("upload")
                 if item is not None:
-                    self._finish(item, "failed", error=str(exc), spool_path=item.spool_path)
+                    # The fetched bytes are evidence all the same: kept beside conflicts, not swept.
+                    kept = self._keep_conflicting(Path(item.spool_path)) if item.spool_path else None
+                    self._finish(item, "failed", error=str(exc), spool_path=str(kept) if kept else None)
             except StoreError as exc:
                 if item is not None:
                     self.state.retry_item(item.id, status="spooled", not_before=0.0, error=str(exc))

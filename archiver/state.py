@@ -650,26 +650,21 @@ class StateDB:
         with self.write() as db:
             return self._end(db, key, described, deadline_for, items_for, now, backfill=backfill)
 
-    def end_sessions(
-        self,
-        ended: Sequence[Session],
-        *,
-        deadline_for: Callable[[SessionRow], float],
-        items_for: Callable[[SessionRow], Sequence[NewItem]],
-        now: float,
-    ) -> list[SessionRow]:
-        """`end_session(backfill=True)` for many sessions the upstream lists as ended, in one transaction."""
-        with self.write() as db:
-            rows = [self._end(db, session_key_of(s), s, deadline_for, items_for, now, backfill=True) for s in ended]
-        return [r for r in rows if r is not None]
+    def add_candidates(self, ended: Sequence[Session], now: float) -> int:
+        """Sessions found ended that the DB has never seen (reconciliation): candidates, to be
+        described and ended like any other. Returns how many were new."""
+        return self._insert_unseen(ended, "candidate", now, done_at=None)
 
     def skip_sessions(self, ended: Sequence[Session], now: float) -> int:
         """Record ended sessions as `skipped` (first start without backfill): never archived, pruned later."""
+        return self._insert_unseen(ended, "skipped", now, done_at=now)
+
+    def _insert_unseen(self, ended: Sequence[Session], state: str, now: float, *, done_at: float | None) -> int:
         with self.write() as db:
             return db.executemany(
                 "INSERT OR IGNORE INTO sessions (key, id, instance, image, tag, location, host, created, labels, "
                 "player_count, status, state, first_seen_ended, done_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'skipped', ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     (
                         session_key_of(s),
@@ -683,8 +678,9 @@ class StateDB:
                         _labels_json(s),
                         s.player_count,
                         s.status,
+                        state,
                         now,
-                        now,
+                        done_at,
                     )
                     for s in ended
                 ],

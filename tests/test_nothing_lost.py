@@ -74,6 +74,7 @@ def test_sessions_born_and_ended_while_the_daemon_was_stopped_are_archived(
         fake_service.end_session(TOKEN, sid)
     fake_service.advance(20.0)  # ... for 30 s, while these started and ended
     second = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
+    assert _poll(second)  # the one it knew as active is gone from the list: confirmed as usual
     assert second.pipeline.reconciled_once.wait(60)
     assert second.pipeline.run_until_idle(60)
     for sid in [*born, seen]:
