@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -94,6 +95,8 @@ class PrometheusServer:
 @pytest.fixture
 def prometheus_factory(tmp_path: Path) -> Iterator[Callable[[str], PrometheusServer]]:
     if not Path(PROMETHEUS).exists():
+        if os.environ.get("CI") == "true":
+            pytest.fail("the prometheus binary is not installed (.ci/run installs the Debian package)")
         pytest.skip("the prometheus binary is not installed (CI installs the Debian package)")
     servers: list[PrometheusServer] = []
 
@@ -108,3 +111,15 @@ def prometheus_factory(tmp_path: Path) -> Iterator[Callable[[str], PrometheusSer
     yield start
     for server in servers:
         server.stop()
+
+
+@pytest.fixture
+def promtool() -> str:
+    """Path of promtool: a failure under CI=true (CI installs it), a skip on a developer machine."""
+    path = shutil.which("promtool", path=f"{os.environ.get('PATH', '')}:/usr/bin")
+    if path is None:
+        message = "promtool is not installed (CI installs Debian's prometheus package)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return path

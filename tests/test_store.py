@@ -66,11 +66,46 @@ def in_progress_uploads(endpoint: str, bucket: str) -> list[str]:
     ]
 
 
-@pytest.fixture(params=["s3", "file"])
+@pytest.fixture(params=["moto", "seaweedfs"])
+def s3_endpoint(request: pytest.FixtureRequest) -> str:
+    """moto (in-memory mock) or SeaweedFS (a real S3-compatible server): every S3 test of this
+    module runs against both."""
+    if request.param == "moto":
+        return str(request.getfixturevalue("moto_endpoint"))
+    return str(request.getfixturevalue("seaweed_server").endpoint)
+
+
+@pytest.fixture
+def s3_client(s3_endpoint: str) -> Callable[..., Any]:
+    """Factory of boto3 clients for this test's S3 server, built like the archiver builds its own."""
+    from archiver.store import make_s3_client
+
+    def make(checksum_mode: str = "when_supported") -> Any:
+        return make_s3_client(endpoint_url=s3_endpoint, checksum_mode=checksum_mode)  # type: ignore[arg-type]
+
+    return make
+
+
+@pytest.fixture
+def s3_bucket(s3_endpoint: str, s3_client: Callable[..., Any]) -> tuple[str, str]:
+    """``(endpoint, bucket)``: a fresh, empty bucket on this test's S3 server."""
+    bucket = f"test-{uuid.uuid4().hex[:20]}"
+    s3_client().create_bucket(Bucket=bucket)
+    return s3_endpoint, bucket
+
+
+@pytest.fixture(params=["s3-moto", "s3-seaweedfs", "file"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    """Each shared-behaviour test runs against the S3 store (moto) and the file store."""
-    if request.param == "s3":
-        endpoint, bucket = request.getfixturevalue("s3_bucket")
+    """Each shared-behaviour test runs against the S3 store (moto and SeaweedFS) and the file store."""
+    if request.param.startswith("s3-"):
+        if request.param == "s3-moto":
+            endpoint = str(request.getfixturevalue("moto_endpoint"))
+        else:
+            endpoint = request.getfixturevalue("seaweed_server").endpoint
+        bucket = f"test-{uuid.uuid4().hex[:20]}"
+        from archiver.store import make_s3_client
+
+        make_s3_client(endpoint_url=endpoint).create_bucket(Bucket=bucket)
         return open_store(f"s3://{bucket}/arch", s3_endpoint_url=endpoint)
     root = tmp_path / "store"
     root.mkdir()
@@ -196,9 +231,16 @@ class CrashingJournal(MemoryJournal):
             raise SimulatedCrash
 
 
-def test_multipart_upload_resumes_after_a_crash(s3_bucket: tuple[str, str], tmp_path: Path) -> None:
+def test_multipart_upload_resumes_after_a_crash(
+    s3_bucket: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """Journal holds upload id + part 1; a new store finishes with parts 2-3 only: one correct object."""
     endpoint, bucket = s3_bucket
+    if "seaweedfs" in request.node.name:
+        # Found by running the store tests against a real server (SeaweedFS 4.48): completing an
+        # upload resumed from ListParts answers 400 InvalidRequest. Open: fall back to a fresh
+        # upload when a resumed completion is refused (strict, so the fix shows up here).
+        request.applymarker(pytest.mark.xfail(strict=True, reason="SeaweedFS refuses a resumed completion"))
     path, sha, size = write_file(tmp_path / "spool", 20 * MIB)
     journal = CrashingJournal(crash_after=1)
     first = open_store(f"s3://{bucket}/", s3_endpoint_url=endpoint)
@@ -464,8 +506,12 @@ def test_file_store_probe_is_true_and_leaves_nothing(tmp_path: Path) -> None:
 # --- reads and listing ---------------------------------------------------------------------------
 
 
-def test_listing_is_lexicographic_and_prefix_filtered(store: ObjectStore) -> None:
+def test_listing_is_lexicographic_and_prefix_filtered(store: ObjectStore, request: pytest.FixtureRequest) -> None:
     """list_keys yields exactly the keys with the prefix, in S3's byte order (`a-c` before `a/b`)."""
+    if "seaweedfs" in request.node.name:
+        # SeaweedFS walks its filer's directory tree (`a/b` before `a-c`); nothing of ours relies
+        # on the order (retrieval sorts what it lists), so this stays a documented difference.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="SeaweedFS lists in directory order"))
     for key in ("arch/a/b", "arch/a-c", "arch/a/c/d", "arch/b", "arch/ab", "zzz"):
         store.put_bytes(key, key.encode(), content_type="text/plain")
     assert list(store.list_keys("arch/a")) == ["arch/a-c", "arch/a/b", "arch/a/c/d", "arch/ab"]
