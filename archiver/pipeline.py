@@ -43,7 +43,7 @@ from archiver.errors import (
 )
 from archiver.fetch import Fetcher, Finished, Retry, Spool, Spooled, artifact_source, logs_source
 from archiver.models import UNKNOWN_STATUS, Session, SessionListParser
-from archiver.retry import RetryPolicy
+from archiver.retry import RetryPolicy, backoff
 from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.state import Backlog, ItemRow, NewItem, PendingItem, SessionRow, StateDB, session_key_of
@@ -120,7 +120,7 @@ def _key_id(key: str) -> str:
 
 
 def _backoff(initial: float, maximum: float, attempt: int) -> float:
-    return float(min(maximum, initial * 2.0 ** max(0, attempt - 1)))
+    return backoff(attempt, initial=initial, maximum=maximum)
 
 
 def deadline_for(row: SessionRow, *, retention: float, margin: float, now: float) -> float:

@@ -25,6 +25,9 @@ from archiver import __version__
 ITEM_KINDS = ("logs", "artifact")
 ITEM_OUTCOMES = ("archived", "source_gone", "too_large", "expired", "conflict", "failed")
 PENDING_STAGES = ("fetch", "upload")
+#: Label values of archiver_retries_total: the operations archiver.retry retries (S3's retries are
+#: botocore's own and not seen here).
+RETRY_OPERATIONS = ("upstream_request", "upstream_poll", "fetch_item")
 
 #: Poll durations: a healthy poll is tens of ms, a struggling upstream takes seconds (timeouts ~30 s).
 POLL_DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -213,6 +216,14 @@ class SelfMetrics:
             "1 when the last store operation or probe succeeded, 0 when it failed.",
             registry=registry,
         )
+        self._retries = Counter(
+            "archiver_retries",
+            "Retries of transient failures, by operation (archiver.retry's named policies).",
+            ["operation"],
+            registry=registry,
+        )
+        for operation in RETRY_OPERATIONS:
+            self._retries.labels(operation)
         # archiver_upstream_up stays absent until the first poll: 0 would claim a failure that did not happen.
         for endpoint in endpoints:
             self._poll_duration.labels(endpoint)
@@ -295,6 +306,10 @@ class SelfMetrics:
         """After a restart: the newest manifest the state DB knows of (absent → left at 0)."""
         if timestamp is not None:
             self._last_archive_success.set(timestamp)
+
+    def retried(self, operation: str) -> None:
+        """One retry of `operation` (an archiver.retry observer)."""
+        self._retries.labels(operation).inc()
 
     def error(self, where: str) -> None:
         """An unexpected exception was caught at a loop or request edge (`where`: e.g. poll, fetch, http)."""

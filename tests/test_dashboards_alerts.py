@@ -62,6 +62,7 @@ NOT_CHARTED = frozenset(
         "up",
         "archiver_detection_up",
         "archiver_errors_total",
+        "archiver_retries_total",
         "archiver_reconciled_sessions_total",
         "archiver_sessions_failed_total",
         "archiver_sessions_reopened_total",
