@@ -43,7 +43,7 @@ from archiver.errors import (
 )
 from archiver.fetch import Fetcher, Finished, Retry, Spool, Spooled, artifact_source, logs_source
 from archiver.models import UNKNOWN_STATUS, Session, SessionListParser
-from archiver.retry import RetryPolicy, backoff
+from archiver.retry import RetryPolicy
 from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.state import Backlog, ItemRow, NewItem, PendingItem, SessionRow, StateDB, session_key_of
@@ -120,6 +120,8 @@ def _key_id(key: str) -> str:
 
 
 def _backoff(initial: float, maximum: float, attempt: int) -> float:
+    from archiver.retry import backoff  # here, not at the top: keeps this change to the one helper
+
     return backoff(attempt, initial=initial, maximum=maximum)
 
 

@@ -216,14 +216,6 @@ class SelfMetrics:
             "1 when the last store operation or probe succeeded, 0 when it failed.",
             registry=registry,
         )
-        self._retries = Counter(
-            "archiver_retries",
-            "Retries of transient failures, by operation (archiver.retry's named policies).",
-            ["operation"],
-            registry=registry,
-        )
-        for operation in RETRY_OPERATIONS:
-            self._retries.labels(operation)
         # archiver_upstream_up stays absent until the first poll: 0 would claim a failure that did not happen.
         for endpoint in endpoints:
             self._poll_duration.labels(endpoint)
@@ -232,6 +224,14 @@ class SelfMetrics:
                 self._items.labels(kind, outcome)
         for stage in PENDING_STAGES:
             self._pending.labels(stage)
+        self._retries = Counter(
+            "archiver_retries",
+            "Retries of transient failures, by operation (archiver.retry's named policies).",
+            ["operation"],
+            registry=registry,
+        )
+        for operation in RETRY_OPERATIONS:
+            self._retries.labels(operation)
 
     # --- poller ---------------------------------------------------------------------------------
 

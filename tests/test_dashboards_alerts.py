@@ -38,8 +38,10 @@ def exposed_names(registry: CollectorRegistry) -> set[str]:
 
 def self_metrics_registry() -> CollectorRegistry:
     registry = CollectorRegistry()
-    # The next-deadline gauge is absent while nothing is pending: make one pending.
-    SelfMetrics(registry).set_next_fetch_deadline(1_700_000_000.0)
+    metrics = SelfMetrics(registry)
+    # Gauges absent until first set (the next deadline while nothing is pending): set them.
+    metrics.set_next_fetch_deadline(1_700_000_000.0)
+    metrics.set_store_up(True)
     return registry
 
 

@@ -71,7 +71,10 @@ def test_every_self_metric_is_documented_with_its_type_and_labels() -> None:
     """Every family the SelfMetrics registry exposes has its README row, and every archiver_* row
     is either a self metric or one of the exposition's snapshot gauges."""
     registry = CollectorRegistry()
-    SelfMetrics(registry).set_next_fetch_deadline(1_700_000_000.0)
+    metrics = SelfMetrics(registry)
+    # Gauges absent until first set: set them, so every family is collected.
+    metrics.set_next_fetch_deadline(1_700_000_000.0)
+    metrics.set_store_up(True)
     rows = metric_rows()
     names = set()
     for family in registry.collect():
