@@ -27,7 +27,7 @@ from archiver.errors import (
     status_error_class,
 )
 from archiver.models import CreatedSession, Location, PlayersResult, Session
-from archiver.retry import RetryPolicy, call
+from archiver.retry import UPSTREAM_REQUEST, RetryObserver, RetryPolicy, call
 
 #: How much of an error body is read (error pages are small; a misbehaving proxy must not stall us).
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -196,13 +196,15 @@ class SessionHostClient:
         *,
         policy: RetryPolicy | None = None,
         observer: RequestObserver | None = None,
+        retry_observer: RetryObserver | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._http = http
         self._auth = _BearerAuth(token)
-        self._policy = policy or RetryPolicy()
+        self._policy = policy or UPSTREAM_REQUEST
         self._observer = observer
+        self._retry_observer = retry_observer
         self._clock = clock
         self._sleep = sleep
         #: Retries made per endpoint since start (for tests and debugging; approximate under threads).
@@ -478,7 +480,14 @@ class SessionHostClient:
         def on_retry(exc: BaseException, wait: float) -> None:
             self.retries[endpoint] += 1
 
-        return call(attempt, effective, clock=self._clock, sleep=self._sleep, on_retry=on_retry)
+        return call(
+            attempt,
+            effective,
+            clock=self._clock,
+            sleep=self._sleep,
+            on_retry=on_retry,
+            observer=self._retry_observer,
+        )
 
     def _send(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import shutil
 import sys
 import time
@@ -11,10 +12,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from archiver import __version__
 from archiver.errors import ArchiverError, ConfigError
-from archiver.settings import OPTIONS, Option, Settings, load_settings
+from archiver.settings import (
+    DAEMON_SCOPES,
+    OPTIONS,
+    OPTIONS_BY_KEY,
+    STATUS_SCOPES,
+    STORE_SCOPES,
+    Option,
+    Settings,
+    build_settings,
+    read_config_file,
+)
 
 if TYPE_CHECKING:
     from archiver.store import ObjectStore  # imports botocore: kept out of `archiver --help`
@@ -22,40 +34,99 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _help(opt: Option) -> str:
-    default = opt.default
-    if isinstance(default, tuple):
-        default = ", ".join(default) if default else None
-    shown = f"; default: {default}" if default not in (None, "") else ""
-    return f"{opt.help} [env: {opt.env}{shown}]"
+_CONFIG_META = "archiver.config"
 
 
-def settings_options(func: F) -> F:
-    """Adds every configuration option; values are merged with env and file by archiver.settings."""
-    for opt in reversed(OPTIONS):
-        func = click.option(
-            opt.flag,
-            opt.key,
-            multiple=opt.multiple,
+def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Eager `--config` callback: the TOML file becomes click's `default_map`, so every option
+    resolves flag > env var > file > default by click's own rules."""
+    if value is None:
+        return None
+    try:
+        data = read_config_file(Path(value))
+    except ConfigError as exc:
+        # Raised while click parses, before friendly_errors runs: the same one line and exit 2.
+        click.echo(f"error: configuration: {exc}", err=True)
+        ctx.exit(2)
+    defaults: dict[str, Any] = {}
+    for key, raw in data.items():
+        opt = OPTIONS_BY_KEY.get(key)
+        if opt is None:
+            continue  # [images]: read by archiver.settings from the stashed file data
+        # A multiple option's default must be a list for click; a TOML string is one item.
+        defaults[key] = [raw] if opt.multiple and isinstance(raw, str) else raw
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    ctx.meta[_CONFIG_META] = (data, value)
+    return value
+
+
+def settings_options(scopes: frozenset[str] = DAEMON_SCOPES) -> Callable[[F], F]:
+    """Adds the configuration options of `scopes` (see archiver.settings.Option.scope) and --config;
+    click resolves each value from the flag, its env var or the file, and `resolve` converts them."""
+
+    def decorate(func: F) -> F:
+        for opt in reversed(OPTIONS):
+            if opt.scope not in scopes:
+                continue
+            func = click.option(
+                opt.flag,
+                opt.key,
+                multiple=opt.multiple,
+                # Shown by --help; a value from this default is left to archiver.settings' own default.
+                default=opt.default,
+                # Raw values (strings, or TOML ints and lists): archiver.settings converts them all alike.
+                type=click.UNPROCESSED,
+                envvar=opt.env,
+                show_envvar=True,
+                show_default=True,
+                metavar=opt.metavar,
+                help=opt.help,
+            )(func)
+        return click.option(
+            "--config",
+            "config_file",
+            type=click.Path(dir_okay=False),
             default=None,
-            metavar=opt.metavar,
-            help=_help(opt),
+            envvar="ARCHIVER_CONFIG",
+            show_envvar=True,
+            is_eager=True,
+            expose_value=True,
+            callback=_read_config,
+            metavar="FILE.toml",
+            help="TOML configuration file (keys are option names with underscores).",
         )(func)
-    func = click.option(
-        "--config",
-        "config_file",
-        type=click.Path(dir_okay=False),
-        default=None,
-        metavar="FILE.toml",
-        help="TOML configuration file (keys are option names with underscores). [env: ARCHIVER_CONFIG]",
-    )(func)
-    return func
+
+    return decorate
+
+
+def _source(opt: Option, source: ParameterSource | None, file_name: str) -> str | None:
+    """Where a value came from, as error messages name it; None for click's (empty) default."""
+    if source is ParameterSource.COMMANDLINE:
+        return opt.flag
+    if source is ParameterSource.ENVIRONMENT:
+        return opt.env
+    if source is ParameterSource.DEFAULT_MAP:
+        return f"{file_name}: {opt.key}"
+    return None
 
 
 def resolve(kwargs: dict[str, Any]) -> Settings:
-    """Pops the configuration options out of a command's kwargs and merges them into Settings."""
-    flags = {opt.key: kwargs.pop(opt.key, None) for opt in OPTIONS}
-    return load_settings(flags, config_file=kwargs.pop("config_file", None))
+    """Pops the configuration options out of a command's kwargs and builds Settings from them
+    (options the command does not take keep their defaults)."""
+    import os
+
+    ctx = click.get_current_context()
+    kwargs.pop("config_file", None)
+    file_data, file_name = ctx.meta.get(_CONFIG_META, ({}, ""))
+    raw: dict[str, tuple[Any, str]] = {}
+    for opt in OPTIONS:
+        if opt.key not in kwargs:
+            continue
+        value = kwargs.pop(opt.key)
+        source = _source(opt, ctx.get_parameter_source(opt.key), file_name)
+        if source is not None and value is not None and value != ():
+            raw[opt.key] = (value, source)
+    return build_settings(raw, file_data=file_data, file_name=file_name, env=os.environ)
 
 
 def friendly_errors(func: F) -> F:
@@ -79,6 +150,25 @@ def friendly_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def format_option(json_help: str = "") -> Callable[[F], F]:
+    """``--format table|json``, the one output convention of status, ls, show, verify and check
+    (`text`, show's former name for `table`, is still accepted)."""
+
+    def decorate(func: F) -> F:
+        return click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["table", "json", "text"]),
+            default="table",
+            show_default=True,
+            metavar="[table|json]",
+            help=json_help or None,
+            callback=lambda _ctx, _param, value: "table" if value == "text" else value,
+        )(func)
+
+    return decorate
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, "-V", "--version", prog_name="archiver")
 def main() -> None:
@@ -86,7 +176,7 @@ def main() -> None:
 
 
 @main.command()
-@settings_options
+@settings_options(DAEMON_SCOPES)
 @friendly_errors
 def run(**kwargs: Any) -> None:
     """The daemon: poll the upstream, export /metrics, archive ended sessions."""
@@ -133,12 +223,11 @@ def fake_service(**kwargs: Any) -> None:
 
 
 @main.command()
-@settings_options
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@settings_options(STATUS_SCOPES)
+@format_option()
 @friendly_errors
 def status(fmt: str, **kwargs: Any) -> None:
     """Pending items in the local state DB, the time left to each fetch deadline, and failed sessions."""
-    import json
     import time
 
     from archiver.state import read_status
@@ -164,7 +253,7 @@ def status(fmt: str, **kwargs: Any) -> None:
 
 
 @main.command()
-@settings_options
+@settings_options(DAEMON_SCOPES)
 @click.argument("session_ids", nargs=-1, required=True, metavar="ID...")
 @click.option("--timeout", "wait", default="30m", show_default=True, metavar="DURATION", help="How long to wait.")
 @friendly_errors
@@ -258,8 +347,8 @@ def _store_for(settings: Settings) -> ObjectStore:
     help="Only sessions with this label (repeatable; all must match).",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="At most N sessions (the newest).")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@settings_options
+@format_option()
+@settings_options(STORE_SCOPES)
 @friendly_errors
 def ls_command(
     since: str | None, until: str | None, image: str | None, location: str | None,
@@ -287,12 +376,9 @@ def ls_command(
 
 @main.command()
 @click.argument("session_id")
-@click.option(
-    "--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-    help="json: the stored manifest document as is.",
-)  # fmt: skip
+@format_option("json: the stored manifest document as is.")
 @instance_option("the newest")
-@settings_options
+@settings_options(STORE_SCOPES)
 @friendly_errors
 def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None:
     """The manifest of an archived session, readable."""
@@ -300,7 +386,7 @@ def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None
 
     store = _store_for(resolve(kwargs))
     try:
-        retrieve.show_session(store, session_id, sys.stdout, fmt=fmt, instance=instance)
+        retrieve.show_session(store, session_id, sys.stdout, fmt="json" if fmt == "json" else "text", instance=instance)
     finally:
         store.close()
 
@@ -316,7 +402,7 @@ def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None
 )
 @click.option("-i", "--ignore-case", is_flag=True, help="--grep ignores case.")
 @instance_option("the newest")
-@settings_options
+@settings_options(STORE_SCOPES)
 @friendly_errors
 def logs(
     session_id: str, stream: str | None, pattern: str | None, ignore_case: bool, instance: str | None, **kwargs: Any
@@ -346,7 +432,7 @@ def logs(
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: when a terminal]")
 @instance_option("the newest")
-@settings_options
+@settings_options(STORE_SCOPES)
 @friendly_errors
 def get(
     session_id: str, out_dir: Path, extract: bool, progress: bool | None, instance: str | None, **kwargs: Any
@@ -375,10 +461,11 @@ def get(
 @click.option("--since", metavar="TIME", help=f"Verify every session that ended since TIME: {_TIME_HELP}.")
 @click.option("--until", metavar="TIME", help="With --since: up to TIME.")
 @instance_option("every archive of each ID")
-@settings_options
+@format_option()
+@settings_options(STORE_SCOPES)
 @friendly_errors
 def verify(
-    session_ids: tuple[str, ...], since: str | None, until: str | None, instance: str | None, **kwargs: Any
+    session_ids: tuple[str, ...], since: str | None, until: str | None, instance: str | None, fmt: str, **kwargs: Any
 ) -> None:
     """Re-hash stored objects against their manifests (every archive of each ID); exit 1 when anything is wrong."""
     from archiver import retrieve
@@ -394,25 +481,41 @@ def verify(
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     store = _store_for(settings)
+    as_json = fmt == "json"
     try:
         report = retrieve.verify(
             store, session_ids=session_ids, instance=instance, since=start, until=end, now=now,
-            on_problem=lambda problem: click.echo(problem.line()),
+            # A table reports problems as they are found (a long run shows progress); JSON at the end.
+            on_problem=None if as_json else lambda problem: click.echo(problem.line()),
         )  # fmt: skip
-        retrieve.render_verify(report, sys.stdout, problems=False)
+        if as_json:
+            document = {
+                "ok": report.ok, "sessions": report.sessions, "objects": report.objects, "bytes": report.bytes,
+                "problems": [_as_dict(problem) for problem in report.problems],
+            }  # fmt: skip
+            click.echo(json.dumps(document))
+        else:
+            retrieve.render_verify(report, sys.stdout, problems=False)
     finally:
         store.close()
     sys.exit(0 if report.ok else 1)
 
 
 @main.command()
-@settings_options
+@format_option()
+@settings_options(DAEMON_SCOPES)
 @friendly_errors
-def check(**kwargs: Any) -> None:
+def check(fmt: str, **kwargs: Any) -> None:
     """Check the configuration: token accepted, store writable with create-once writes, state dir writable."""
     from archiver import doctor
 
-    sys.exit(doctor.check(resolve(kwargs), sys.stdout))
+    settings = resolve(kwargs)
+    if fmt != "json":
+        sys.exit(doctor.check(settings, sys.stdout))
+    results = doctor.run_checks(settings)
+    ready = all(result.status != doctor.FAIL for result in results)
+    click.echo(json.dumps({"ready": ready, "checks": [_as_dict(result) for result in results]}))
+    sys.exit(0 if ready else 1)
 
 
 def _as_dict(item: Any) -> dict[str, Any]:

@@ -93,7 +93,9 @@ class Daemon:
         self.metrics.set_retention(settings.retention)
         if client is None:
             api_url, token = settings.require_api()
-            client = SessionHostClient.connect(api_url, token, observer=self._observe_request)
+            client = SessionHostClient.connect(
+                api_url, token, observer=self._observe_request, retry_observer=self.metrics.retried
+            )
         self.client = client
         self.renderer = SnapshotRenderer(
             max_sessions=settings.max_sessions, label_allowlist=settings.session_label_allowlist

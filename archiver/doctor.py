@@ -25,7 +25,7 @@ from archiver.errors import (
     UnauthorizedError,
 )
 from archiver.retrieve import human_size
-from archiver.retry import RetryPolicy
+from archiver.retry import STORE_INTERACTIVE, UPSTREAM_REQUEST_INTERACTIVE
 from archiver.settings import TOKEN_ENV, Settings
 from archiver.store import ObjectStore, open_store
 
@@ -34,7 +34,7 @@ FAIL = "FAIL"
 SKIP = "SKIP"
 
 #: The doctor gives up quickly: a user waiting at a prompt wants a verdict, not botocore's backoff.
-_API_POLICY = RetryPolicy(attempts=2, max_elapsed=10.0, initial_wait=0.5)
+_API_POLICY = UPSTREAM_REQUEST_INTERACTIVE
 _S3_CONNECT_TIMEOUT = 5.0
 _S3_READ_TIMEOUT = 15.0
 
@@ -64,7 +64,7 @@ def _doctor_s3_client(settings: Settings) -> Any:
         "when_required" if settings.s3_checksum == "when_required" else "when_supported"
     )
     config = Config(
-        retries={"mode": "standard", "max_attempts": 2},
+        retries={"mode": "standard", "max_attempts": STORE_INTERACTIVE.attempts},
         connect_timeout=_S3_CONNECT_TIMEOUT,
         read_timeout=_S3_READ_TIMEOUT,
         request_checksum_calculation=mode,

@@ -3,7 +3,8 @@
 The scrape path never renders: it writes the byte strings of the last `Snapshot` followed by the small
 self-metrics tail (see `scrape_parts`). Rendering follows kube-state-metrics: every session's sample
 lines are rendered once and cached next to a cheap change key, so a poll only re-renders the sessions
-that are new or changed and then joins cached bytes per family.
+that are new or changed and then joins cached bytes per family. Which families exist, their help,
+labels and line renderers are one declarative table (`FAMILIES`, see `SESSION_FAMILIES`).
 
 Format notes (both formats are served from the same bytes wherever possible):
 - Every family rendered here is a gauge; gauge sample lines are identical in text 0.0.4 and
@@ -42,6 +43,7 @@ CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 _LABEL_KEY_INVALID = re.compile(r"[^a-zA-Z0-9_]")
+DEFAULT_PREFIX = "sessionhost_"
 
 
 #: gzip header: deflate, no flags, mtime 0 (reproducible bytes), no extra flags, OS unknown.
@@ -104,8 +106,8 @@ def _encode(text: str) -> bytes:
     return text.encode("utf-8", "replace")
 
 
-def _header(name: str, doc: str) -> bytes:
-    return _encode(f"# HELP {name} {doc}\n# TYPE {name} gauge\n")
+def _header(name: str, doc: str, kind: str = "gauge") -> bytes:
+    return _encode(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
 
 
 def label_names_for(allowlist: Iterable[str]) -> dict[str, str]:
@@ -199,23 +201,159 @@ def scrape_parts(snapshot: Snapshot | None, self_metrics: bytes, *, openmetrics:
     return (GZIP_HEADER, *deflated, deflate_final(self_metrics), trailer)
 
 
+@dataclass(frozen=True, slots=True)
+class FamilySpec:
+    """One metric family this module renders: what the README's metric tables and the dashboards'
+    name check read (`FAMILIES`). `labels` are the documented label names (`label_<key>` stands for
+    the allowlisted caller labels); `value_one` marks families whose samples are always 1."""
+
+    name: str
+    type: str
+    help: str
+    labels: tuple[str, ...]
+    value_one: bool = False
+    #: Whether `name` is relative to the renderer's prefix (`sessionhost_` by default).
+    prefixed: bool = True
+
+    def full_name(self, prefix: str = DEFAULT_PREFIX) -> str:
+        return prefix + self.name if self.prefixed else self.name
+
+
+#: Renders one session's sample line(s) of a family: (full name, session, `session_id="..."` pair,
+#: allowlisted (label name, caller key) pairs) → text; "" renders no sample for that session.
+SessionRender = Callable[[str, Session, str, tuple[tuple[str, str], ...]], str]
+#: Session counts by (image, location, status, tag) and player sums by (image, location, tag).
+Aggregates = tuple[dict[tuple[str, str, str, str], int], dict[tuple[str, str, str], int]]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFamily(FamilySpec):
+    """A per-session family: `render` is called once per new or changed session and cached."""
+
+    render: SessionRender = lambda name, s, sid, pairs: ""
+    #: The Session fields `render` reads: the change key is built from them (a changed value re-renders).
+    fields: tuple[str, ...] = ()
+    #: Rendered (header included) only when a label allowlist is configured.
+    needs_allowlist: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AggregateFamily(FamilySpec):
+    """A family over all sessions (not capped by --max-sessions), rendered from `_aggregate`'s result."""
+
+    render: Callable[[str, Aggregates], str] = lambda name, aggregates: ""
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFamily(FamilySpec):
+    """A one-sample gauge about the snapshot itself: `value(exported, dropped)`."""
+
+    value: Callable[[int, int], int] = lambda exported, dropped: 0
+
+
+def _render_info(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    esc = escape_label_value
+    return (
+        f'{name}{{host="{esc(s.host)}",image="{esc(s.image)}",location="{esc(s.location)}",'
+        f'{sid},tag="{esc(s.tag)}"}} 1\n'
+    )
+
+
+def _render_created(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    return f"{name}{{{sid}}} {format_value(s.created_ms / 1000)}\n"
+
+
+def _render_players(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    return "" if s.player_count is None else f"{name}{{{sid}}} {s.player_count}\n"
+
+
+def _render_status(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    return f'{name}{{{sid},status="{escape_label_value(s.status)}"}} 1\n'
+
+
+def _render_labels(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
+    esc = escape_label_value
+    user = s.labels
+    # Only allowlisted keys are read: every other caller label (and the env, which is not even in
+    # the model) stays out of the output.
+    parts = [f'{label}="{esc(value)}",' for label, k in pairs if (value := user.get(k)) is not None]
+    return f"{name}{{{''.join(parts)}{sid}}} 1\n"
+
+
+def _render_sessions(name: str, aggregates: Aggregates) -> str:
+    esc = escape_label_value
+    return "".join(
+        f'{name}{{image="{esc(image)}",location="{esc(location)}",status="{esc(status)}",tag="{esc(tag)}"}} {n}\n'
+        for (image, location, status, tag), n in sorted(aggregates[0].items())
+    )
+
+
+def _render_agg_players(name: str, aggregates: Aggregates) -> str:
+    esc = escape_label_value
+    return "".join(
+        f'{name}{{image="{esc(image)}",location="{esc(location)}",tag="{esc(tag)}"}} {n}\n'
+        for (image, location, tag), n in sorted(aggregates[1].items())
+    )
+
+
+#: Families over all sessions, first in the body.
+AGGREGATE_FAMILIES: tuple[AggregateFamily, ...] = (
+    AggregateFamily("sessions", "gauge", "Active sessions by location, image, tag and status.",
+                    ("location", "image", "tag", "status"), render=_render_sessions),
+    AggregateFamily("players", "gauge", "Players in active sessions by location, image and tag.",
+                    ("location", "image", "tag"), render=_render_agg_players),
+)  # fmt: skip
+#: Per-session families, in body order after the aggregates.
+#:
+#: Adding a per-session gauge touches one entry here and one test. For example, a port count:
+#:
+#:     SessionFamily("session_ports", "gauge", "Ports published by the session.", ("session_id",),
+#:                   render=lambda name, s, sid, pairs: f"{name}{{{sid}}} {len(s.ports)}\n",
+#:                   fields=("ports",)),
+#:
+#: plus its row in the README's metric table (tests/test_exposition.py checks the table against the
+#: README, and tests/test_dashboards_alerts.py takes its known names from here). The header, the
+#: cache, the change key and the join all follow from the entry.
+SESSION_FAMILIES: tuple[SessionFamily, ...] = (
+    SessionFamily("session_info", "gauge", "Information about an active session, always 1.",
+                  ("session_id", "image", "tag", "location", "host"), value_one=True,
+                  render=_render_info, fields=("image", "tag", "location", "host")),
+    SessionFamily("session_created_timestamp_seconds", "gauge",
+                  "When the session was created, in seconds since the epoch.", ("session_id",),
+                  render=_render_created, fields=("created_ms",)),
+    SessionFamily("session_players", "gauge", "Players currently in the session.",
+                  ("session_id",), render=_render_players, fields=("player_count",)),
+    SessionFamily("session_status", "gauge", "Current status of the session, always 1.",
+                  ("session_id", "status"), value_one=True, render=_render_status, fields=("status",)),
+    SessionFamily("session_labels", "gauge", "Allowlisted caller labels of the session, always 1.",
+                  ("session_id", "label_<key>"), value_one=True, render=_render_labels, needs_allowlist=True),
+)  # fmt: skip
+#: Gauges about the snapshot, last in the session block (not in SelfMetrics: a name must not appear twice).
+SNAPSHOT_FAMILIES: tuple[SnapshotFamily, ...] = (
+    SnapshotFamily("archiver_sessions_exported", "gauge", "Sessions with per-session series in /metrics.", (),
+                   prefixed=False, value=lambda exported, dropped: exported),
+    SnapshotFamily("archiver_sessions_dropped", "gauge", "Sessions left out of per-session series by --max-sessions.",
+                   (), prefixed=False, value=lambda exported, dropped: dropped),
+)  # fmt: skip
+#: Every family this module renders, in body order (the upstream families follow, re-exposed as is).
+FAMILIES: tuple[FamilySpec, ...] = (*AGGREGATE_FAMILIES, *SESSION_FAMILIES, *SNAPSHOT_FAMILIES)
+
+
 class _Entry:
-    """The cached sample lines of one exported session, with the key they were rendered from and
-    the Session object last seen with that key."""
+    """The cached sample lines of one exported session (one per active per-session family), with
+    the key they were rendered from and the Session object last seen with that key."""
 
-    __slots__ = ("created", "info", "key", "labels", "players", "session", "status")
+    __slots__ = ("key", "lines", "session")
 
-    def __init__(
-        self, session: Session, key: tuple[object, ...], lines: tuple[bytes, bytes, bytes, bytes, bytes]
-    ) -> None:
+    def __init__(self, session: Session, key: tuple[object, ...], lines: tuple[bytes, ...]) -> None:
         self.session = session
         self.key = key
-        self.info, self.created, self.players, self.status, self.labels = lines
+        self.lines = lines
 
 
 #: The rendered fields of a session (the change key, with the allowlisted label values appended).
 _KEY_FIELDS: Callable[[Session], tuple[object, ...]] = operator.attrgetter(
-    "image", "tag", "location", "host", "created_ms", "status", "player_count"
+    *dict.fromkeys(field for family in SESSION_FAMILIES for field in family.fields)
 )
 #: Aggregate keys, in label-name order so rendered labels come out sorted.
 _AGGREGATE_FIELDS: Callable[[Session], tuple[str, str, str, str]] = operator.attrgetter(
@@ -243,7 +381,7 @@ class SnapshotRenderer:
     every session.
     """
 
-    def __init__(self, *, max_sessions: int, label_allowlist: Sequence[str], prefix: str = "sessionhost_") -> None:
+    def __init__(self, *, max_sessions: int, label_allowlist: Sequence[str], prefix: str = DEFAULT_PREFIX) -> None:
         if max_sessions < 0:
             raise ConfigError(f"max-sessions must be 0 or more, got {max_sessions}")
         self._max_sessions = max_sessions
@@ -252,31 +390,29 @@ class SnapshotRenderer:
         self.label_names = label_names_for(label_allowlist)
         self._label_pairs = tuple(sorted((name, key) for key, name in self.label_names.items()))
         self._label_keys = tuple(key for _, key in self._label_pairs)
-        p = prefix
-        self._info_name = f"{p}session_info"
-        self._created_name = f"{p}session_created_timestamp_seconds"
-        self._players_name = f"{p}session_players"
-        self._status_name = f"{p}session_status"
-        self._labels_name = f"{p}session_labels"
-        self._sessions_name = f"{p}sessions"
-        self._agg_players_name = f"{p}players"
-        # HELP/TYPE headers never change: built once.
-        self._h_info = _header(self._info_name, "Information about an active session, always 1.")
-        self._h_created = _header(self._created_name, "When the session was created, in seconds since the epoch.")
-        self._h_players = _header(self._players_name, "Players currently in the session.")
-        self._h_status = _header(self._status_name, "Current status of the session, always 1.")
-        self._h_labels = _header(self._labels_name, "Allowlisted caller labels of the session, always 1.")
-        self._h_sessions = _header(self._sessions_name, "Active sessions by location, image, tag and status.")
-        self._h_agg_players = _header(self._agg_players_name, "Players in active sessions by location, image and tag.")
-        self._h_exported = _header("archiver_sessions_exported", "Sessions with per-session series in /metrics.")
-        self._h_dropped = _header(
-            "archiver_sessions_dropped", "Sessions left out of per-session series by --max-sessions."
+        # HELP/TYPE headers never change: built once. The labels family exists only with an allowlist.
+        self._aggregate_families = tuple(
+            (family.render, family.full_name(prefix), _header(family.full_name(prefix), family.help, family.type))
+            for family in AGGREGATE_FAMILIES
+        )
+        self._session_families = tuple(
+            (family.render, family.full_name(prefix), _header(family.full_name(prefix), family.help, family.type))
+            for family in SESSION_FAMILIES
+            if self._label_pairs or not family.needs_allowlist
+        )
+        self._snapshot_families = tuple(
+            (
+                family.value,
+                _header(family.full_name(prefix), family.help, family.type),
+                family.full_name(prefix).encode(),
+            )
+            for family in SNAPSHOT_FAMILIES
         )
         self._cache: dict[str, _Entry] = {}
         self._last: Snapshot | None = None
         # What the last session block was built from, to skip join + gzip when nothing changed.
         self._last_entries: list[_Entry] = []
-        self._last_aggregates: tuple[dict[tuple[str, str, str, str], int], dict[tuple[str, str, str], int]] = ({}, {})
+        self._last_aggregates: Aggregates = ({}, {})
         self._last_dropped = -1
         self._upstream: tuple[bytes, bytes, bytes, bytes] = (b"", b"", b"", b"")
         self._block: bytes = b""
@@ -373,71 +509,26 @@ class SnapshotRenderer:
 
     def _render_entry(self, s: Session, key: tuple[object, ...]) -> _Entry:
         self.render_count += 1
-        esc = escape_label_value
-        sid = f'session_id="{esc(s.id)}"'
-        info = (
-            f'{self._info_name}{{host="{esc(s.host)}",image="{esc(s.image)}",location="{esc(s.location)}",'
-            f'{sid},tag="{esc(s.tag)}"}} 1\n'
-        )
-        created = f"{self._created_name}{{{sid}}} {format_value(s.created_ms / 1000)}\n"
-        players = "" if s.player_count is None else f"{self._players_name}{{{sid}}} {s.player_count}\n"
-        status = f'{self._status_name}{{{sid},status="{esc(s.status)}"}} 1\n'
-        labels = ""
-        if self._label_pairs:
-            user = s.labels
-            # Only allowlisted keys are read: every other caller label (and the env, which is not
-            # even in the model) stays out of the output.
-            parts = [f'{name}="{esc(value)}",' for name, k in self._label_pairs if (value := user.get(k)) is not None]
-            labels = f"{self._labels_name}{{{''.join(parts)}{sid}}} 1\n"
-        lines = (_encode(info), _encode(created), _encode(players), _encode(status), _encode(labels))
+        sid = f'session_id="{escape_label_value(s.id)}"'
+        pairs = self._label_pairs
+        lines = tuple(_encode(render(name, s, sid, pairs)) for render, name, _ in self._session_families)
         return _Entry(s, key, lines)
 
-    def _join_block(
-        self,
-        entries: list[_Entry],
-        aggregates: tuple[dict[tuple[str, str, str, str], int], dict[tuple[str, str, str], int]],
-        dropped: int,
-    ) -> bytes:
-        counts, players = aggregates
-        esc = escape_label_value
-        agg: list[str] = []
-        for (image, location, status, tag), n in sorted(counts.items()):
-            agg.append(
-                f'{self._sessions_name}{{image="{esc(image)}",location="{esc(location)}",'
-                f'status="{esc(status)}",tag="{esc(tag)}"}} {n}\n'
-            )
-        agg_players: list[str] = []
-        for (image, location, tag), n in sorted(players.items()):
-            agg_players.append(
-                f'{self._agg_players_name}{{image="{esc(image)}",location="{esc(location)}",tag="{esc(tag)}"}} {n}\n'
-            )
-        chunks: list[bytes] = [
-            self._h_sessions,
-            _encode("".join(agg)),
-            self._h_agg_players,
-            _encode("".join(agg_players)),
-        ]
-        chunks.append(self._h_info)
-        chunks.extend([e.info for e in entries])
-        chunks.append(self._h_created)
-        chunks.extend([e.created for e in entries])
-        chunks.append(self._h_players)
-        chunks.extend([e.players for e in entries])
-        chunks.append(self._h_status)
-        chunks.extend([e.status for e in entries])
-        if self._label_pairs:
-            chunks.append(self._h_labels)
-            chunks.extend([e.labels for e in entries])
-        chunks.append(self._h_exported)
-        chunks.append(b"archiver_sessions_exported %d\n" % len(entries))
-        chunks.append(self._h_dropped)
-        chunks.append(b"archiver_sessions_dropped %d\n" % dropped)
+    def _join_block(self, entries: list[_Entry], aggregates: Aggregates, dropped: int) -> bytes:
+        chunks: list[bytes] = []
+        for render, name, header in self._aggregate_families:
+            chunks.append(header)
+            chunks.append(_encode(render(name, aggregates)))
+        for index, (_, _, header) in enumerate(self._session_families):
+            chunks.append(header)
+            chunks.extend([e.lines[index] for e in entries])
+        for value, header, encoded_name in self._snapshot_families:
+            chunks.append(header)
+            chunks.append(b"%s %d\n" % (encoded_name, value(len(entries), dropped)))
         return b"".join(chunks)
 
 
-def _aggregate(
-    sessions: Collection[Session],
-) -> tuple[dict[tuple[str, str, str, str], int], dict[tuple[str, str, str], int]]:
+def _aggregate(sessions: Collection[Session]) -> Aggregates:
     """Session counts by (image, location, status, tag) and player sums by (image, location, tag).
 
     Keys are in label-name order so the rendered labels come out sorted. A group whose sessions all

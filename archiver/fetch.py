@@ -24,7 +24,7 @@ from archiver.api import Download, SessionHostClient
 from archiver.crashpoints import crashpoint
 from archiver.durable import fsync_dir
 from archiver.errors import ApiError, NotFoundError
-from archiver.retry import RetryPolicy
+from archiver.retry import FETCH_ITEM, RetryPolicy
 from archiver.state import ItemRow
 
 log = logging.getLogger(__name__)
@@ -201,7 +201,8 @@ class Fetcher:
         self._spool = spool
         self._prefix = prefix
         self._max_artifact_size = max_artifact_size
-        self._policy = policy
+        # Downloads retry (and count) as fetch_item whatever policy the pipeline bounds them with.
+        self._policy = policy.named(FETCH_ITEM.operation)
 
     def fetch(self, item: ItemRow, *, remaining: float) -> FetchResult:
         """One attempt at `item`; `remaining` seconds to its deadline (<= 0: a last try, no retries).

@@ -121,7 +121,9 @@ def _key_id(key: str) -> str:
 
 
 def _backoff(initial: float, maximum: float, attempt: int) -> float:
-    return float(min(maximum, initial * 2.0 ** max(0, attempt - 1)))
+    from archiver.retry import backoff  # here, not at the top: keeps this change to the one helper
+
+    return backoff(attempt, initial=initial, maximum=maximum)
 
 
 def deadline_for(row: SessionRow, *, retention: float, margin: float, now: float) -> float:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from archiver.api import SessionHostClient
 from archiver.errors import ApiError, ApiStatusError, PayloadError
 from archiver.models import InvalidEntry, Session, SessionListParser
-from archiver.retry import RetryPolicy
+from archiver.retry import RetryPolicy, upstream_poll
 from archiver.textsafe import printable
 from archiver.upstream_metrics import MetricFamily, parse_upstream_metrics
 
@@ -40,15 +40,8 @@ class PollResult:
 
 
 def poll_policy(interval: float) -> RetryPolicy:
-    """Retries of one poll must finish well inside the interval, so polls never pile up."""
-    return RetryPolicy(
-        attempts=3,
-        max_elapsed=interval * 0.5,
-        initial_wait=min(0.5, interval / 20),
-        max_wait=interval / 4,
-        # A hung upstream must show as down within a poll or two, not after a 30 s read timeout.
-        attempt_timeout=min(30.0, max(1.0, interval * 0.8)),
-    )
+    """The upstream-poll policy of archiver.retry for this interval."""
+    return upstream_poll(interval)
 
 
 def _cut(text: str) -> str:

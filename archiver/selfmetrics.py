@@ -25,6 +25,9 @@ from archiver import __version__
 ITEM_KINDS = ("logs", "artifact")
 ITEM_OUTCOMES = ("archived", "source_gone", "too_large", "expired", "conflict", "failed")
 PENDING_STAGES = ("fetch", "upload")
+#: Label values of archiver_retries_total: the operations archiver.retry retries (S3's retries are
+#: botocore's own and not seen here).
+RETRY_OPERATIONS = ("upstream_request", "upstream_poll", "fetch_item")
 
 #: One `endpoint` vocabulary on every archiver_upstream_* metric: the API client names a request by
 #: method and path template, the poll metrics by the polled resource ("sessions", "metrics"); the
@@ -264,6 +267,14 @@ class SelfMetrics:
                 self._items.labels(kind, outcome)
         for stage in PENDING_STAGES:
             self._pending.labels(stage)
+        self._retries = Counter(
+            "archiver_retries",
+            "Retries of transient failures, by operation (archiver.retry's named policies).",
+            ["operation"],
+            registry=registry,
+        )
+        for operation in RETRY_OPERATIONS:
+            self._retries.labels(operation)
 
     # --- poller ---------------------------------------------------------------------------------
 
@@ -340,6 +351,10 @@ class SelfMetrics:
         """After a restart: the newest manifest the state DB knows of (absent → left at 0)."""
         if timestamp is not None:
             self._last_archive_success.set(timestamp)
+
+    def retried(self, operation: str) -> None:
+        """One retry of `operation` (an archiver.retry observer)."""
+        self._retries.labels(operation).inc()
 
     def error(self, where: str) -> None:
         """An unexpected exception was caught at a loop or request edge (`where`: e.g. poll, fetch, http)."""

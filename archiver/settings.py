@@ -1,4 +1,10 @@
-"""The daemon's configuration: the option table, and the one place flags, env vars and the TOML file merge."""
+"""The configuration: the option table (what each command accepts), the TOML file's checks, and the
+conversion and validation of raw values into the frozen Settings.
+
+Which raw value wins (flag > env > file > default) is click's business: archiver.cli declares every
+option with its env var and gives the file to click as its `default_map`, then hands each value with
+its source to `build_settings`.
+"""
 
 from __future__ import annotations
 
@@ -121,6 +127,17 @@ class Option:
     convert: Callable[[Any], Any]
     multiple: bool = False
     metavar: str = "TEXT"
+    #: Which commands take it: "store" (every command that reads the store), "state" (`status` too),
+    #: "daemon" (`run`, `archive`, `check` only).
+    scope: str = "daemon"
+
+    @property
+    def shown_default(self) -> str:
+        """The default as --help and the README show it."""
+        default = self.default
+        if isinstance(default, tuple):
+            return ", ".join(default) if default else "(none)"
+        return "(none)" if default is None else str(default)
 
     @property
     def key(self) -> str:
@@ -175,14 +192,23 @@ OPTIONS: tuple[Option, ...] = (
         None,
         _store_url,
         metavar="URL",
+        scope="store",
     ),
-    Option("s3-endpoint-url", "Endpoint of an S3-compatible store (MinIO, Ceph, ...).", None, _url, metavar="URL"),
+    Option(
+        "s3-endpoint-url",
+        "Endpoint of an S3-compatible store (MinIO, Ceph, ...).",
+        None,
+        _url,
+        metavar="URL",
+        scope="store",
+    ),
     Option(
         "s3-checksum",
         "botocore request checksums: when_supported or when_required (some S3-compatibles reject CRC32).",
         "when_supported",
         _as_choice("when_supported", "when_required"),
         metavar="MODE",
+        scope="store",
     ),
     Option(
         "listen",
@@ -197,6 +223,7 @@ OPTIONS: tuple[Option, ...] = (
         ".archiver-state",
         _as_str,
         metavar="DIR",
+        scope="state",
     ),
     Option(
         "poll-interval",
@@ -283,6 +310,10 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 OPTIONS_BY_KEY: Mapping[str, Option] = {opt.key: opt for opt in OPTIONS}
+#: Option scopes per kind of command: retrieval (ls/show/logs/get/verify), `status`, the daemon's.
+STORE_SCOPES = frozenset({"store"})
+STATUS_SCOPES = frozenset({"state"})
+DAEMON_SCOPES = frozenset({"store", "state", "daemon"})
 #: Tables of the TOML file that are not plain options.
 _FILE_TABLES = frozenset({"images"})
 
@@ -378,26 +409,44 @@ def _check_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def load_settings(
-    flags: Mapping[str, Any],
+    values: Mapping[str, Any],
     env: Mapping[str, str] | None = None,
     config_file: str | Path | None = None,
 ) -> Settings:
-    """Merge flag values (keys as in OPTIONS, None/empty = not given), env vars and the TOML file."""
-    env = os.environ if env is None else env
-    file_path = config_file or env.get(ENV_PREFIX + "CONFIG")
-    file_data = read_config_file(Path(file_path)) if file_path else {}
-    source_name = str(file_path) if file_path else ""
+    """Settings from option values keyed as in OPTIONS (None/empty: not given) over the TOML file, for
+    embedding and tests; `env` is read for the token only. The CLI's flags and env vars go through
+    click and `build_settings` instead."""
+    file_data = read_config_file(Path(config_file)) if config_file else {}
+    file_name = str(config_file) if config_file else ""
+    raw: dict[str, tuple[Any, str]] = {}
+    for opt in OPTIONS:
+        value = values.get(opt.key)
+        if value is not None and value != ():
+            raw[opt.key] = (value, opt.flag)
+        elif opt.key in file_data:
+            raw[opt.key] = (file_data[opt.key], f"{file_name}: {opt.key}")
+    return build_settings(raw, file_data=file_data, file_name=file_name, env=os.environ if env is None else env)
 
+
+def build_settings(
+    raw: Mapping[str, tuple[Any, str]],
+    *,
+    file_data: Mapping[str, Any],
+    file_name: str,
+    env: Mapping[str, str],
+) -> Settings:
+    """Convert and validate the chosen raw values (key → (value, where it came from, for errors));
+    options not in `raw` take their default. `file_data` gives the per-image tables; `env` the token."""
     values: dict[str, Any] = {}
     for opt in OPTIONS:
-        raw, source = _pick(opt, flags, env, file_data, source_name)
-        if raw is None:
-            raw, source = opt.default, f"default of {opt.flag}"
-            if raw is None:
+        value, source = raw.get(opt.key, (None, ""))
+        if value is None or value == ():
+            value, source = opt.default, f"default of {opt.flag}"
+            if value is None:
                 values[opt.key] = None
                 continue
         try:
-            values[opt.key] = opt.convert(raw)
+            values[opt.key] = opt.convert(value)
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}") from None
 
@@ -405,7 +454,7 @@ def load_settings(
         artifact_paths = _check_paths(values["artifact_path"])
     except ValueError as exc:
         raise ConfigError(f"artifact-path: {exc}") from None
-    image_paths = _image_paths(file_data["images"], source_name) if "images" in file_data else {}
+    image_paths = _image_paths(file_data["images"], file_name) if "images" in file_data else {}
     token = _load_token(values["api_token_file"], env)
     if values["fetch_workers"] < 1 or values["upload_workers"] < 1 or values["max_sessions"] < 0:
         raise ConfigError("fetch-workers and upload-workers must be at least 1, max-sessions at least 0")
@@ -439,23 +488,6 @@ def load_settings(
     )
 
 
-def _pick(
-    opt: Option,
-    flags: Mapping[str, Any],
-    env: Mapping[str, str],
-    file_data: Mapping[str, Any],
-    file_name: str,
-) -> tuple[Any, str]:
-    flag_value = flags.get(opt.key)
-    if flag_value is not None and flag_value != ():
-        return flag_value, opt.flag
-    if env.get(opt.env):
-        return env[opt.env], opt.env
-    if opt.key in file_data:
-        return file_data[opt.key], f"{file_name}: {opt.key}"
-    return None, ""
-
-
 def _load_token(token_file: str | None, env: Mapping[str, str]) -> Token | None:
     try:
         if token_file:
@@ -473,14 +505,4 @@ def _load_token(token_file: str | None, env: Mapping[str, str]) -> Token | None:
 
 def option_table(options: Sequence[Option] = OPTIONS) -> list[tuple[str, str, str, str]]:
     """(flag, env var, default, help) rows for the README's configuration table."""
-    rows = []
-    for opt in options:
-        default = opt.default
-        if isinstance(default, tuple):
-            shown = ", ".join(default) if default else "(none)"
-        elif default is None:
-            shown = "(none)"
-        else:
-            shown = str(default)
-        rows.append((opt.flag, opt.env, shown, opt.help))
-    return rows
+    return [(opt.flag, opt.env, opt.shown_default, opt.help) for opt in options]

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import hashlib
 import io
+import logging
 import tarfile
 from collections.abc import Iterator
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
 from archiver.api import SessionFilter, SessionHostClient, Token
 from archiver.errors import (
@@ -27,6 +29,7 @@ from archiver.errors import (
 )
 from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
+from archiver.selfmetrics import SelfMetrics
 from tests.fixtures_fake import TEST_TOKEN, openapi_hooks
 
 FAST = RetryPolicy(attempts=4, max_elapsed=5.0, initial_wait=0.0, max_wait=0.0, jitter=0.0)
@@ -286,3 +289,28 @@ def test_token_is_never_in_reprs() -> None:
     assert "super-secret" not in repr(token) and "super-secret" not in str(token)
     with pytest.raises(ValueError):
         Token("  ")
+
+
+def test_retries_are_counted_by_operation_and_logged_without_the_token(
+    fake_service: FakeService, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two injected 503s: archiver_retries_total{operation="upstream_request"} says 2, and each retry
+    has its log line naming the operation and the attempt, with neither the token nor the env."""
+    registry = CollectorRegistry()
+    metrics = SelfMetrics(registry)
+    http = httpx.Client(base_url=fake_service.base_url, timeout=10.0)
+    secret = "env-secret-value-42"
+    fake_service.add_session(TEST_TOKEN, id="s", env={"MATCH_SECRET": secret})
+    fake_service.set_fault("GET /session/{id}", status=503, count=2)
+    client = SessionHostClient(
+        http, Token(TEST_TOKEN), policy=FAST, sleep=lambda _: None, retry_observer=metrics.retried
+    )
+    with client, caplog.at_level(logging.WARNING, logger="archiver.retry"):
+        assert client.describe_session("s").id == "s"
+    value = registry.get_sample_value("archiver_retries_total", {"operation": "upstream_request"})
+    assert value == 2
+    assert registry.get_sample_value("archiver_retries_total", {"operation": "upstream_poll"}) == 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "archiver.retry"]
+    assert len(lines) == 2
+    assert all(line.startswith("retrying upstream_request (attempt ") and "HTTP 503" in line for line in lines)
+    assert not any(TEST_TOKEN in line or secret in line for line in lines)

@@ -387,3 +387,17 @@ def test_verify_with_a_wrong_instance_or_without_ids_fails_clearly(reused: Objec
     assert f"its archives: {NEW}, {OLD}" in wrong.stdout
     usage = _run(reused, ["verify", "--since", "2h", "--instance", OLD])
     assert usage.exit_code == 2 and "--instance" in usage.stderr
+
+
+def test_show_and_verify_follow_the_one_format_convention(reused: ObjectStore) -> None:
+    """`--format table` is show's readable output (`text` still accepted); verify reports as JSON too."""
+    table = _run(reused, ["show", REUSED, "--instance", OLD, "--format", "table"])
+    assert table.exit_code == 0 and f"Instance          {OLD}" in table.stdout
+    assert _run(reused, ["show", REUSED, "--instance", OLD, "--format", "text"]).stdout == table.stdout
+    verified = _run(reused, ["verify", REUSED, "old-style", "--format", "json"])
+    document = json.loads(verified.stdout)
+    assert verified.exit_code == 0 and document == {"ok": True, "sessions": 3, "objects": 5,
+                                                    "bytes": document["bytes"], "problems": []}  # fmt: skip
+    wrong = _run(reused, ["verify", REUSED, "--instance", "nosuch", "--format", "json"])
+    (problem,) = json.loads(wrong.stdout)["problems"]
+    assert wrong.exit_code == 1 and problem["session_id"] == REUSED and "nosuch" in problem["detail"]

@@ -1,13 +1,39 @@
-"""Configuration: precedence flag > env > file > default, clear errors, the token only from env or file."""
+"""Configuration: precedence flag > env > file > default, clear errors, the token only from env or file,
+and each command taking only its own options."""
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import click
 import pytest
+from click.testing import CliRunner
 
+from archiver.cli import main, resolve, settings_options
 from archiver.errors import ConfigError
-from archiver.settings import load_settings, parse_duration, parse_listen, parse_size
+from archiver.settings import OPTIONS, Settings, load_settings, parse_duration, parse_listen, parse_size
+
+
+def settings_from(args: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
+    """Settings as a command of the CLI resolves them from `args` and `env` (click does the merging);
+    a configuration error is raised as ConfigError, whichever stage found it."""
+    resolved: list[Settings] = []
+
+    @click.command()
+    @settings_options()
+    def probe(**kwargs: object) -> None:
+        resolved.append(resolve(dict(kwargs)))
+
+    clean = {opt.env: None for opt in OPTIONS} | {"ARCHIVER_CONFIG": None, "ARCHIVER_API_TOKEN": None}
+    result = CliRunner().invoke(probe, list(args), env={**clean, **(env or {})})
+    if isinstance(result.exception, ConfigError):
+        raise result.exception
+    if result.exit_code != 0:
+        raise ConfigError(result.output)
+    return resolved[0]
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -17,18 +43,102 @@ def write(tmp_path: Path, text: str) -> Path:
 
 
 def test_precedence_is_flag_then_env_then_file_then_default(tmp_path: Path) -> None:
-    config = write(tmp_path, 'poll_interval = "30s"\nmax_sessions = 5\nlog_format = "json"\n')
-    env = {"ARCHIVER_POLL_INTERVAL": "20s", "ARCHIVER_MAX_SESSIONS": "7"}
-    settings = load_settings({"poll_interval": "15s"}, env, config)
+    config = write(
+        tmp_path, 'poll_interval = "30s"\nmax_sessions = 5\nlog_format = "json"\nartifact_path = ["/srv/a"]\n'
+    )
+    env = {"ARCHIVER_POLL_INTERVAL": "20s", "ARCHIVER_MAX_SESSIONS": "7", "ARCHIVER_ARTIFACT_PATH": "/srv/b,/srv/c"}
+    settings = settings_from(["--poll-interval", "15s", "--config", str(config)], env)
     assert settings.poll_interval == 15.0  # flag
     assert settings.max_sessions == 7  # env over file
+    assert settings.artifact_paths == ("/srv/b", "/srv/c")  # env over file, comma-separated
     assert settings.log_format == "json"  # file over default
     assert settings.retention == 4 * 3600  # default
 
 
+def test_the_config_file_can_come_from_its_env_var(tmp_path: Path) -> None:
+    config = write(tmp_path, 'state_dir = "/var/lib/x"\nsession_label_allowlist = "mode"\n')
+    settings = settings_from([], {"ARCHIVER_CONFIG": str(config)})
+    assert settings.state_dir == Path("/var/lib/x")
+    assert settings.session_label_allowlist == ("mode",)  # a TOML string is a one-item list
+
+
 def test_unknown_key_in_the_file_is_an_error_naming_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown key 'poll_intervall'"):
-        load_settings({}, {}, write(tmp_path, "poll_intervall = 3\n"))
+        settings_from(["--config", str(write(tmp_path, "poll_intervall = 3\n"))])
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--poll-interval", "soon"], {}, "--poll-interval: not a duration"),
+        ([], {"ARCHIVER_POLL_INTERVAL": "soon"}, "ARCHIVER_POLL_INTERVAL: not a duration"),
+        (["--max-sessions", "many"], {}, "--max-sessions: expected an integer"),
+    ],
+)
+def test_a_bad_value_names_where_it_came_from(args: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        settings_from(args, env)
+
+
+def test_a_bad_value_in_the_file_names_the_file_and_key(tmp_path: Path) -> None:
+    config = write(tmp_path, "max_sessions = true\n")
+    with pytest.raises(ConfigError, match=re.escape(f"{config}: max_sessions: expected an integer")):
+        settings_from(["--config", str(config)])
+
+
+def test_the_token_is_never_a_flag() -> None:
+    with pytest.raises(ConfigError, match="No such option"):
+        settings_from(["--api-token", "x"])
+
+
+def test_prune_after_must_cover_two_retention_windows() -> None:
+    with pytest.raises(ConfigError, match="prune-after must be at least twice"):
+        settings_from(["--retention", "4h", "--prune-after", "7h"])
+
+
+def test_worker_counts_must_be_positive() -> None:
+    with pytest.raises(ConfigError, match="fetch-workers and upload-workers must be at least 1"):
+        settings_from(["--fetch-workers", "0"])
+
+
+def help_options(*command: str) -> set[str]:
+    result = CliRunner().invoke(main, [*command, "--help"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    return set(re.findall(r"^\s+(--[a-z0-9-]+)", result.output, re.M)) - {"--help"}
+
+
+@pytest.mark.parametrize("command", ["ls", "show", "logs", "get", "verify"])
+def test_retrieval_commands_take_only_the_store_options_besides_their_own(command: str) -> None:
+    options = help_options(command)
+    assert {"--store", "--s3-endpoint-url", "--s3-checksum", "--config"} <= options
+    assert not options & {"--api-url", "--poll-interval", "--state-dir", "--listen", "--fetch-workers"}
+
+
+def test_status_takes_only_the_state_dir() -> None:
+    assert help_options("status") == {"--config", "--state-dir", "--format"}
+
+
+@pytest.mark.parametrize("command", ["run", "check", "archive"])
+def test_daemon_commands_take_every_daemon_option(command: str) -> None:
+    assert {opt.flag for opt in OPTIONS} <= help_options(command)
+
+
+@pytest.mark.parametrize("command", ["status", "ls", "show", "verify", "check"])
+def test_every_reporting_command_has_one_format_convention(command: str) -> None:
+    result = CliRunner().invoke(main, [command, "--help"], terminal_width=200)
+    assert re.search(r"--format \[table\|json\]", result.output), result.output
+
+
+def test_check_reports_as_json(tmp_path: Path) -> None:
+    """`check --format json`: one document with the verdict and every check; exit 1 when not ready."""
+    result = CliRunner().invoke(
+        main,
+        ["check", "--format", "json", "--state-dir", str(tmp_path / "state"), "--store", (tmp_path / "a").as_uri()],
+        env={"ARCHIVER_API_TOKEN": None, "ARCHIVER_API_URL": None, "ARCHIVER_CONFIG": None},
+    )
+    document = json.loads(result.stdout)
+    assert document["ready"] is False and result.exit_code == 1  # no upstream configured
+    assert {"status", "name", "detail"} <= set(document["checks"][0])
 
 
 def test_token_comes_from_env_or_file_and_is_never_shown(tmp_path: Path) -> None:
@@ -40,7 +150,7 @@ def test_token_comes_from_env_or_file_and_is_never_shown(tmp_path: Path) -> None
     from_env = load_settings({}, {"ARCHIVER_API_TOKEN": "envtoken"})
     assert from_env.api_token is not None and from_env.api_token.reveal() == "envtoken"
     with pytest.raises(ConfigError, match="never goes in the config file"):
-        load_settings({}, {}, write(tmp_path, 'api_token = "x"\n'))
+        settings_from(["--config", str(write(tmp_path, 'api_token = "x"\n'))])
 
 
 def test_missing_token_file_is_a_clear_error(tmp_path: Path) -> None:
@@ -53,7 +163,7 @@ def test_per_image_artifact_paths_merge_with_global_ones(tmp_path: Path) -> None
         tmp_path,
         'artifact_path = ["/srv/replays"]\n[images."demo-game"]\nartifact_path = ["/srv/crash", "/srv/replays"]\n',
     )
-    settings = load_settings({"artifact_path": ("/var/log/game",)}, {}, config)
+    settings = settings_from(["--artifact-path", "/var/log/game", "--config", str(config)])
     assert settings.artifact_paths == ("/var/log/game",)  # the flag wins over the file's global list
     assert settings.artifact_paths_for("demo-game") == ("/var/log/game", "/srv/crash", "/srv/replays")
     assert settings.artifact_paths_for("other") == ("/var/log/game",)

@@ -33,6 +33,7 @@ from archiver.errors import (
     excerpt,
 )
 from archiver.manifest import is_sha256
+from archiver.retry import STORE
 from archiver.store.base import (
     DEFAULT_MULTIPART_THRESHOLD,
     DEFAULT_PART_CONCURRENCY,
@@ -119,7 +120,7 @@ def make_s3_client(*, endpoint_url: str | None = None, checksum_mode: ChecksumMo
     import boto3  # local: keeps `import archiver.store` cheap for commands that never touch S3
 
     config = Config(
-        retries={"mode": "standard", "max_attempts": 5},
+        retries={"mode": "standard", "max_attempts": STORE.attempts},
         request_checksum_calculation=checksum_mode,
         response_checksum_validation="when_required",
         s3={"addressing_style": "path"} if endpoint_url else None,
