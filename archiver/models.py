@@ -611,7 +611,7 @@ def scan_ended(body: bytes | bytearray) -> list[EndedEntry]:
             if not isinstance(entry, dict):
                 continue
             sid, status, created = entry.get("id"), entry.get("status"), entry.get("created")
-        if status not in TERMINAL_STATUSES or not isinstance(sid, str) or not sid:
+        if not isinstance(status, str) or status not in TERMINAL_STATUSES or not isinstance(sid, str) or not sid:
             continue
         if isinstance(created, bool) or not isinstance(created, int | float) or not math.isfinite(created):
             continue
