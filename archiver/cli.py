@@ -141,7 +141,7 @@ def status(fmt: str, **kwargs: Any) -> None:
     import json
     import time
 
-    from archiver.state import read_status
+    from archiver.archive.state import read_status
 
     settings = resolve(kwargs)
     items = read_status(settings.state_dir, time.time())
@@ -266,7 +266,7 @@ def ls_command(
     labels: tuple[str, ...], limit: int | None, fmt: str, **kwargs: Any,
 ) -> None:  # fmt: skip
     """List archived sessions by end time, newest first (reads only the index hours of the range)."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     settings = resolve(kwargs)
     now = time.time()
@@ -296,7 +296,7 @@ def ls_command(
 @friendly_errors
 def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None:
     """The manifest of an archived session, readable."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     store = _store_for(resolve(kwargs))
     try:
@@ -322,7 +322,7 @@ def logs(
     session_id: str, stream: str | None, pattern: str | None, ignore_case: bool, instance: str | None, **kwargs: Any
 ) -> None:
     """The archived logs as plain text lines, whatever format the upstream sent."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     try:
         grep = retrieve.compile_grep(pattern, ignore_case=ignore_case) if pattern is not None else None
@@ -352,7 +352,7 @@ def get(
     session_id: str, out_dir: Path, extract: bool, progress: bool | None, instance: str | None, **kwargs: Any
 ) -> None:
     """Download everything of an archived session, verifying each file's sha256."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     store = _store_for(resolve(kwargs))
     try:
@@ -381,7 +381,7 @@ def verify(
     session_ids: tuple[str, ...], since: str | None, until: str | None, instance: str | None, **kwargs: Any
 ) -> None:
     """Re-hash stored objects against their manifests (every archive of each ID); exit 1 when anything is wrong."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     if session_ids and (since or until):
         raise click.UsageError("give session ids or --since/--until, not both")

@@ -19,15 +19,15 @@ from prometheus_client import CollectorRegistry
 
 from archiver import __version__
 from archiver import logs as logsetup
-from archiver.api import SessionHostClient
 from archiver.durable import StateDirLock
-from archiver.exposition import Snapshot, SnapshotRenderer
-from archiver.httpserver import MetricsServer
-from archiver.models import Session
-from archiver.poller import ENDPOINTS, Poller, PollResult
-from archiver.selfmetrics import SelfMetrics
+from archiver.exporter.exposition import Snapshot, SnapshotRenderer
+from archiver.exporter.httpserver import MetricsServer
+from archiver.exporter.poller import ENDPOINTS, Poller, PollResult
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.exporter.webconfig import load_web_config
 from archiver.settings import Settings
-from archiver.webconfig import load_web_config
+from archiver.upstream.api import SessionHostClient
+from archiver.upstream.models import Session
 
 if TYPE_CHECKING:
     from archiver.store import ObjectStore  # imports botocore: only when a store is configured
@@ -36,7 +36,7 @@ log = logging.getLogger("archiver.daemon")
 
 
 class ArchivePipeline(Protocol):
-    """What the daemon needs of the archiving half (archiver.pipeline.Pipeline)."""
+    """What the daemon needs of the archiving half (archiver.archive.pipeline.Pipeline)."""
 
     def recover(self) -> None: ...
     def start(self, *, reconcile: bool = ...) -> None: ...
@@ -56,8 +56,8 @@ PipelineFactory = Callable[[Settings, SessionHostClient, SelfMetrics], ArchivePi
 
 def default_pipeline(settings: Settings, client: SessionHostClient, metrics: SelfMetrics) -> ArchivePipeline:
     """The store and the state DB named by the settings, with the pipeline between them."""
-    from archiver.pipeline import Pipeline
-    from archiver.state import StateDB
+    from archiver.archive.pipeline import Pipeline
+    from archiver.archive.state import StateDB
     from archiver.store import open_store
 
     store = open_store(
@@ -342,7 +342,7 @@ def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
     api_url, token = settings.require_api()
     settings.require_store()
-    from archiver.pipeline import Pipeline
+    from archiver.archive.pipeline import Pipeline
 
     metrics = SelfMetrics(CollectorRegistry(), version=__version__)
     lock = StateDirLock(settings.state_dir)

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from archiver.api import SessionFilter, SessionHostClient, Token
 from archiver.errors import (
     ApiDecodeError,
     ApiStatusError,
@@ -27,6 +26,7 @@ from archiver.errors import (
 )
 from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
+from archiver.upstream.api import SessionFilter, SessionHostClient, Token
 from tests.fixtures_fake import TEST_TOKEN, openapi_hooks
 
 FAST = RetryPolicy(attempts=4, max_elapsed=5.0, initial_wait=0.0, max_wait=0.0, jitter=0.0)

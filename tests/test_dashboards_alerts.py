@@ -209,11 +209,11 @@ def used_metric_names() -> set[str]:
 
 
 def test_archiver_metric_names_match_the_implementation() -> None:
-    """Every archiver_* series the dashboards and alerts query is one archiver.selfmetrics exposes
-    (the two snapshot gauges come from archiver.exposition)."""
+    """Every archiver_* series the dashboards and alerts query is one archiver.exporter.selfmetrics exposes
+    (the two snapshot gauges come from archiver.exporter.exposition)."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.selfmetrics import SelfMetrics
+    from archiver.exporter.selfmetrics import SelfMetrics
 
     registry = CollectorRegistry()
     # The next-deadline gauge is absent while nothing is pending: make one pending.

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from archiver import keys
 from archiver.errors import ManifestError
-from archiver.manifest import (
+from archiver.layout import keys
+from archiver.layout.manifest import (
     IndexEntry,
     Manifest,
     ManifestItem,
@@ -337,7 +337,7 @@ def test_index_entry_summarises_the_manifest_and_round_trips() -> None:
     ids=["5000-digit number", "deeply nested"],
 )
 def test_hostile_json_documents_are_manifest_errors(mutate: Callable[[str], str]) -> None:
-    from archiver.manifest import parse_index_entry, parse_manifest
+    from archiver.layout.manifest import parse_index_entry, parse_manifest
 
     for parse in (parse_manifest, parse_index_entry):
         with pytest.raises(ManifestError):

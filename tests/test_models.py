@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from archiver import models
 from archiver.errors import PayloadError
-from archiver.models import (
+from archiver.upstream import models
+from archiver.upstream.models import (
     UNKNOWN_STATUS,
     InvalidEntry,
     decode_json,

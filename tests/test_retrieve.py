@@ -30,11 +30,13 @@ import boto3
 import pytest
 from prometheus_client import CollectorRegistry
 
-from archiver import keys, retrieve
-from archiver.api import SessionHostClient, Token
+from archiver.archive.pipeline import Pipeline
+from archiver.archive.state import StateDB
 from archiver.errors import ArchiveIntegrityError, SessionNotArchivedError
+from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
-from archiver.manifest import (
+from archiver.layout import keys
+from archiver.layout.manifest import (
     IndexEntry,
     Manifest,
     ManifestItem,
@@ -44,11 +46,10 @@ from archiver.manifest import (
     manifest_to_bytes,
     parse_manifest,
 )
-from archiver.pipeline import Pipeline
-from archiver.selfmetrics import SelfMetrics
+from archiver.retrieval import retrieve
 from archiver.settings import Settings
-from archiver.state import StateDB
 from archiver.store import ObjectStore, open_store
+from archiver.upstream.api import SessionHostClient, Token
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_pipeline import FAST, FAST_POLICY
 
@@ -613,7 +614,7 @@ def test_logs_piped_to_head_exits_quietly(file_store: ObjectStore, tmp_path: Pat
             """
             import sys
             from archiver.cli import friendly_errors
-            from archiver.retrieve import print_logs
+            from archiver.retrieval.retrieve import print_logs
             from archiver.store import open_store
 
             @friendly_errors

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from archiver.models import Session
-from archiver.pipeline import Pipeline, Tuning
-from archiver.selfmetrics import SelfMetrics
+from archiver.archive.pipeline import Pipeline, Tuning
+from archiver.archive.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, StateError, session_key_of
+from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.settings import Settings
-from archiver.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, StateError, session_key_of
 from archiver.store import FileStore
+from archiver.upstream.models import Session
 
 
 def _session(i: int, *, players: int = 2, label: str = "duel") -> Session:

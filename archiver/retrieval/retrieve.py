@@ -28,7 +28,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from archiver import keys, logformat
 from archiver.errors import (
     ArchiveIntegrityError,
     LocalFileError,
@@ -37,7 +36,8 @@ from archiver.errors import (
     SessionNotArchivedError,
     StoreError,
 )
-from archiver.manifest import (
+from archiver.layout import keys
+from archiver.layout.manifest import (
     LATEST_TIME,
     OUTCOMES,
     IndexEntry,
@@ -47,7 +47,8 @@ from archiver.manifest import (
     parse_index_entry,
     parse_manifest,
 )
-from archiver.safetar import ExtractResult, safe_extract
+from archiver.retrieval import logformat
+from archiver.retrieval.safetar import ExtractResult, safe_extract
 from archiver.settings import parse_duration
 from archiver.store.base import ObjectStore, hash_file
 from archiver.textsafe import printable
@@ -861,7 +862,7 @@ def download_session(
     Files already present with the right hash are kept (a re-run resumes cheaply).
 
     ``extract``: also ``logs.txt`` (plain lines, as `archiver logs` prints them) and each artifact
-    unpacked by :func:`archiver.safetar.safe_extract` into ``artifacts/{slug}-{hash8}/`` (unsafe
+    unpacked by :func:`archiver.retrieval.safetar.safe_extract` into ``artifacts/{slug}-{hash8}/`` (unsafe
     members skipped and listed in the result). An existing extraction directory is left alone
     (never delete what a user may have edited). ``progress`` is called with byte counts;
     ``loaded`` is what :func:`load_manifest` returned, when the caller already has it (to size

@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from archiver import keys
-from archiver.crashpoints import crashpoint
+from archiver.archive.crashpoints import crashpoint
+from archiver.archive.state import ItemRow, SessionRow
 from archiver.errors import ObjectConflictError, SourceFileError, StoreUnavailableError
-from archiver.manifest import (
+from archiver.layout import keys
+from archiver.layout.manifest import (
     Manifest,
     ManifestItem,
     build_manifest,
@@ -23,7 +24,6 @@ from archiver.manifest import (
     index_entry_to_bytes,
     manifest_to_bytes,
 )
-from archiver.state import ItemRow, SessionRow
 from archiver.store.base import MultipartJournal, ObjectStore, PutOutcome
 
 log = logging.getLogger(__name__)

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from archiver import __version__, keys
+from archiver import __version__
 from archiver.errors import ManifestError
+from archiver.layout import keys
 
 #: Still 1 with ``instance``: that field is additive and optional (absent in archives written
 #: before instances existed, which stay readable; readers of version 1 ignore unknown fields).

@@ -1,6 +1,6 @@
 """The archive pipeline: end detection, confirmation, the deadline-bound fetch stage and the upload stage.
 
-Everything durable goes through the state DB (`archiver.state`), so every thread here can die at
+Everything durable goes through the state DB (`archiver.archive.state`), so every thread here can die at
 any instant: `recover()` at start-up puts in-flight work back and the next run carries on. The
 hand-off between the stages is a fsynced spool file plus a committed `spooled` row: only the fetch
 is bound to the upstream's removal deadline; an object store outage costs latency, never data.
@@ -28,9 +28,10 @@ from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 
-from archiver import keys
-from archiver.api import SessionFilter, SessionHostClient
-from archiver.crashpoints import crashpoint
+from archiver.archive.crashpoints import crashpoint
+from archiver.archive.fetch import Fetcher, Finished, Retry, Spool, Spooled, artifact_source, logs_source
+from archiver.archive.state import Backlog, ItemRow, NewItem, PendingItem, SessionRow, StateDB, session_key_of
+from archiver.archive.upload import Conflict, SpoolBroken, Stored, Uploader
 from archiver.durable import fsync_dir
 from archiver.errors import (
     ApiError,
@@ -41,14 +42,13 @@ from archiver.errors import (
     StorePermissionError,
     StoreUnavailableError,
 )
-from archiver.fetch import Fetcher, Finished, Retry, Spool, Spooled, artifact_source, logs_source
-from archiver.models import UNKNOWN_STATUS, Session, SessionListParser
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.layout import keys
 from archiver.retry import RetryPolicy
-from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
-from archiver.state import Backlog, ItemRow, NewItem, PendingItem, SessionRow, StateDB, session_key_of
 from archiver.store.base import ObjectStore
-from archiver.upload import Conflict, SpoolBroken, Stored, Uploader
+from archiver.upstream.api import SessionFilter, SessionHostClient
+from archiver.upstream.models import UNKNOWN_STATUS, Session, SessionListParser
 
 log = logging.getLogger(__name__)
 

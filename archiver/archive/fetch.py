@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from archiver import keys
-from archiver.api import Download, SessionHostClient
-from archiver.crashpoints import crashpoint
+from archiver.archive.crashpoints import crashpoint
+from archiver.archive.state import ItemRow
 from archiver.durable import fsync_dir
 from archiver.errors import ApiError, NotFoundError
+from archiver.layout import keys
 from archiver.retry import RetryPolicy
-from archiver.state import ItemRow
+from archiver.upstream.api import Download, SessionHostClient
 
 log = logging.getLogger(__name__)
 

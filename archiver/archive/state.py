@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from archiver import keys
-from archiver.models import Session
+from archiver.layout import keys
 from archiver.store.base import JournalEntry
+from archiver.upstream.models import Session
 
 SCHEMA_VERSION: Final = 2
 DB_NAME: Final = "state.db"

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import httpx
 
-from archiver import __version__, models
+from archiver import __version__
 from archiver.errors import (
     EXCERPT_LIMIT,
     ApiDecodeError,
@@ -26,8 +26,9 @@ from archiver.errors import (
     excerpt,
     status_error_class,
 )
-from archiver.models import CreatedSession, Location, PlayersResult, Session
 from archiver.retry import RetryPolicy, call
+from archiver.upstream import models
+from archiver.upstream.models import CreatedSession, Location, PlayersResult, Session
 
 #: How much of an error body is read (error pages are small; a misbehaving proxy must not stall us).
 _ERROR_BODY_LIMIT = 64 * 1024
