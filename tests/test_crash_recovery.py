@@ -85,7 +85,8 @@ if __name__ == "__main__":
 
 # --- the test (pytest side) ---------------------------------------------------------------------
 
-from archiver.archive.state import StateDB, StateError  # noqa: E402
+from archiver.archive.state import StateDB  # noqa: E402
+from archiver.errors import StateError  # noqa: E402
 from archiver.fake import FakeService  # noqa: E402
 from archiver.fake.logs import render_text  # noqa: E402
 from archiver.layout import keys  # noqa: E402

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
-import statistics
-import time
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline, Tuning
-from archiver.archive.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, StateError, session_key_of
+from archiver.archive.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, session_key_of
+from archiver.errors import StateError
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.store import FileStore
@@ -137,17 +136,16 @@ def test_changed_metadata_is_written_and_player_churn_is_not(tmp_path: Path) -> 
     assert row is not None and row.labels == {"mode": "ranked"} and row.last_seen_active == 120.0
 
 
-def test_a_poll_of_10k_sessions_takes_well_under_50ms(tmp_path: Path) -> None:
-    """Budget from the issue: steady-state polls write only what changed (median of 7 polls)."""
+def test_a_steady_state_poll_of_10k_sessions_writes_nothing_for_player_churn(tmp_path: Path) -> None:
+    """Steady-state polls write only what changed; the time budget lives in benchmarks/state.py."""
     p = _pipeline(tmp_path)
     p.observe_poll([_session(i) for i in range(10_000)], 100.0)
-    times = []
-    for k in range(7):
-        sessions = [_session(i, players=k) for i in range(10_000)]
-        started = time.perf_counter()
-        p.observe_poll(sessions, 101.0 + k)
-        times.append(time.perf_counter() - started)
-    assert statistics.median(times) < 0.05, times
+    with p.state.write() as db:
+        before = db.total_changes
+    for k in range(3):
+        p.observe_poll([_session(i, players=k) for i in range(10_000)], 101.0 + k)
+    with p.state.write() as db:
+        assert db.total_changes == before
 
 
 def _key(sid: str) -> str:

@@ -50,7 +50,7 @@ from archiver.store.base import ObjectStore
 from archiver.upstream.api import SessionFilter, SessionHostClient
 from archiver.upstream.models import UNKNOWN_STATUS, Session, SessionListParser
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("archiver.pipeline")  # the name it had before the rooms: log filters keep working
 
 Clock = Callable[[], float]
 

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from archiver.errors import StateError
 from archiver.layout import keys
 from archiver.store.base import JournalEntry
 from archiver.upstream.models import Session
@@ -192,10 +193,6 @@ def layout_instance(created_ms: float, revision: int = 0) -> str:
 
 
 _OPEN_ITEM_STATUSES = ("pending_fetch", "fetching", "spooled", "uploading")
-
-
-class StateError(Exception):
-    """The state DB is unusable (newer schema, corrupt file); the message says what to do."""
 
 
 @dataclass(frozen=True, slots=True)
