@@ -15,6 +15,7 @@ import click
 from archiver import __version__
 from archiver.errors import ArchiverError, ConfigError
 from archiver.settings import OPTIONS, Option, Settings, load_settings
+from archiver.textsafe import printable
 
 if TYPE_CHECKING:
     from archiver.store import ObjectStore  # imports botocore: kept out of `archiver --help`
@@ -158,8 +159,8 @@ def status(fmt: str, **kwargs: Any) -> None:
         if item.last_error:
             detail = f"{detail} ({item.last_error})" if detail else item.last_error
         click.echo(
-            f"{_printable(item.session_id)[:40]:40} {item.kind:8} {item.stage:6} {item.status:13} "
-            f"{left:>10} {item.attempts:>5}  {_printable(detail)}"
+            f"{printable(item.session_id)[:40]:40} {item.kind:8} {item.stage:6} {item.status:13} "
+            f"{left:>10} {item.attempts:>5}  {printable(detail)}"
         )
 
 
@@ -427,11 +428,6 @@ def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
-def _printable(text: str) -> str:
-    """Session ids are caller-chosen: never let one drive the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 if __name__ == "__main__":  # pragma: no cover

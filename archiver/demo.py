@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TextIO
 
 from archiver import logs as logsetup
+from archiver.credentials import Token
 from archiver.daemon import Daemon
 from archiver.errors import ArchiverError
 from archiver.fake import FakeService
 from archiver.layout.manifest import parse_manifest
 from archiver.settings import Settings
-from archiver.upstream.api import Token
 
 DEMO_TOKEN = "demo-token"
 #: Real-time retention of the demo's fake service: short, so deadlines visibly tick down.

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from archiver.credentials import Token
 from archiver.errors import ConfigError
-from archiver.upstream.api import Token
 
 ENV_PREFIX = "ARCHIVER_"
 TOKEN_ENV = "ARCHIVER_API_TOKEN"

@@ -1,4 +1,4 @@
-"""Benchmark of the archive pipeline (DESIGN §8): one 100 MB artifact, and 1,000 sessions ending at once.
+"""Benchmark of the archive pipeline (ARCHITECTURE.md §8): one 100 MB artifact, and 1,000 sessions ending at once.
 
 Usage: python benchmarks/archive.py [--json out.json] [--sessions 1000] [--artifact-mib 100]
 

@@ -1,4 +1,4 @@
-"""Benchmark of the /metrics path (DESIGN §8): scrape latency, poll cycle and peak RSS per session count.
+"""Benchmark of the /metrics path (ARCHITECTURE.md §8): scrape latency, poll cycle and peak RSS per session count.
 
 Usage: python benchmarks/scrape.py [--sessions 10000,50000] [--json out.json]
 

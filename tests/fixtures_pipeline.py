@@ -12,12 +12,13 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline, Tuning
 from archiver.archive.state import StateDB
+from archiver.credentials import Token
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
-from archiver.upstream.api import SessionHostClient, Token
+from archiver.upstream.api import SessionHostClient
 
 __all__ = ["FAST", "FAST_POLICY", "MB", "MISSING", "REPLAY", "SERVER_LOG", "TOKEN", "Harness", "harness_factory",
            "s3_store"]  # fmt: skip

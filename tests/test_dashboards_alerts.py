@@ -1,4 +1,4 @@
-"""Grafana dashboards and Prometheus alert rules: valid, tested with promtool, on DESIGN §6 metric names."""
+"""Grafana dashboards and Prometheus alert rules: valid, tested with promtool, on ARCHITECTURE.md §6 metric names."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ RULES = REPO / "grafana" / "alerts" / "archiver.rules.yml"
 RULES_TEST = REPO / "grafana" / "alerts" / "archiver.rules.test.yml"
 DASHBOARDS = sorted((REPO / "grafana" / "dashboards").glob("*.json"))
 
-# DESIGN.md §6, exactly. Histograms expose _bucket/_sum/_count; counters end in _total.
+# ARCHITECTURE.md §6, exactly. Histograms expose _bucket/_sum/_count; counters end in _total.
 # sessionhost_upstream_<name> re-exposes the upstream's families: session_count is the only one known.
-# §6 gives no type for archiver_upstream_poll_duration_seconds; archiver/selfmetrics.py makes it a
+# §6 gives no type for archiver_upstream_poll_duration_seconds; archiver/exporter/selfmetrics.py makes it a
 # histogram (checked against the implementation below).
 HISTOGRAMS = [
     "archiver_upstream_poll_duration_seconds",

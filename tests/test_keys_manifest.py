@@ -131,7 +131,7 @@ def test_artifact_names() -> None:
 
 
 def test_key_builders() -> None:
-    """The layout of DESIGN §7, with and without a prefix; prefixes must end with `/`."""
+    """The layout of ARCHITECTURE.md §7, with and without a prefix; prefixes must end with `/`."""
     assert keys.manifest_key("", "s1") == "sessions/s1/manifest.json"
     assert keys.logs_key("p/q/", "s1", "txt") == "p/q/sessions/s1/logs.txt.gz"
     assert keys.logs_key("", "s.1", "jsonl") == "sessions/s%2E1/logs.jsonl.gz"

@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
+from archiver.credentials import Token
 from archiver.errors import ArchiveIntegrityError, SessionNotArchivedError
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
@@ -48,7 +49,7 @@ from archiver.layout.manifest import (
 from archiver.retrieval import retrieve
 from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
-from archiver.upstream.api import SessionHostClient, Token
+from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_pipeline import FAST, FAST_POLICY
 

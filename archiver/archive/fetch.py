@@ -26,6 +26,7 @@ from archiver.errors import ApiError, NotFoundError, TooLargeError
 from archiver.layout import keys
 from archiver.retry import RetryPolicy
 from archiver.upstream.api import Download, SessionHostClient
+from archiver.vocabulary import Outcome
 
 log = logging.getLogger("archiver.fetch")  # the name it had before the rooms: log filters keep working
 
@@ -56,7 +57,7 @@ class Spooled:
 class Finished:
     """The item has its final outcome without a stored object (source_gone, too_large, expired)."""
 
-    outcome: str
+    outcome: Outcome
     error: str
     source: str
 
@@ -216,7 +217,7 @@ class Fetcher:
                 return self._fetch_logs(item, policy)
             return self._fetch_artifact(item, policy)
         except NotFoundError as exc:
-            return Finished("expired" if last_chance else "source_gone", str(exc), source)
+            return Finished(Outcome.EXPIRED if last_chance else Outcome.SOURCE_GONE, str(exc), source)
         except ApiError as exc:
             return Retry(str(exc), source)
         except OSError as exc:
@@ -262,11 +263,11 @@ class Fetcher:
         limit = self._max_artifact_size
         with self._client.open_artifact(sid, path, policy=policy) as download:
             if download.content_length is not None and download.content_length > limit:
-                return Finished("too_large", f"Content-Length {download.content_length} > limit {limit}", source)
+                return Finished(Outcome.TOO_LARGE, f"Content-Length {download.content_length} > limit {limit}", source)
             try:
                 spooled = self._spool.write(item.id, download.iter_bytes(), compress=False, limit=limit)
             except TooLargeError:
-                return Finished("too_large", f"body larger than {limit} bytes (stopped while streaming)", source)
+                return Finished(Outcome.TOO_LARGE, f"body larger than {limit} bytes (stopped while streaming)", source)
         # The upstream labels its gzip bodies application/x-tar: the magic bytes decide.
         content_type = "application/gzip" if spooled.head[:2] == GZIP_MAGIC else download.content_type
         return Spooled(

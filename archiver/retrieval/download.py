@@ -36,6 +36,7 @@ from archiver.retrieval.render import human_size
 from archiver.retrieval.safetar import ExtractResult, safe_extract
 from archiver.store.base import ObjectStore, hash_file
 from archiver.textsafe import printable
+from archiver.vocabulary import Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +191,7 @@ def _download_session(
     os.replace(tmp, directory / "manifest.json")
 
     for item in manifest.items:
-        if item.outcome != "archived":
+        if item.outcome != Outcome.ARCHIVED:
             result.not_archived.append(item)
             continue
         key, relative = item_key(store, sid, item, ref.instance)
@@ -199,7 +200,7 @@ def _download_session(
 
     if not extract:
         return result
-    if any(i.kind == "logs" and i.outcome == "archived" for i in manifest.items):
+    if any(i.kind == "logs" and i.outcome == Outcome.ARCHIVED for i in manifest.items):
         result.logs_text = _write_logs_text(store, sid, ref, directory / "logs.txt")
     for downloaded in result.files:
         relative = downloaded.path.relative_to(directory).as_posix()

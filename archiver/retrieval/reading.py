@@ -28,6 +28,7 @@ from archiver.retrieval.query import (
 from archiver.retrieval.render import escape_line
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
+from archiver.vocabulary import Outcome
 
 
 def _gunzip(chunks: Iterable[bytes], key: str) -> Iterator[bytes]:
@@ -100,7 +101,7 @@ def logs_item(m: Manifest) -> ManifestItem:
     """The manifest's archived logs item; ``SessionNotArchivedError`` saying why when there is none."""
     items = [i for i in m.items if i.kind == "logs"]
     for item in items:
-        if item.outcome == "archived":
+        if item.outcome == Outcome.ARCHIVED:
             return item
     if not items:
         raise SessionNotArchivedError(f"session {printable(m.session_id)} has no logs in its archive")

@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from archiver.layout.manifest import (
-    OUTCOMES,
     IndexEntry,
     Manifest,
     iso_utc,
@@ -17,6 +16,7 @@ from archiver.layout.manifest import (
 from archiver.retrieval.query import Warn, load_manifest, stderr_note
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
+from archiver.vocabulary import OUTCOMES, Outcome
 
 
 def escape_line(text: str) -> str:
@@ -56,8 +56,8 @@ def _when(epoch: float | None, suffix: str = "") -> str:
 
 def _items_cell(counts: Mapping[str, int]) -> str:
     total = sum(counts.values())
-    archived = counts.get("archived", 0)
-    flagged = [o for o in OUTCOMES if o != "archived" and counts.get(o)]
+    archived = counts.get(Outcome.ARCHIVED, 0)
+    flagged = [o for o in OUTCOMES if o != Outcome.ARCHIVED and counts.get(o)]
     cell = f"{archived}/{total}"
     return f"{cell} !{','.join(flagged)}" if flagged else cell
 
@@ -108,7 +108,7 @@ def entry_json(entry: IndexEntry) -> dict[str, Any]:
         "tag": entry.tag,
         "location": entry.location,
         "labels": dict(entry.labels),
-        "items_archived": counts.get("archived", 0),
+        "items_archived": counts.get(Outcome.ARCHIVED, 0),
         "items_total": sum(counts.values()),
         "counts": counts,
         "total_bytes": entry.total_bytes,
@@ -160,7 +160,7 @@ def render_manifest(m: Manifest, out: TextIO) -> None:
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         out.write(f"{name:<{width}}  {value}\n")
-    archived = [i for i in m.items if i.outcome == "archived"]
+    archived = [i for i in m.items if i.outcome == Outcome.ARCHIVED]
     out.write(f"\nItems: {len(archived)} archived of {len(m.items)}, {human_size(m.total_bytes)} stored\n")
     for item in m.items:
         what = printable(item.path) if item.kind == "artifact" and item.path else "(session logs)"

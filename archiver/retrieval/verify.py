@@ -33,6 +33,7 @@ from archiver.retrieval.query import (
 from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
+from archiver.vocabulary import Outcome
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +95,7 @@ def _verify_one(
     manifest = loaded.manifest
     objects = total = 0
     for item in manifest.items:
-        if item.outcome != "archived":
+        if item.outcome != Outcome.ARCHIVED:
             continue
         try:
             key, _ = item_key(store, sid, item, instance)

@@ -32,7 +32,6 @@ from pathlib import Path
 from archiver.archive.state.items import ItemRepo
 from archiver.archive.state.journal import SqliteJournal
 from archiver.archive.state.rows import (
-    TERMINAL_STATES,
     Backlog,
     ItemRow,
     NewItem,
@@ -46,6 +45,7 @@ from archiver.archive.state.rows import (
 )
 from archiver.archive.state.schema import BUSY_TIMEOUT_MS, DB_NAME, SCHEMA_VERSION
 from archiver.archive.state.sessions import SessionRepo
+from archiver.vocabulary import TERMINAL_STATES, SessionState
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
@@ -85,7 +85,7 @@ class StateDB(SessionRepo, ItemRepo):
                 kind="session",
                 path="",
                 stage="failed",
-                status="failed",
+                status=SessionState.FAILED,
                 deadline=row.fetch_deadline or 0.0,
                 time_left=None,
                 attempts=row.finalize_attempts,

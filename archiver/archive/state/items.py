@@ -13,6 +13,7 @@ from archiver.archive.state.rows import (
     PendingItem,
     _item_row,
 )
+from archiver.vocabulary import ItemStatus, Outcome, SessionState
 
 
 class ItemRepo(Connection):
@@ -39,7 +40,7 @@ class ItemRepo(Connection):
                 return None
             db.execute("UPDATE items SET status = 'fetching', attempts = attempts + 1 WHERE id = ?", (row[0],))
         item = _item_row(row)
-        return dataclasses.replace(item, status="fetching", attempts=item.attempts + 1)
+        return dataclasses.replace(item, status=ItemStatus.FETCHING, attempts=item.attempts + 1)
 
     def claim_upload(self, now_mono: float) -> ItemRow | None:
         """The oldest spooled item whose retry gate is open, now `uploading`."""
@@ -51,9 +52,9 @@ class ItemRepo(Connection):
             if row is None:
                 return None
             db.execute("UPDATE items SET status = 'uploading' WHERE id = ?", (row[0],))
-        return dataclasses.replace(_item_row(row), status="uploading")
+        return dataclasses.replace(_item_row(row), status=ItemStatus.UPLOADING)
 
-    def next_gate(self, status: str) -> float | None:
+    def next_gate(self, status: ItemStatus) -> float | None:
         """The earliest retry gate (monotonic) among items in `status`, for a worker's wait."""
         with self.read() as db:
             value = db.execute("SELECT MIN(not_before) FROM items WHERE status = ?", (status,)).fetchone()[0]
@@ -79,7 +80,7 @@ class ItemRepo(Connection):
                 (spool_path, size, sha256, content_type, source, key, fetched_at, item_id),
             )
 
-    def retry_item(self, item_id: int, *, status: str, not_before: float, error: str) -> None:
+    def retry_item(self, item_id: int, *, status: ItemStatus, not_before: float, error: str) -> None:
         """Back to `status` (pending_fetch or spooled), not to be picked before `not_before`.
 
         Only an item still in flight moves: an error raised after the item's final write (a gauge
@@ -95,7 +96,7 @@ class ItemRepo(Connection):
     def finish_item(
         self,
         item_id: int,
-        outcome: str,
+        outcome: Outcome,
         *,
         now: float,
         error: str | None = None,
@@ -164,9 +165,9 @@ class ItemRepo(Connection):
                 _OPEN_ITEM_STATUSES,
             ):
                 counts[status] = count
-                if status in ("pending_fetch", "fetching") and deadline is not None:
+                if status in (ItemStatus.PENDING_FETCH, ItemStatus.FETCHING) and deadline is not None:
                     next_deadline = deadline if next_deadline is None else min(next_deadline, deadline)
-                if status in ("spooled", "uploading"):
+                if status in (ItemStatus.SPOOLED, ItemStatus.UPLOADING):
                     spool += int(size or 0)
             states = dict(
                 db.execute(
@@ -175,13 +176,13 @@ class ItemRepo(Connection):
                 ).fetchall()
             )
         return Backlog(
-            pending_fetch=counts.get("pending_fetch", 0) + counts.get("fetching", 0),
-            pending_upload=counts.get("spooled", 0) + counts.get("uploading", 0),
+            pending_fetch=counts.get(ItemStatus.PENDING_FETCH, 0) + counts.get(ItemStatus.FETCHING, 0),
+            pending_upload=counts.get(ItemStatus.SPOOLED, 0) + counts.get(ItemStatus.UPLOADING, 0),
             next_fetch_deadline=next_deadline,
             spool_bytes=spool,
-            candidates=int(states.get("candidate", 0)),
-            finalizing=int(states.get("finalizing", 0)),
-            failed=int(states.get("failed", 0)),
+            candidates=int(states.get(SessionState.CANDIDATE, 0)),
+            finalizing=int(states.get(SessionState.FINALIZING, 0)),
+            failed=int(states.get(SessionState.FAILED, 0)),
         )
 
     def pending_items(self, now: float) -> list[PendingItem]:
@@ -195,7 +196,7 @@ class ItemRepo(Connection):
             ).fetchall()
         result = []
         for sid, instance, kind, path, status, deadline, attempts, error in rows:
-            fetch = status in ("pending_fetch", "fetching")
+            fetch = status in (ItemStatus.PENDING_FETCH, ItemStatus.FETCHING)
             result.append(
                 PendingItem(
                     session_id=sid,

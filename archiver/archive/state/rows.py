@@ -6,13 +6,11 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from archiver.layout import keys
 from archiver.upstream.models import Session
-
-#: States a session row never leaves by itself (pruned after `prune_after`).
-TERMINAL_STATES: Final = ("archived", "failed", "skipped")
+from archiver.vocabulary import OPEN_ITEM_STATUSES
 
 
 def created_ms_of(created_seconds: float | None) -> int:
@@ -34,7 +32,7 @@ def layout_instance(created_ms: float, revision: int = 0) -> str:
     return keys.instance_name(math.floor(created_ms + 1e-3), revision)
 
 
-_OPEN_ITEM_STATUSES = ("pending_fetch", "fetching", "spooled", "uploading")
+_OPEN_ITEM_STATUSES = OPEN_ITEM_STATUSES
 
 
 @dataclass(frozen=True, slots=True)

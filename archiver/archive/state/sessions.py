@@ -10,7 +10,6 @@ from archiver.archive.state.connection import Connection
 from archiver.archive.state.rows import (
     _SESSION_COLUMNS,
     _STATE_COLUMN,
-    TERMINAL_STATES,
     NewItem,
     Reopened,
     SessionRow,
@@ -22,6 +21,7 @@ from archiver.archive.state.rows import (
     session_key_of,
 )
 from archiver.upstream.models import Session
+from archiver.vocabulary import DETECTING_STATES, TERMINAL_STATES, SessionState
 
 
 class SessionRepo(Connection):
@@ -253,7 +253,7 @@ class SessionRepo(Connection):
         backfill: bool,
     ) -> SessionRow | None:
         found = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
-        allowed = ("active", "candidate") if backfill else ("candidate",)
+        allowed = DETECTING_STATES if backfill else (SessionState.CANDIDATE,)
         if found is None:
             if not backfill or described is None:
                 return None
