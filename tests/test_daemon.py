@@ -47,6 +47,7 @@ def test_archive_command_refuses_to_run_beside_a_daemon(fake_service: FakeServic
         {"ARCHIVER_API_TOKEN": TEST_TOKEN},
     )
     daemon = Daemon(settings)
+    daemon.start()  # takes the state dir's lock
     try:
         result = subprocess.run(
             [ARCHIVER, "archive", "some-session", "--api-url", fake_service.base_url,
@@ -104,7 +105,9 @@ def test_status_command_reads_the_state_dir(fake_service: FakeService, tmp_path:
          "state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0"},
         {"ARCHIVER_API_TOKEN": TEST_TOKEN},
     )  # fmt: skip
-    Daemon(settings).stop()  # creates the state DB
+    daemon = Daemon(settings)
+    daemon.start()  # takes the state dir and creates the state DB
+    daemon.stop()
     result = subprocess.run(
         [ARCHIVER, "status", "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=60
     )
@@ -116,7 +119,7 @@ def test_a_store_that_does_not_answer_the_probe_leaves_writes_checking_first(tmp
     """The probe's verdict is reported when the store answers; an unreachable store is not an error."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.daemon import probe_store
+    from archiver.archive.store_health import probe_store
     from archiver.exporter.selfmetrics import SelfMetrics
     from archiver.store import open_store
 

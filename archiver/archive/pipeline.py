@@ -38,6 +38,7 @@ from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
 from archiver.archive.fetch_stage import FetchStage
 from archiver.archive.stage import Clock, Tuning, Wakeups
 from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key_of
+from archiver.archive.store_health import check_store, probe_store
 from archiver.archive.upload import Uploader
 from archiver.archive.upload_stage import UploadStage
 from archiver.errors import (
@@ -116,6 +117,35 @@ class Pipeline:
             store, self.uploader, self.spool, settings.state_dir / "conflicts", state, metrics, self.tuning, self._wake,
             clock=clock, monotonic=monotonic, refresh_gauges=refresh,
         )  # fmt: skip
+
+    @classmethod
+    def open(cls, settings: Settings, client: SessionHostClient, metrics: SelfMetrics) -> Pipeline:
+        """The store and the state DB named by the settings, with the pipeline between them."""
+        from archiver.store import open_store  # imports botocore: only when a store is configured
+
+        store = open_store(
+            settings.require_store(), s3_endpoint_url=settings.s3_endpoint_url, checksum_mode=settings.s3_checksum
+        )
+        return cls(settings, client, store, StateDB.open(settings.state_dir), metrics)
+
+    # --- the store ----------------------------------------------------------------------------
+
+    @property
+    def store_url(self) -> str:
+        return self.store.url
+
+    def distrust_store(self) -> None:
+        """Writes check first (HEAD before a create-once write) until `probe_store` shows that the
+        store enforces If-None-Match itself."""
+        self.store.conditional_writes = False
+
+    def probe_store(self) -> bool:
+        """Probe create-once support (see store_health.probe_store); False when the store did not answer."""
+        return probe_store(self.store, self.metrics)
+
+    def check_store(self) -> bool:
+        """One cheap read of the store → `archiver_store_up`."""
+        return check_store(self.store, self.metrics)
 
     # --- lifecycle --------------------------------------------------------------------------
 
