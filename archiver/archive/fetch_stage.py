@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
 
 from archiver.archive.fetch import Fetcher, Finished, Retry, Spooled
-from archiver.archive.stage import Clock, Stage, Tuning, Wakeups, backoff
-from archiver.archive.state import ItemRow, StateDB
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.archive.stage import Stage, StageParts, backoff
+from archiver.archive.state import ItemRow
 from archiver.vocabulary import ItemStatus, Outcome
 
 log = logging.getLogger("archiver.pipeline")  # one logger for the whole pipeline, as before the split
@@ -19,19 +17,8 @@ class FetchStage(Stage):
     """Fetch workers: claim the pending item with the earliest deadline, stream it into the spool,
     and give it an outcome (spooled, too_large, source_gone, expired) or a retry gate."""
 
-    def __init__(
-        self,
-        fetcher: Fetcher,
-        state: StateDB,
-        metrics: SelfMetrics,
-        tuning: Tuning,
-        wake: Wakeups,
-        *,
-        clock: Clock,
-        monotonic: Clock,
-        refresh_gauges: Callable[[], None],
-    ) -> None:
-        super().__init__(state, metrics, tuning, wake, clock=clock, monotonic=monotonic, refresh_gauges=refresh_gauges)
+    def __init__(self, fetcher: Fetcher, parts: StageParts) -> None:
+        super().__init__(parts)
         self.fetcher = fetcher
 
     def run(self) -> None:

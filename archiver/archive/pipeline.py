@@ -36,7 +36,7 @@ from archiver.archive.deadline import deadline_for
 from archiver.archive.detector import key_id, observe
 from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
 from archiver.archive.fetch_stage import FetchStage
-from archiver.archive.stage import Clock, Tuning, Wakeups
+from archiver.archive.stage import Clock, StageParts, Tuning, Wakeups
 from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key_of
 from archiver.archive.store_health import check_store, probe_store
 from archiver.archive.upload import Uploader
@@ -109,14 +109,9 @@ class Pipeline:
         self.reconciled_once = threading.Event()
         self._gauges_at = float("-inf")
         refresh = functools.partial(self._refresh_gauges, force=False)
-        self._fetches = FetchStage(
-            self.fetcher, state, metrics, self.tuning, self._wake,
-            clock=clock, monotonic=monotonic, refresh_gauges=refresh,
-        )  # fmt: skip
-        self._uploads = UploadStage(
-            store, self.uploader, self.spool, settings.state_dir / "conflicts", state, metrics, self.tuning, self._wake,
-            clock=clock, monotonic=monotonic, refresh_gauges=refresh,
-        )  # fmt: skip
+        parts = StageParts(state, metrics, self.tuning, self._wake, clock, monotonic, refresh)
+        self._fetches = FetchStage(self.fetcher, parts)
+        self._uploads = UploadStage(store, self.uploader, self.spool, settings.state_dir / "conflicts", parts)
 
     @classmethod
     def open(cls, settings: Settings, client: SessionHostClient, metrics: SelfMetrics) -> Pipeline:

@@ -90,27 +90,31 @@ class Wakeups:
         return self._idle_wait if gate is None else gate - self._mono()
 
 
-class Stage:
-    """A worker stage's shared parts: the state DB, the metrics, the clocks, the wake-ups, item outcomes."""
+@dataclass(frozen=True, slots=True)
+class StageParts:
+    """What every worker stage is built on: the state DB, the metrics, the timings, the wake-ups, the clocks."""
 
-    def __init__(
-        self,
-        state: StateDB,
-        metrics: SelfMetrics,
-        tuning: Tuning,
-        wake: Wakeups,
-        *,
-        clock: Clock,
-        monotonic: Clock,
-        refresh_gauges: Callable[[], None],
-    ) -> None:
-        self.state = state
-        self.metrics = metrics
-        self.tuning = tuning
-        self.wake = wake
-        self.clock = clock
-        self._mono = monotonic
-        self._refresh_gauges = refresh_gauges
+    state: StateDB
+    metrics: SelfMetrics
+    tuning: Tuning
+    wake: Wakeups
+    clock: Clock
+    monotonic: Clock
+    #: Refresh the backlog gauges (rate-limited by the pipeline).
+    refresh_gauges: Callable[[], None]
+
+
+class Stage:
+    """A worker stage's shared parts (see StageParts) and how it gives an item its final outcome."""
+
+    def __init__(self, parts: StageParts) -> None:
+        self.state = parts.state
+        self.metrics = parts.metrics
+        self.tuning = parts.tuning
+        self.wake = parts.wake
+        self.clock = parts.clock
+        self._mono = parts.monotonic
+        self._refresh_gauges = parts.refresh_gauges
 
     def finish(
         self,

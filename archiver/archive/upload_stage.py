@@ -10,12 +10,11 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 from archiver.archive.fetch import Spool
-from archiver.archive.stage import Clock, Stage, Tuning, Wakeups, backoff
-from archiver.archive.state import ItemRow, SessionRow, StateDB
+from archiver.archive.stage import Stage, StageParts, backoff
+from archiver.archive.state import ItemRow, SessionRow
 from archiver.archive.upload import Conflict, SpoolBroken, Stored, Uploader
 from archiver.durable import fsync_dir
 from archiver.errors import (
@@ -25,7 +24,6 @@ from archiver.errors import (
     StorePermissionError,
     StoreUnavailableError,
 )
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.layout import keys
 from archiver.store.base import ObjectStore
 from archiver.vocabulary import ItemStatus, Outcome
@@ -38,21 +36,9 @@ class UploadStage(Stage):
     the whole stage while the store fails."""
 
     def __init__(
-        self,
-        store: ObjectStore,
-        uploader: Uploader,
-        spool: Spool,
-        conflicts_dir: Path,
-        state: StateDB,
-        metrics: SelfMetrics,
-        tuning: Tuning,
-        wake: Wakeups,
-        *,
-        clock: Clock,
-        monotonic: Clock,
-        refresh_gauges: Callable[[], None],
+        self, store: ObjectStore, uploader: Uploader, spool: Spool, conflicts_dir: Path, parts: StageParts
     ) -> None:
-        super().__init__(state, metrics, tuning, wake, clock=clock, monotonic=monotonic, refresh_gauges=refresh_gauges)
+        super().__init__(parts)
         self.store = store
         self.uploader = uploader
         self.spool = spool
