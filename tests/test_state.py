@@ -15,6 +15,7 @@ from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.store import FileStore
 from archiver.upstream.models import Session
+from archiver.vocabulary import Outcome
 
 
 def _session(i: int, *, players: int = 2, label: str = "duel") -> Session:
@@ -213,6 +214,25 @@ def test_the_last_item_finishing_fixes_archived_at_for_the_manifest(tmp_path: Pa
     assert row is not None and row.state == "finalizing" and row.archived_at == 11.0
     assert state.mark_archived(_key("sess-00001"), "sessions/sess-00001/manifest.json")
     assert state.outcome_counts() == {("logs", "source_gone"): 1, ("artifact", "too_large"): 1}
+
+
+def test_a_worker_still_holding_an_item_of_a_reopened_session_cannot_finish_its_successor(tmp_path: Path) -> None:
+    """A re-open drops the session's unfinished items and its real end creates new ones, which SQLite
+    gives the very same ids: the stale worker's outcome must not land on them."""
+    state = StateDB.open(tmp_path)
+    _ended(state, "sess-00001", 900.0)
+    stale = state.claim_fetch(0.0)
+    assert stale is not None
+    _ended(state, "sess-00001", 900.0)  # listed again (re-opened), then really ended
+    (fresh,) = state.items_of(_key("sess-00001"))
+    assert fresh.id == stale.id and fresh.status == "pending_fetch" and fresh.instance != stale.instance
+    assert state.finish_item(stale.id, Outcome.ARCHIVED, now=10.0, instance=stale.instance) is False
+    claimed = state.claim_fetch(0.0)
+    assert claimed is not None and claimed.id == stale.id
+    assert state.finish_item(stale.id, Outcome.ARCHIVED, now=10.0, instance=stale.instance) is False
+    (after,) = state.items_of(_key("sess-00001"))
+    assert after.status == "fetching" and after.outcome is None
+    assert state.finish_item(claimed.id, Outcome.SOURCE_GONE, now=11.0, instance=claimed.instance) is True
 
 
 def test_the_multipart_journal_survives_a_reopen(tmp_path: Path) -> None:

@@ -128,7 +128,14 @@ class Stage:
     ) -> None:
         """The item's outcome is final: committed, counted, and the others woken (finalization may be due)."""
         self.state.finish_item(
-            item.id, outcome, now=self.clock(), error=error, source=source, key=key, spool_path=spool_path
+            item.id,
+            outcome,
+            now=self.clock(),
+            error=error,
+            source=source,
+            key=key,
+            spool_path=spool_path,
+            instance=item.instance,
         )
         self.metrics.item_done(item.kind, outcome)
         self.wake.notify()

@@ -103,11 +103,21 @@ class ItemRepo(Connection):
         source: str | None = None,
         key: str | None = None,
         spool_path: str | None = None,
+        instance: str | None = None,
     ) -> bool:
-        """The item reached its outcome. True when that completed its session, which is then
-        `finalizing` with `archived_at=now` fixed in the same transaction."""
+        """The in-flight item reached its outcome. True when that completed its session, which is
+        then `finalizing` with `archived_at=now` fixed in the same transaction.
+
+        A re-open drops a session's unfinished items and its real end creates new ones, which SQLite
+        may give the very same ids: only an item still in flight (and, given `instance`, of that
+        archive instance) takes the outcome, so a worker still holding a dropped item changes nothing.
+        """
         with self.write() as db:
-            found = db.execute("SELECT session_key FROM items WHERE id = ?", (item_id,)).fetchone()
+            found = db.execute(
+                "SELECT session_key FROM items WHERE id = ? AND status IN ('fetching', 'uploading') "
+                "AND (? IS NULL OR instance = ?)",
+                (item_id, instance, instance),
+            ).fetchone()
             if found is None:  # dropped meanwhile: its session was re-opened
                 return False
             db.execute(
