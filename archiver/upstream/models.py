@@ -33,9 +33,22 @@ from archiver.upstream.checks import (
     unwrap,
     valid_utf8,
 )
-from archiver.upstream.checks import (
-    decode_json as decode_json,
-)
+from archiver.upstream.checks import decode_json as decode_json
+
+# The answers of the other endpoints live in responses.py, re-exported (`x as x`) so the client reads
+# every payload type from `models`.
+from archiver.upstream.responses import CreatedSession as CreatedSession
+from archiver.upstream.responses import ErrorBody as ErrorBody
+from archiver.upstream.responses import Location as Location
+from archiver.upstream.responses import PlayersResult as PlayersResult
+from archiver.upstream.responses import PortMapping as PortMapping
+from archiver.upstream.responses import parse_created as parse_created
+from archiver.upstream.responses import parse_error_body as parse_error_body
+from archiver.upstream.responses import parse_locations as parse_locations
+from archiver.upstream.responses import parse_players_result as parse_players_result
+from archiver.upstream.responses import parse_tag_exists as parse_tag_exists
+
+# place the client reads payload types from.
 
 #: Statuses the real service is known to send (OpenAPI SessionStatus); anything else is "unknown".
 KNOWN_STATUSES = frozenset(
@@ -102,36 +115,6 @@ class Session:
     @property
     def created_seconds(self) -> float:
         return self.created_ms / 1000.0
-
-
-@dataclass(frozen=True, slots=True)
-class PortMapping:
-    type: str
-    container: int
-    host: int
-
-
-@dataclass(frozen=True, slots=True)
-class CreatedSession:
-    """The answer to POST /session (the id falls back to the requested one when omitted)."""
-
-    id: str
-    host: str
-    ports: tuple[PortMapping, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PlayersResult:
-    """The answer to player join/leave: the session's player count and ids."""
-
-    count: int
-    players: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    id: str
-    ips: tuple[str, ...]
 
 
 def _status(value: Any) -> str:
@@ -446,92 +429,3 @@ class SessionListParser:
             append(session)
         self._by_digest = current
         return SessionList(sessions, tuple(invalid))
-
-
-def parse_created(payload: Any, requested_id: str | None) -> CreatedSession:
-    """The create answer; `id` may be missing when the caller chose one (observed)."""
-    body = require_mapping(payload, "create response")
-    sid = body.get("id")
-    if not isinstance(sid, str) or not sid:
-        if requested_id is None:
-            raise PayloadError("create response has no 'id' and none was requested")
-        sid = requested_id
-    ports_raw = body.get("ports")
-    ports: list[PortMapping] = []
-    if isinstance(ports_raw, list):
-        for item in ports_raw:
-            if not isinstance(item, dict):
-                continue
-            container, host = as_int(item.get("container")), as_int(item.get("host"))
-            if container is None or host is None:
-                continue
-            ports.append(PortMapping(str(item.get("type", "")), container, host))
-    return CreatedSession(id=sid, host=optional_str(body, "host"), ports=tuple(ports))
-
-
-def parse_players_result(payload: Any) -> PlayersResult:
-    body = require_mapping(payload, "player result")
-    players_raw = body.get("players")
-    players = tuple(str(p) for p in players_raw) if isinstance(players_raw, list) else ()
-    count = as_int(body.get("count"))
-    return PlayersResult(count=len(players) if count is None else count, players=players)
-
-
-def parse_locations(payload: Any) -> list[Location]:
-    body = require_mapping(payload, "location list")
-    raw = body.get("locations")
-    if not isinstance(raw, list):
-        raise PayloadError(f"location list field 'locations' is {type_name(raw)}, expected an array")
-    result = []
-    for i, item in enumerate(raw):
-        entry = require_mapping(item, f"location {i}")
-        ips = entry.get("ips")
-        result.append(
-            Location(
-                id=require_str(entry, "id", f"location {i}"),
-                ips=tuple(str(ip) for ip in ips) if isinstance(ips, list) else (),
-            )
-        )
-    return result
-
-
-def parse_tag_exists(payload: Any) -> bool:
-    body = require_mapping(payload, "tag check")
-    exists = body.get("exists")
-    if not isinstance(exists, bool):
-        raise PayloadError(f"tag check field 'exists' is {type_name(exists)}, expected a boolean")
-    return exists
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorBody:
-    """What an error response said, from whatever it was (JSON error body, HTML page, plain text)."""
-
-    code: str = ""
-    message: str = ""
-    details: str = ""
-    identifier: str = ""
-    violations: tuple[tuple[str, str], ...] = ()
-
-
-def parse_error_body(body: bytes) -> ErrorBody:
-    """Best-effort reading of an error body; never raises (the HTTP status is what callers branch on)."""
-    try:
-        obj = json.loads(body) if body.lstrip()[:1] == b"{" else None
-    except ValueError:
-        obj = None
-    if not isinstance(obj, dict):
-        return ErrorBody()
-    violations: list[tuple[str, str]] = []
-    raw = obj.get("violations")
-    if isinstance(raw, list):
-        for v in raw:
-            if isinstance(v, dict):
-                violations.append((str(v.get("field", "")), str(v.get("description", ""))))
-    return ErrorBody(
-        code=optional_str(obj, "code"),
-        message=optional_str(obj, "message"),
-        details=optional_str(obj, "details"),
-        identifier=optional_str(obj, "identifier"),
-        violations=tuple(violations),
-    )
