@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
-from archiver.archive.state.schema import _MIGRATE_1_TO_2, _SCHEMA, DB_NAME, SCHEMA_VERSION, _connect
+from archiver.archive.state.schema import DB_NAME, MIGRATE_1_TO_2, SCHEMA, SCHEMA_VERSION, connect
 from archiver.errors import StateError
 
 
@@ -25,15 +25,15 @@ class Connection:
         self.created = False
         try:
             if readonly:
-                self._conn = _connect(path, readonly=True)
+                self._conn = connect(path, readonly=True)
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                self._conn = _connect(path)
+                self._conn = connect(path)
                 mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StateError(f"state DB {path}: the filesystem does not support WAL mode")
                 self._migrate()
-            self._reader = _connect(path, readonly=readonly)
+            self._reader = connect(path, readonly=readonly)
             version = self._reader.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             raise StateError(f"state DB {path} cannot be opened: {exc}") from None
@@ -70,7 +70,7 @@ class Connection:
             )
         if version == 1:
             with self.write() as db:
-                for statement in _MIGRATE_1_TO_2.split(";"):
+                for statement in MIGRATE_1_TO_2.split(";"):
                     if statement.strip():
                         db.execute(statement)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -81,7 +81,7 @@ class Connection:
         with self.write() as db:
             # Statement by statement: executescript() would COMMIT in the middle of our transaction
             # (the schema has no ";" inside comments or strings, so splitting on it is exact).
-            for statement in _SCHEMA.split(";"):
+            for statement in SCHEMA.split(";"):
                 if statement.strip():
                     db.execute(statement)
             db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")

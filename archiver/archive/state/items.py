@@ -6,14 +6,13 @@ import dataclasses
 
 from archiver.archive.state.connection import Connection
 from archiver.archive.state.rows import (
-    _ITEM_COLUMNS,
-    _OPEN_ITEM_STATUSES,
+    ITEM_COLUMNS,
     Backlog,
     ItemRow,
     PendingItem,
-    _item_row,
+    item_row,
 )
-from archiver.vocabulary import ItemStatus, Outcome, SessionState
+from archiver.vocabulary import OPEN_ITEM_STATUSES, ItemStatus, Outcome, SessionState
 
 
 class ItemRepo(Connection):
@@ -24,35 +23,35 @@ class ItemRepo(Connection):
     def items_of(self, key: str) -> list[ItemRow]:
         with self.read() as db:
             rows = db.execute(
-                f"SELECT {_ITEM_COLUMNS} FROM items WHERE session_key = ? ORDER BY kind DESC, path", (key,)
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE session_key = ? ORDER BY kind DESC, path", (key,)
             ).fetchall()
-        return [_item_row(r) for r in rows]
+        return [item_row(r) for r in rows]
 
     def claim_fetch(self, now_mono: float) -> ItemRow | None:
         """The pending item with the earliest deadline whose retry gate is open, now `fetching`."""
         with self.write() as db:
             row = db.execute(
-                f"SELECT {_ITEM_COLUMNS} FROM items WHERE status = 'pending_fetch' AND not_before <= ? "
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'pending_fetch' AND not_before <= ? "
                 "ORDER BY deadline, id LIMIT 1",
                 (now_mono,),
             ).fetchone()
             if row is None:
                 return None
             db.execute("UPDATE items SET status = 'fetching', attempts = attempts + 1 WHERE id = ?", (row[0],))
-        item = _item_row(row)
+        item = item_row(row)
         return dataclasses.replace(item, status=ItemStatus.FETCHING, attempts=item.attempts + 1)
 
     def claim_upload(self, now_mono: float) -> ItemRow | None:
         """The oldest spooled item whose retry gate is open, now `uploading`."""
         with self.write() as db:
             row = db.execute(
-                f"SELECT {_ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? ORDER BY id LIMIT 1",
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? ORDER BY id LIMIT 1",
                 (now_mono,),
             ).fetchone()
             if row is None:
                 return None
             db.execute("UPDATE items SET status = 'uploading' WHERE id = ?", (row[0],))
-        return dataclasses.replace(_item_row(row), status=ItemStatus.UPLOADING)
+        return dataclasses.replace(item_row(row), status=ItemStatus.UPLOADING)
 
     def next_gate(self, status: ItemStatus) -> float | None:
         """The earliest retry gate (monotonic) among items in `status`, for a worker's wait."""
@@ -164,7 +163,7 @@ class ItemRepo(Connection):
     # --- reporting --------------------------------------------------------------------------
 
     def backlog(self) -> Backlog:
-        marks = ",".join("?" * len(_OPEN_ITEM_STATUSES))
+        marks = ",".join("?" * len(OPEN_ITEM_STATUSES))
         with self.read() as db:
             counts: dict[str, int] = {}
             next_deadline: float | None = None
@@ -172,7 +171,7 @@ class ItemRepo(Connection):
             for status, count, deadline, size in db.execute(
                 f"SELECT status, COUNT(*), MIN(deadline), SUM(COALESCE(size, 0)) FROM items "
                 f"WHERE status IN ({marks}) GROUP BY status",
-                _OPEN_ITEM_STATUSES,
+                OPEN_ITEM_STATUSES,
             ):
                 counts[status] = count
                 if status in (ItemStatus.PENDING_FETCH, ItemStatus.FETCHING) and deadline is not None:
@@ -197,12 +196,12 @@ class ItemRepo(Connection):
 
     def pending_items(self, now: float) -> list[PendingItem]:
         """Every unfinished item, earliest deadline first."""
-        marks = ",".join("?" * len(_OPEN_ITEM_STATUSES))
+        marks = ",".join("?" * len(OPEN_ITEM_STATUSES))
         with self.read() as db:
             rows = db.execute(
                 f"SELECT session_id, instance, kind, path, status, deadline, attempts, last_error FROM items "
                 f"WHERE status IN ({marks}) ORDER BY deadline, id",
-                _OPEN_ITEM_STATUSES,
+                OPEN_ITEM_STATUSES,
             ).fetchall()
         result = []
         for sid, instance, kind, path, status, deadline, attempts, error in rows:

@@ -10,7 +10,6 @@ from typing import Any
 
 from archiver.layout import keys
 from archiver.upstream.models import Session
-from archiver.vocabulary import OPEN_ITEM_STATUSES
 
 
 def created_ms_of(created_seconds: float | None) -> int:
@@ -30,9 +29,6 @@ def session_key_of(session: Session) -> str:
 def layout_instance(created_ms: float, revision: int = 0) -> str:
     """The instance segment of the store layout: creation time, plus `-r{n}` after a re-open."""
     return keys.instance_name(math.floor(created_ms + 1e-3), revision)
-
-
-_OPEN_ITEM_STATUSES = OPEN_ITEM_STATUSES
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,19 +138,19 @@ class Backlog:
         return not (self.pending_fetch or self.pending_upload or self.candidates or self.finalizing)
 
 
-_SESSION_COLUMNS = (
+SESSION_COLUMNS = (
     "key, id, instance, image, tag, location, host, created, labels, players, player_count, status, state, "
     "last_seen_active, first_seen_ended, fetch_deadline, archived_at, manifest_key, revision, last_error, "
     "finalize_attempts, not_found_at"
 )
-_STATE_COLUMN = 12
-_ITEM_COLUMNS = (
+STATE_COLUMN = 12
+ITEM_COLUMNS = (
     "id, session_key, session_id, instance, kind, path, status, outcome, attempts, last_error, deadline, "
     "source, key, spool_path, size, sha256, content_type, fetched_at"
 )
 
 
-def _session_row(r: Sequence[Any]) -> SessionRow:
+def session_row(r: Sequence[Any]) -> SessionRow:
     return SessionRow(
         key=r[0],
         id=r[1],
@@ -181,15 +177,15 @@ def _session_row(r: Sequence[Any]) -> SessionRow:
     )
 
 
-def _item_row(r: Sequence[Any]) -> ItemRow:
+def item_row(r: Sequence[Any]) -> ItemRow:
     return ItemRow(*r)
 
 
-def _chunks(values: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+def chunks(values: Sequence[str], size: int) -> Iterator[Sequence[str]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
 
 
-def _labels_json(session: Session) -> str:
+def labels_json(session: Session) -> str:
     # Caller labels only (`labels.tags`); image labels and env keys never reach the archive.
     return json.dumps(dict(session.labels), sort_keys=True, ensure_ascii=True)

@@ -14,7 +14,7 @@ DB_NAME: Final = "state.db"
 BUSY_TIMEOUT_MS: Final = 10_000
 
 
-_SCHEMA = """
+SCHEMA = """
 CREATE TABLE sessions (
     key               TEXT PRIMARY KEY,          -- instance key: '{creation ms}:{id}'
     id                TEXT NOT NULL,             -- the caller-chosen session id
@@ -87,7 +87,7 @@ CREATE TABLE multipart_parts (
 #: Schema 1 → 2: sessions become instances. Rows still to be detected (active, candidate) get
 #: their instance name; rows already past their end keep the legacy layout (instance ''), since
 #: their objects may already be stored under it.
-_MIGRATE_1_TO_2 = """
+MIGRATE_1_TO_2 = """
 DROP INDEX sessions_by_state;
 DROP INDEX items_by_status;
 ALTER TABLE items RENAME TO items_v1;
@@ -135,7 +135,7 @@ DROP TABLE sessions_v1
 """
 
 
-def _connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
+def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:
     uri = f"file:{path}?mode=ro" if readonly else f"file:{path}"
     # isolation_level=None: we issue BEGIN/COMMIT ourselves, so a transaction is exactly one method.
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False, timeout=10.0)

@@ -8,17 +8,17 @@ from collections.abc import Callable, Iterable, Sequence
 
 from archiver.archive.state.connection import Connection
 from archiver.archive.state.rows import (
-    _SESSION_COLUMNS,
-    _STATE_COLUMN,
+    SESSION_COLUMNS,
+    STATE_COLUMN,
     NewItem,
     Reopened,
     SessionRow,
-    _chunks,
-    _labels_json,
-    _session_row,
+    chunks,
     created_ms_of,
+    labels_json,
     layout_instance,
     session_key_of,
+    session_row,
 )
 from archiver.upstream.models import Session
 from archiver.vocabulary import DETECTING_STATES, TERMINAL_STATES, SessionState
@@ -50,7 +50,7 @@ class SessionRepo(Connection):
         rows = [
             (
                 session_key_of(s), s.id, layout_instance(s.created_ms), s.image, s.tag, s.location, s.host,
-                s.created_seconds, _labels_json(s), s.player_count, s.status, now,
+                s.created_seconds, labels_json(s), s.player_count, s.status, now,
             )
             for s in upserts
         ]  # fmt: skip
@@ -95,7 +95,7 @@ class SessionRepo(Connection):
         """Re-open the rows of `session_keys` that are past their end (see record_poll)."""
         spool_paths: list[str] = []
         reopened: list[str] = []
-        for chunk in _chunks(session_keys, 500):
+        for chunk in chunks(session_keys, 500):
             marks = ",".join("?" * len(chunk))
             found = db.execute(
                 f"SELECT key, created, revision FROM sessions WHERE key IN ({marks}) "
@@ -129,7 +129,7 @@ class SessionRepo(Connection):
         """key → state of those of `session_keys` the DB knows."""
         found: dict[str, str] = {}
         with self.read() as db:
-            for chunk in _chunks(list(session_keys), 500):
+            for chunk in chunks(list(session_keys), 500):
                 marks = ",".join("?" * len(chunk))
                 found.update(db.execute(f"SELECT key, state FROM sessions WHERE key IN ({marks})", chunk).fetchall())
         return found
@@ -138,12 +138,12 @@ class SessionRepo(Connection):
         """Candidates due for a describe; leased (`wake_at` moved) so another confirmer skips them."""
         with self.write() as db:
             rows = db.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE state = 'candidate' AND wake_at <= ? "
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'candidate' AND wake_at <= ? "
                 "ORDER BY first_seen_ended LIMIT ?",
                 (now_mono, limit),
             ).fetchall()
             db.executemany("UPDATE sessions SET wake_at = ? WHERE key = ?", [(now_mono + lease, r[0]) for r in rows])
-        return [_session_row(r) for r in rows]
+        return [session_row(r) for r in rows]
 
     def next_candidate_wake(self) -> float | None:
         with self.read() as db:
@@ -231,7 +231,7 @@ class SessionRepo(Connection):
                         s.location,
                         s.host,
                         s.created_seconds,
-                        _labels_json(s),
+                        labels_json(s),
                         s.player_count,
                         s.status,
                         now,
@@ -252,7 +252,7 @@ class SessionRepo(Connection):
         *,
         backfill: bool,
     ) -> SessionRow | None:
-        found = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
+        found = db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
         allowed = DETECTING_STATES if backfill else (SessionState.CANDIDATE,)
         if found is None:
             if not backfill or described is None:
@@ -262,11 +262,11 @@ class SessionRepo(Connection):
                 "status, state, first_seen_ended) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'candidate', ?)",
                 (
                     key, described.id, layout_instance(described.created_ms), described.image, described.tag,
-                    described.location, described.host, described.created_seconds, _labels_json(described),
+                    described.location, described.host, described.created_seconds, labels_json(described),
                     described.player_count, described.status, now,
                 ),
             )  # fmt: skip
-        elif found[_STATE_COLUMN] not in allowed:
+        elif found[STATE_COLUMN] not in allowed:
             return None
         if described is not None:
             db.execute(
@@ -274,11 +274,11 @@ class SessionRepo(Connection):
                 "labels = ?, players = ?, player_count = ?, status = ? WHERE key = ?",
                 (
                     described.image, described.tag, described.location, described.host,
-                    _labels_json(described), json.dumps(list(described.players or ())),
+                    labels_json(described), json.dumps(list(described.players or ())),
                     described.player_count, described.status, key,
                 ),
             )  # fmt: skip
-        row = _session_row(db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone())
+        row = session_row(db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone())
         deadline = deadline_for(row)
         items = items_for(row)
         db.execute(
@@ -295,13 +295,13 @@ class SessionRepo(Connection):
         if not items:
             # Nothing to fetch at all: the session is complete as soon as it ended.
             db.execute("UPDATE sessions SET state = 'finalizing', archived_at = ? WHERE key = ?", (now, key))
-        final = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
-        return _session_row(final)
+        final = db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
+        return session_row(final)
 
     def session(self, key: str) -> SessionRow | None:
         with self.read() as db:
-            row = db.execute(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
-        return None if row is None else _session_row(row)
+            row = db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
+        return None if row is None else session_row(row)
 
     def latest(self, sid: str) -> SessionRow | None:
         """The newest instance of a session id (None when the DB has none)."""
@@ -312,16 +312,16 @@ class SessionRepo(Connection):
         """Every instance of a session id, newest creation first."""
         with self.read() as db:
             rows = db.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ? ORDER BY created DESC, revision DESC", (sid,)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ? ORDER BY created DESC, revision DESC", (sid,)
             ).fetchall()
-        return [_session_row(r) for r in rows]
+        return [session_row(r) for r in rows]
 
     def sessions_in(self, state: str) -> list[SessionRow]:
         with self.read() as db:
             rows = db.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE state = ? ORDER BY key", (state,)
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = ? ORDER BY key", (state,)
             ).fetchall()
-        return [_session_row(r) for r in rows]
+        return [session_row(r) for r in rows]
 
     # --- finalization -----------------------------------------------------------------------
 
@@ -333,14 +333,14 @@ class SessionRepo(Connection):
         """
         with self.write() as db:
             row = db.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE state = 'finalizing' AND wake_at <= ? "
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'finalizing' AND wake_at <= ? "
                 "ORDER BY wake_at, archived_at LIMIT 1",
                 (now_mono,),
             ).fetchone()
             if row is None:
                 return None
             db.execute("UPDATE sessions SET wake_at = ? WHERE key = ?", (now_mono + lease, row[0]))
-        return _session_row(row)
+        return session_row(row)
 
     def next_finalize_wake(self) -> float | None:
         with self.read() as db:
@@ -398,6 +398,6 @@ class SessionRepo(Connection):
         """Sessions given up on (until pruned), newest first, for `archiver status`."""
         with self.read() as db:
             rows = db.execute(
-                f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE state = 'failed' ORDER BY done_at DESC"
+                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'failed' ORDER BY done_at DESC"
             ).fetchall()
-        return [_session_row(r) for r in rows]
+        return [session_row(r) for r in rows]
