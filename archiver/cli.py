@@ -27,6 +27,7 @@ from archiver.settings import (
     build_settings,
     read_config_file,
 )
+from archiver.textsafe import printable
 
 if TYPE_CHECKING:
     from archiver.store import ObjectStore  # imports botocore: kept out of `archiver --help`
@@ -230,7 +231,7 @@ def status(fmt: str, **kwargs: Any) -> None:
     """Pending items in the local state DB, the time left to each fetch deadline, and failed sessions."""
     import time
 
-    from archiver.state import read_status
+    from archiver.archive.state import read_status
 
     settings = resolve(kwargs)
     items = read_status(settings.state_dir, time.time())
@@ -247,8 +248,8 @@ def status(fmt: str, **kwargs: Any) -> None:
         if item.last_error:
             detail = f"{detail} ({item.last_error})" if detail else item.last_error
         click.echo(
-            f"{_printable(item.session_id)[:40]:40} {item.kind:8} {item.stage:6} {item.status:13} "
-            f"{left:>10} {item.attempts:>5}  {_printable(detail)}"
+            f"{printable(item.session_id)[:40]:40} {item.kind:8} {item.stage:6} {item.status:13} "
+            f"{left:>10} {item.attempts:>5}  {printable(detail)}"
         )
 
 
@@ -355,7 +356,7 @@ def ls_command(
     labels: tuple[str, ...], limit: int | None, fmt: str, **kwargs: Any,
 ) -> None:  # fmt: skip
     """List archived sessions by end time, newest first (reads only the index hours of the range)."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     settings = resolve(kwargs)
     now = time.time()
@@ -382,7 +383,7 @@ def ls_command(
 @friendly_errors
 def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None:
     """The manifest of an archived session, readable."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     store = _store_for(resolve(kwargs))
     try:
@@ -408,7 +409,7 @@ def logs(
     session_id: str, stream: str | None, pattern: str | None, ignore_case: bool, instance: str | None, **kwargs: Any
 ) -> None:
     """The archived logs as plain text lines, whatever format the upstream sent."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     try:
         grep = retrieve.compile_grep(pattern, ignore_case=ignore_case) if pattern is not None else None
@@ -438,7 +439,7 @@ def get(
     session_id: str, out_dir: Path, extract: bool, progress: bool | None, instance: str | None, **kwargs: Any
 ) -> None:
     """Download everything of an archived session, verifying each file's sha256."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     store = _store_for(resolve(kwargs))
     try:
@@ -468,7 +469,7 @@ def verify(
     session_ids: tuple[str, ...], since: str | None, until: str | None, instance: str | None, fmt: str, **kwargs: Any
 ) -> None:
     """Re-hash stored objects against their manifests (every archive of each ID); exit 1 when anything is wrong."""
-    from archiver import retrieve
+    from archiver.retrieval import retrieve
 
     if session_ids and (since or until):
         raise click.UsageError("give session ids or --since/--until, not both")
@@ -530,11 +531,6 @@ def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
-def _printable(text: str) -> str:
-    """Session ids are caller-chosen: never let one drive the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,30 +13,27 @@ from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 
 from archiver import __version__
 from archiver import logs as logsetup
-from archiver.api import SessionHostClient
 from archiver.durable import StateDirLock
-from archiver.exposition import Snapshot, SnapshotRenderer
-from archiver.httpserver import MetricsServer
-from archiver.models import Session
-from archiver.poller import ENDPOINTS, Poller, PollResult
-from archiver.selfmetrics import SelfMetrics
+from archiver.exporter.exposition import Snapshot, SnapshotRenderer
+from archiver.exporter.httpserver import MetricsServer
+from archiver.exporter.poller import ENDPOINTS, Poller, PollResult
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.exporter.webconfig import load_web_config
 from archiver.settings import Settings
-from archiver.webconfig import load_web_config
-
-if TYPE_CHECKING:
-    from archiver.store import ObjectStore  # imports botocore: only when a store is configured
+from archiver.upstream.api import SessionHostClient
+from archiver.upstream.models import Session
 
 log = logging.getLogger("archiver.daemon")
 
 
 class ArchivePipeline(Protocol):
-    """What the daemon needs of the archiving half (archiver.pipeline.Pipeline)."""
+    """What the daemon needs of the archiving half (archiver.archive.pipeline.Pipeline)."""
 
     def recover(self) -> None: ...
     def start(self, *, reconcile: bool = ...) -> None: ...
@@ -46,9 +43,12 @@ class ArchivePipeline(Protocol):
     ) -> None: ...
     def alive(self) -> bool: ...
     def gauges(self) -> object: ...
+    def distrust_store(self) -> None: ...
+    def probe_store(self) -> bool: ...
+    def check_store(self) -> bool: ...
 
     @property
-    def store(self) -> ObjectStore: ...
+    def store_url(self) -> str: ...
 
 
 PipelineFactory = Callable[[Settings, SessionHostClient, SelfMetrics], ArchivePipeline]
@@ -56,15 +56,9 @@ PipelineFactory = Callable[[Settings, SessionHostClient, SelfMetrics], ArchivePi
 
 def default_pipeline(settings: Settings, client: SessionHostClient, metrics: SelfMetrics) -> ArchivePipeline:
     """The store and the state DB named by the settings, with the pipeline between them."""
-    from archiver.pipeline import Pipeline
-    from archiver.state import StateDB
-    from archiver.store import open_store
+    from archiver.archive.pipeline import Pipeline
 
-    store = open_store(
-        settings.require_store(), s3_endpoint_url=settings.s3_endpoint_url, checksum_mode=settings.s3_checksum
-    )
-    state = StateDB.open(settings.state_dir)
-    return Pipeline(settings, client, store, state, metrics)
+    return Pipeline.open(settings, client, metrics)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,11 +103,10 @@ class Daemon:
         self.poller = Poller(client, interval=settings.poll_interval, on_result=self._on_poll, clock=clock)
         self._poll_thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
         self._probe_thread = threading.Thread(target=self._probe_store, name="store-probe", daemon=True)
+        #: Created by start() (which takes the state dir's lock first): None until then, and when exporting only.
         self.pipeline: ArchivePipeline | None = None
+        self._pipeline_factory = pipeline_factory if settings.store else None
         self._lock = StateDirLock(settings.state_dir)
-        if settings.store and pipeline_factory is not None:
-            self._lock.acquire()
-            self.pipeline = pipeline_factory(settings, client, self.metrics)
         web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
         self.server = MetricsServer(
             settings.listen,
@@ -130,9 +123,11 @@ class Daemon:
     # --- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        if self.pipeline is not None:
+        if self._pipeline_factory is not None:
+            self._lock.acquire()
+            self.pipeline = self._pipeline_factory(self.settings, self.client, self.metrics)
             # Until the probe has shown that the store enforces If-None-Match, writes check first.
-            self.pipeline.store.conditional_writes = False
+            self.pipeline.distrust_store()
             self._probe_thread.start()
             self.pipeline.recover()
             self.pipeline.start()
@@ -170,13 +165,13 @@ class Daemon:
         """Probe the store until it answers (an outage at start-up must not stop the daemon), then
         check its health every poll interval, so `archiver_store_up` tells the truth within one
         interval even when nothing is being uploaded."""
-        assert self.pipeline is not None
-        store = self.pipeline.store
+        pipeline = self.pipeline
+        assert pipeline is not None
         retry_every = min(retry_every, self.settings.poll_interval)
         warned = False
         while not self._stop.is_set():
             try:
-                if probe_store(store, self.metrics):
+                if pipeline.probe_store():
                     break
             except Exception:  # the thread's edge: counted, and writes keep checking first
                 self.metrics.error("store_probe")
@@ -184,12 +179,12 @@ class Daemon:
                 return
             if not warned:
                 log.error("STORE UNREACHABLE at start-up (%s): archives wait in the spool; probing every %.0fs",
-                          store.url, retry_every)  # fmt: skip
+                          pipeline.store_url, retry_every)  # fmt: skip
                 warned = True
             self._stop.wait(retry_every)
         while not self._stop.wait(self.settings.poll_interval):
             try:
-                check_store(store, self.metrics)
+                pipeline.check_store()
             except Exception:  # the thread's edge
                 self.metrics.error("store_probe")
                 log.exception("store health check crashed")
@@ -280,41 +275,6 @@ def tune_allocator() -> None:
         ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
 
 
-def probe_store(store: ObjectStore, metrics: SelfMetrics) -> bool:
-    """Does the store refuse a second create-once write? (Some S3-compatible servers ignore
-    If-None-Match; the store then keeps checking before each write.) False when the store did
-    not answer; the result is reported in `archiver_store_conditional_writes_supported`."""
-    from archiver.errors import StoreError
-
-    try:
-        supported = store.probe_conditional_writes()
-    except StoreError as exc:
-        log.warning("store probe failed: %s", exc)
-        metrics.set_store_up(False)
-        return False
-    metrics.set_conditional_writes_supported(supported)
-    metrics.set_store_up(True)
-    return True
-
-
-#: Read by the periodic health check; never written (a missing key is a healthy answer).
-HEALTH_KEY = "_probe/health"
-
-
-def check_store(store: ObjectStore, metrics: SelfMetrics) -> bool:
-    """One cheap read of the store (HEAD of a key that need not exist) → `archiver_store_up`."""
-    from archiver.errors import StoreError
-
-    try:
-        store.head(store.prefix + HEALTH_KEY)
-    except StoreError as exc:
-        log.warning("store health check failed: %s", exc)
-        metrics.set_store_up(False)
-        return False
-    metrics.set_store_up(True)
-    return True
-
-
 def run_forever(settings: Settings) -> None:
     """The `archiver run` entry point: logs, signals, start, wait, graceful stop."""
     tune_allocator()
@@ -344,16 +304,15 @@ def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
     api_url, token = settings.require_api()
     settings.require_store()
-    from archiver.pipeline import Pipeline
+    from archiver.archive.pipeline import Pipeline
 
     metrics = SelfMetrics(CollectorRegistry(), version=__version__)
     lock = StateDirLock(settings.state_dir)
     lock.acquire()  # a daemon on the same state dir would have its in-flight work reset by recover()
     with SessionHostClient.connect(api_url, token) as client:
-        pipeline = default_pipeline(settings, client, metrics)
-        assert isinstance(pipeline, Pipeline)
-        pipeline.store.conditional_writes = False  # writes check first unless the probe passes
-        probe_store(pipeline.store, metrics)
+        pipeline = Pipeline.open(settings, client, metrics)
+        pipeline.distrust_store()  # writes check first unless the probe passes
+        pipeline.probe_store()
         pipeline.recover()
         pipeline.start(reconcile=False)
         try:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import TextIO
 
 from archiver import logs as logsetup
-from archiver.api import Token
+from archiver.credentials import Token
 from archiver.daemon import Daemon
 from archiver.errors import ArchiverError
 from archiver.fake import FakeService
-from archiver.manifest import parse_manifest
+from archiver.layout.manifest import parse_manifest
 from archiver.settings import Settings
 
 DEMO_TOKEN = "demo-token"

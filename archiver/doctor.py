@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TextIO
 
-from archiver.api import SessionHostClient
 from archiver.errors import (
     ApiError,
     ApiTransportError,
@@ -24,10 +23,11 @@ from archiver.errors import (
     ForbiddenError,
     UnauthorizedError,
 )
-from archiver.retrieve import human_size
+from archiver.retrieval.retrieve import human_size
 from archiver.retry import STORE_INTERACTIVE, UPSTREAM_REQUEST_INTERACTIVE
 from archiver.settings import TOKEN_ENV, Settings
 from archiver.store import ObjectStore, open_store
+from archiver.upstream.api import SessionHostClient
 
 OK = "OK"
 FAIL = "FAIL"

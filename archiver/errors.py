@@ -1,4 +1,33 @@
-"""The archiver's exception tree: one base class, a branch per boundary (config, upstream API, store)."""
+"""The archiver's exception tree: one root, a branch per boundary (config, upstream API, store, state, spool).
+
+Every error raised on purpose is an :class:`ArchiverError`; ``archiver.cli`` catches that root and
+prints one line (exit 2 for a ConfigError, 1 for the rest), so a user mistake never shows a
+traceback. Anything else escaping is a bug. The whole tree::
+
+    ArchiverError
+    ├── ConfigError                 invalid option, config file, web config, listen address
+    ├── StateError                  state DB missing (read-only open), newer schema, corrupt
+    ├── TooLargeError               a download passed its size limit while streaming to the spool
+    ├── SessionNotArchivedError     retrieval: no manifest for that session (or instance)
+    ├── ArchiveIntegrityError       retrieval: stored bytes differ from the manifest / bad gzip
+    ├── LocalFileError              retrieval: the download target cannot be written
+    ├── ManifestError               a manifest or index entry is not of the expected schema
+    ├── PayloadError (ValueError)   an upstream payload has the wrong shape (pure parsers)
+    ├── ApiError                    talking to the session hosting service; ``transient`` says retry
+    │   ├── ApiTransportError       no usable response (refused, reset, timeout, truncated)
+    │   ├── ApiDecodeError          a 2xx body that is not what the endpoint promises
+    │   └── ApiStatusError          an HTTP error status (status_error_class maps it)
+    │       ├── UnauthorizedError 401, ForbiddenError 403, NotFoundError 404, ConflictError 409,
+    │       ├── UnprocessableError 422, RateLimitedError 420/429 (transient)
+    │       └── ServerError 5xx (transient)
+    └── StoreError                  the object store failed; ``transient`` says pause and retry
+        ├── StoreUnavailableError   connection, 5xx, throttling, ENOSPC/EIO (transient)
+        ├── StorePermissionError    access denied, missing bucket, read-only
+        ├── InvalidKeyError (ValueError)  a key that could escape its prefix
+        ├── ObjectNotFoundError     no object at a key
+        ├── ObjectConflictError     create-once found a different object at the key
+        └── SourceFileError         the local file differs from its declared size/sha256
+"""
 
 from __future__ import annotations
 
@@ -22,6 +51,14 @@ class ArchiverError(Exception):
 
 class ConfigError(ArchiverError):
     """The user's configuration is invalid; the message says which option and why."""
+
+
+class StateError(ArchiverError):
+    """The state DB is unusable (missing, newer schema, corrupt file); the message says what to do."""
+
+
+class TooLargeError(ArchiverError):
+    """The body passed the size limit while streaming (the partial file is already removed)."""
 
 
 class SessionNotArchivedError(ArchiverError):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from archiver.api import Token
+from archiver.credentials import Token
 from archiver.errors import ConfigError
 
 ENV_PREFIX = "ARCHIVER_"

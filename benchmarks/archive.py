@@ -1,4 +1,4 @@
-"""Benchmark of the archive pipeline (DESIGN §8): one 100 MB artifact, and 1,000 sessions ending at once.
+"""Benchmark of the archive pipeline (ARCHITECTURE.md §8): one 100 MB artifact, and 1,000 sessions ending at once.
 
 Usage: python benchmarks/archive.py [--json out.json] [--sessions 1000] [--artifact-mib 100]
 
@@ -151,12 +151,12 @@ class Archiver:
                  fetch_workers: int, upload_workers: int) -> None:  # fmt: skip
         from prometheus_client import CollectorRegistry
 
-        from archiver.api import SessionHostClient, Token
-        from archiver.pipeline import Pipeline, Tuning
-        from archiver.selfmetrics import SelfMetrics
+        from archiver.archive.pipeline import Pipeline, Tuning
+        from archiver.archive.state import StateDB
+        from archiver.exporter.selfmetrics import SelfMetrics
         from archiver.settings import Settings
-        from archiver.state import StateDB
         from archiver.store import open_store
+        from archiver.upstream.api import SessionHostClient, Token
 
         self.settings = Settings(
             state_dir=state_dir,

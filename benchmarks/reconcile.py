@@ -70,13 +70,13 @@ def _p50_ms(samples: list[float]) -> float:
 def measure(upstream: str, workdir: Path, ended_count: int) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
-    from archiver.api import SessionHostClient, Token
-    from archiver.models import SessionListParser
-    from archiver.pipeline import Pipeline
-    from archiver.selfmetrics import SelfMetrics
+    from archiver.archive.pipeline import Pipeline
+    from archiver.archive.state import StateDB
+    from archiver.exporter.selfmetrics import SelfMetrics
     from archiver.settings import Settings
-    from archiver.state import StateDB
     from archiver.store import FileStore
+    from archiver.upstream.api import SessionHostClient, Token
+    from archiver.upstream.models import SessionListParser
 
     (workdir / "store").mkdir()
     settings = Settings(state_dir=workdir / "state")

@@ -1,4 +1,4 @@
-"""Benchmark of the /metrics path (DESIGN §8): scrape latency, poll cycle and peak RSS per session count.
+"""Benchmark of the /metrics path (ARCHITECTURE.md §8): scrape latency, poll cycle and peak RSS per session count.
 
 Usage: python benchmarks/scrape.py [--sessions 10000,50000] [--json out.json]
 
@@ -8,7 +8,7 @@ client does not share a GIL with the server); this process is only the HTTP clie
 - ours: a child runs the daemon's poll path (Poller.poll_once: SessionHostClient + the poller's
   SessionListParser, then SnapshotRenderer.render) against a stand-in upstream in another process
   serving realistic `GET /session` bodies over 127.0.0.1 (~2 % of sessions changing per poll), and
-  serves the snapshots with archiver.httpserver.MetricsServer;
+  serves the snapshots with archiver.exporter.httpserver.MetricsServer;
 - baseline: a child sets the same series on prometheus_client Gauges and serves them with
   prometheus_client's own start_http_server (gzip when the client asks, as Prometheus does).
 Scrape times are request sent → last body byte received (no client-side decompression, which is the
@@ -179,12 +179,12 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
 
     tune_allocator()  # as `archiver run` does at start-up
 
-    from archiver.api import SessionHostClient, Token
-    from archiver.exposition import SnapshotRenderer
-    from archiver.httpserver import MetricsServer
-    from archiver.models import SessionList, SessionListParser
-    from archiver.poller import METRICS, SESSIONS, Poller
-    from archiver.selfmetrics import SelfMetrics
+    from archiver.exporter.exposition import SnapshotRenderer
+    from archiver.exporter.httpserver import MetricsServer
+    from archiver.exporter.poller import METRICS, SESSIONS, Poller
+    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.upstream.api import SessionHostClient, Token
+    from archiver.upstream.models import SessionList, SessionListParser
 
     parse_times: list[float] = []
 
@@ -257,8 +257,8 @@ def child_baseline(paths: list[Path], allowlist: list[str]) -> None:
     """The same series through prometheus_client Gauges, the way a direct-instrumentation exporter does."""
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-    from archiver.exposition import label_names_for
-    from archiver.models import parse_session_list
+    from archiver.exporter.exposition import label_names_for
+    from archiver.upstream.models import parse_session_list
 
     label_names = label_names_for(allowlist)
     registry = CollectorRegistry()

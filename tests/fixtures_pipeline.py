@@ -10,14 +10,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from archiver.api import SessionHostClient, Token
+from archiver.archive.pipeline import Pipeline, Tuning
+from archiver.archive.state import StateDB
+from archiver.credentials import Token
+from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
-from archiver.pipeline import Pipeline, Tuning
 from archiver.retry import RetryPolicy
-from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
-from archiver.state import StateDB
 from archiver.store import ObjectStore, open_store
+from archiver.upstream.api import SessionHostClient
 
 __all__ = ["FAST", "FAST_POLICY", "MB", "MISSING", "REPLAY", "SERVER_LOG", "TOKEN", "Harness", "harness_factory",
            "s3_store"]  # fmt: skip

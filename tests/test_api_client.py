@@ -15,7 +15,6 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
-from archiver.api import SessionFilter, SessionHostClient, Token
 from archiver.errors import (
     ApiDecodeError,
     ApiStatusError,
@@ -27,9 +26,10 @@ from archiver.errors import (
     UnauthorizedError,
     UnprocessableError,
 )
+from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
-from archiver.selfmetrics import SelfMetrics
+from archiver.upstream.api import SessionFilter, SessionHostClient, Token
 from tests.fixtures_fake import TEST_TOKEN, openapi_hooks
 
 FAST = RetryPolicy(attempts=4, max_elapsed=5.0, initial_wait=0.0, max_wait=0.0, jitter=0.0)

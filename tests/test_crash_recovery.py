@@ -44,13 +44,13 @@ def _run(config: dict[str, Any]) -> int:
     """Archive until every expected session is archived (exit 0), or give up (exit 3)."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.api import SessionHostClient, Token
-    from archiver.pipeline import Pipeline, Tuning
+    from archiver.archive.pipeline import Pipeline, Tuning
+    from archiver.archive.state import StateDB
+    from archiver.exporter.selfmetrics import SelfMetrics
     from archiver.retry import RetryPolicy
-    from archiver.selfmetrics import SelfMetrics
     from archiver.settings import Settings
-    from archiver.state import StateDB
     from archiver.store import open_store
+    from archiver.upstream.api import SessionHostClient, Token
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     settings = Settings(
@@ -85,11 +85,12 @@ if __name__ == "__main__":
 
 # --- the test (pytest side) ---------------------------------------------------------------------
 
-from archiver import keys  # noqa: E402
+from archiver.archive.state import StateDB  # noqa: E402
+from archiver.errors import StateError  # noqa: E402
 from archiver.fake import FakeService  # noqa: E402
 from archiver.fake.logs import render_text  # noqa: E402
-from archiver.manifest import parse_index_entry, parse_manifest  # noqa: E402
-from archiver.state import StateDB, StateError  # noqa: E402
+from archiver.layout import keys  # noqa: E402
+from archiver.layout.manifest import parse_index_entry, parse_manifest  # noqa: E402
 
 
 def _start(config: dict[str, Any], crash_at: str | None) -> subprocess.Popen[bytes]:

@@ -47,6 +47,7 @@ def test_archive_command_refuses_to_run_beside_a_daemon(fake_service: FakeServic
         {"ARCHIVER_API_TOKEN": TEST_TOKEN},
     )
     daemon = Daemon(settings)
+    daemon.start()  # takes the state dir's lock
     try:
         result = subprocess.run(
             [ARCHIVER, "archive", "some-session", "--api-url", fake_service.base_url,
@@ -104,7 +105,9 @@ def test_status_command_reads_the_state_dir(fake_service: FakeService, tmp_path:
          "state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0"},
         {"ARCHIVER_API_TOKEN": TEST_TOKEN},
     )  # fmt: skip
-    Daemon(settings).stop()  # creates the state DB
+    daemon = Daemon(settings)
+    daemon.start()  # takes the state dir and creates the state DB
+    daemon.stop()
     result = subprocess.run(
         [ARCHIVER, "status", "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, timeout=60
     )
@@ -116,8 +119,8 @@ def test_a_store_that_does_not_answer_the_probe_leaves_writes_checking_first(tmp
     """The probe's verdict is reported when the store answers; an unreachable store is not an error."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.daemon import probe_store
-    from archiver.selfmetrics import SelfMetrics
+    from archiver.archive.store_health import probe_store
+    from archiver.exporter.selfmetrics import SelfMetrics
     from archiver.store import open_store
 
     (tmp_path / "archive").mkdir()
@@ -195,8 +198,8 @@ def test_an_invalid_entry_is_logged_again_when_it_comes_back_after_a_clean_poll(
 ) -> None:
     """The poller remembers only the last poll's invalid entries: memory stays bounded, and a problem
     that returns is news again. A shift of the entry's position alone does not log it again."""
-    from archiver.api import SessionHostClient, Token
-    from archiver.poller import Poller
+    from archiver.exporter.poller import Poller
+    from archiver.upstream.api import SessionHostClient, Token
 
     fake_service.add_session(TEST_TOKEN, id="first")
     bad = {"id": "neg", "image": "demo-game", "location": "eu-west-1", "created": -1}
@@ -225,8 +228,8 @@ def test_the_id_of_an_invalid_entry_is_cut_in_its_log_line(
     fake_service: FakeService, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Upstream ids have no length limit; a log line must stay a line."""
-    from archiver.api import SessionHostClient, Token
-    from archiver.poller import Poller
+    from archiver.exporter.poller import Poller
+    from archiver.upstream.api import SessionHostClient, Token
 
     long_id = "L" * 5000
     fake_service.inject_list_entries(TEST_TOKEN, [{"id": long_id, "image": "i", "location": "l", "created": -1}])

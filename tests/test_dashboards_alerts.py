@@ -1,4 +1,4 @@
-"""Grafana dashboards and Prometheus alert rules: valid, tested with promtool, on DESIGN §6 metric names,
+"""Grafana dashboards and Prometheus alert rules: valid, tested with promtool, on ARCHITECTURE.md §6 names,
 each alert with a runbook section."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from archiver.exposition import FAMILIES
-from archiver.selfmetrics import SelfMetrics
+from archiver.exporter.exposition import FAMILIES
+from archiver.exporter.selfmetrics import SelfMetrics
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "grafana" / "alerts" / "archiver.rules.yml"
@@ -275,7 +275,7 @@ def test_store_up_is_absent_until_set_then_follows_the_last_outcome() -> None:
     like a store outage), then 1 or 0 as the latest operation or probe went."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.selfmetrics import SelfMetrics
+    from archiver.exporter.selfmetrics import SelfMetrics
 
     registry = CollectorRegistry()
     metrics = SelfMetrics(registry)
@@ -292,10 +292,10 @@ def test_upstream_requests_use_the_poll_metrics_endpoint_names() -> None:
     and the polled ones are the names archiver_upstream_up uses."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.poller import ENDPOINTS
-    from archiver.selfmetrics import ENDPOINT_LABELS, SelfMetrics
+    from archiver.exporter.poller import ENDPOINTS
+    from archiver.exporter.selfmetrics import ENDPOINT_LABELS, SelfMetrics
 
-    source = (REPO / "archiver" / "api.py").read_text()
+    source = (REPO / "archiver" / "upstream" / "api.py").read_text()
     request_names = set(re.findall(r'"((?:GET|POST|PUT|DELETE|PATCH|HEAD) /[^"]*)"\)?', source))
     request_names = {n for n in request_names if n.count(" ") == 1}
     assert request_names and request_names <= ENDPOINT_LABELS.keys(), request_names - ENDPOINT_LABELS.keys()

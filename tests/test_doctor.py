@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from archiver import doctor
-from archiver.api import Token
 from archiver.fake import FakeService
 from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
+from archiver.upstream.api import Token
 from tests.fixtures_fake import TEST_TOKEN
 
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families as text_pars
 from prometheus_client.registry import Collector
 
 from archiver.errors import ConfigError, PayloadError
-from archiver.exposition import (
+from archiver.exporter.exposition import (
     Snapshot,
     SnapshotRenderer,
     escape_label_value,
@@ -28,9 +28,9 @@ from archiver.exposition import (
     label_names_for,
     scrape_parts,
 )
-from archiver.models import Session, parse_session
-from archiver.selfmetrics import SelfMetrics
-from archiver.upstream_metrics import MetricFamily, parse_upstream_metrics
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.upstream.metrics import MetricFamily, parse_upstream_metrics
+from archiver.upstream.models import Session, parse_session
 
 UPSTREAM_BODY = """\
 # HELP session_count Active sessions.
@@ -428,7 +428,7 @@ def test_snapshot_is_immutable() -> None:
 def test_an_oversized_upstream_metrics_text_is_refused_like_bytes() -> None:
     """The client hands the parser text, not bytes: the size cap must hold for both."""
     from archiver.errors import PayloadError
-    from archiver.upstream_metrics import MAX_BODY_BYTES, parse_upstream_metrics
+    from archiver.upstream.metrics import MAX_BODY_BYTES, parse_upstream_metrics
 
     big = "session_count 1\n" * (MAX_BODY_BYTES // 16 + 1)
     with pytest.raises(PayloadError, match="more than"):

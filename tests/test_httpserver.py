@@ -17,12 +17,12 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
 from archiver.errors import ConfigError
-from archiver.exposition import Snapshot, SnapshotRenderer
-from archiver.httpserver import MetricsServer, accepts_gzip, wants_openmetrics
-from archiver.models import parse_session
-from archiver.selfmetrics import SelfMetrics
-from archiver.upstream_metrics import parse_upstream_metrics
-from archiver.webconfig import load_web_config
+from archiver.exporter.exposition import Snapshot, SnapshotRenderer
+from archiver.exporter.httpserver import MetricsServer, accepts_gzip, wants_openmetrics
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.exporter.webconfig import load_web_config
+from archiver.upstream.metrics import parse_upstream_metrics
+from archiver.upstream.models import parse_session
 from tests.fixtures_http import TLSFiles
 
 PROMETHEUS_ACCEPT = (

@@ -15,12 +15,13 @@ from typing import Any
 import httpx
 import pytest
 
-from archiver.api import SessionHostClient, Token
+from archiver.credentials import Token
 from archiver.errors import ApiDecodeError, PayloadError
+from archiver.exporter.poller import Poller
 from archiver.fake import FakeService
-from archiver.models import InvalidEntry, SessionList, SessionListParser, decode_json, parse_session_list
-from archiver.poller import Poller
 from archiver.retry import RetryPolicy
+from archiver.upstream.api import SessionHostClient
+from archiver.upstream.models import InvalidEntry, SessionList, SessionListParser, decode_json, parse_session_list
 from tests.fixtures_fake import TEST_TOKEN
 
 SECRET = "hunter2-do-not-leak"

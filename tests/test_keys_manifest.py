@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from archiver import keys
 from archiver.errors import ManifestError
-from archiver.manifest import (
+from archiver.layout import keys
+from archiver.layout.manifest import (
     IndexEntry,
     Manifest,
     ManifestItem,
@@ -131,7 +131,7 @@ def test_artifact_names() -> None:
 
 
 def test_key_builders() -> None:
-    """The layout of DESIGN §7, with and without a prefix; prefixes must end with `/`."""
+    """The layout of ARCHITECTURE.md §7, with and without a prefix; prefixes must end with `/`."""
     assert keys.manifest_key("", "s1") == "sessions/s1/manifest.json"
     assert keys.logs_key("p/q/", "s1", "txt") == "p/q/sessions/s1/logs.txt.gz"
     assert keys.logs_key("", "s.1", "jsonl") == "sessions/s%2E1/logs.jsonl.gz"
@@ -337,7 +337,7 @@ def test_index_entry_summarises_the_manifest_and_round_trips() -> None:
     ids=["5000-digit number", "deeply nested"],
 )
 def test_hostile_json_documents_are_manifest_errors(mutate: Callable[[str], str]) -> None:
-    from archiver.manifest import parse_index_entry, parse_manifest
+    from archiver.layout.manifest import parse_index_entry, parse_manifest
 
     for parse in (parse_manifest, parse_index_entry):
         with pytest.raises(ManifestError):

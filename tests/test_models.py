@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from archiver import models
 from archiver.errors import PayloadError
-from archiver.models import (
+from archiver.upstream import models
+from archiver.upstream.models import (
     UNKNOWN_STATUS,
     InvalidEntry,
     decode_json,
@@ -339,7 +339,7 @@ def test_created_that_is_not_a_finite_number_is_a_payload_error(created: Any) ->
 
 def test_scan_ended_keeps_only_terminal_entries_and_parses_them_on_demand() -> None:
     """Reconciliation reads id, status and created of every entry and parses only ended ones."""
-    from archiver.models import Session, parse_ended, scan_ended
+    from archiver.upstream.models import Session, parse_ended, scan_ended
 
     entries = [
         {"id": "running", "image": "g", "location": "l", "created": 1.7e12, "status": "running"},

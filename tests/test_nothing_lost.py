@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from archiver import keys
+from archiver.archive.state import SCHEMA_VERSION, StateDB, read_status
 from archiver.errors import ApiError
 from archiver.fake import FakeService
 from archiver.fake.logs import render_text
-from archiver.manifest import Manifest, parse_manifest
-from archiver.state import SCHEMA_VERSION, StateDB, read_status
+from archiver.layout import keys
+from archiver.layout.manifest import Manifest, parse_manifest
 from archiver.store import FileStore, ObjectStore
 from tests.fixtures_pipeline import REPLAY, TOKEN, Harness
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from archiver import keys
 from archiver.fake import FakeService
 from archiver.fake.logs import render_ndjson, render_text
-from archiver.manifest import parse_index_entry, parse_manifest
+from archiver.layout import keys
+from archiver.layout.manifest import parse_index_entry, parse_manifest
 from archiver.store import FileStore, ObjectStore
 from tests.fixtures_pipeline import MB, MISSING, REPLAY, TOKEN, Harness
 

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from archiver.cli import main
-from archiver.exposition import FAMILIES
-from archiver.selfmetrics import SelfMetrics
+from archiver.exporter.exposition import FAMILIES
+from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.settings import option_table
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()

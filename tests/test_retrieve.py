@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tarfile
 import textwrap
-import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -30,11 +29,14 @@ import boto3
 import pytest
 from prometheus_client import CollectorRegistry
 
-from archiver import keys, retrieve
-from archiver.api import SessionHostClient, Token
+from archiver.archive.pipeline import Pipeline
+from archiver.archive.state import StateDB
+from archiver.credentials import Token
 from archiver.errors import ArchiveIntegrityError, SessionNotArchivedError
+from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
-from archiver.manifest import (
+from archiver.layout import keys
+from archiver.layout.manifest import (
     IndexEntry,
     Manifest,
     ManifestItem,
@@ -44,11 +46,10 @@ from archiver.manifest import (
     manifest_to_bytes,
     parse_manifest,
 )
-from archiver.pipeline import Pipeline
-from archiver.selfmetrics import SelfMetrics
+from archiver.retrieval import retrieve
 from archiver.settings import Settings
-from archiver.state import StateDB
 from archiver.store import ObjectStore, open_store
+from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_pipeline import FAST, FAST_POLICY
 
@@ -613,7 +614,7 @@ def test_logs_piped_to_head_exits_quietly(file_store: ObjectStore, tmp_path: Pat
             """
             import sys
             from archiver.cli import friendly_errors
-            from archiver.retrieve import print_logs
+            from archiver.retrieval.retrieve import print_logs
             from archiver.store import open_store
 
             @friendly_errors
@@ -861,8 +862,10 @@ def _entry_bytes(store: ObjectStore, sid: str, ended: float) -> tuple[str, bytes
     return keys.index_key(store.prefix, ended, sid), index_entry_to_bytes(entry)
 
 
-def test_ls_over_10k_sessions_in_30_days_is_bounded_and_fast(file_store: ObjectStore) -> None:
-    """10,000 sessions over 30 days: `ls --since 2h` lists 3 partitions, reads only their entries, < 1 s."""
+def test_ls_over_10k_sessions_in_30_days_reads_only_the_partitions_asked_for(file_store: ObjectStore) -> None:
+    """10,000 sessions over 30 days: `ls --since 2h` lists 3 partitions and reads only their entries.
+
+    The wall-clock budget (< 1 s) is measured by benchmarks/retrieval.py, not asserted here."""
     root = Path(file_store.url.removeprefix("file://"))
     sessions = _spread(SESSIONS_10K, DAYS)
     for sid, ended in sessions:  # fast path: plain files in the store's layout (only ls reads them)
@@ -880,18 +883,14 @@ def test_ls_over_10k_sessions_in_30_days_is_bounded_and_fast(file_store: ObjectS
     expected = sorted((sid for sid, ended in sessions if ended >= since), key=lambda s: s)
 
     file_store.requests_made.reset()
-    started = time.perf_counter()
     entries = retrieve.list_sessions(file_store, since=since, now=NOW)
     out = io.StringIO()
     retrieve.render_sessions(entries, out)
-    elapsed = time.perf_counter() - started
 
     counts = file_store.requests_made.snapshot()
     assert sorted(_ids(entries)) == expected and len(entries) == len(expected) > 0
     assert counts["ListObjectsV2"] == len(partitions) == 3
     assert counts["GetObject"] == in_partitions <= len(expected) + 20
-    print(f"\nls --since 2h, {SESSIONS_10K} sessions/{DAYS} days (file store): {elapsed * 1000:.1f} ms {counts}")
-    assert elapsed < 1.0
 
 
 def test_ls_on_s3_lists_partitions_not_the_bucket(s3_store: ObjectStore) -> None:
@@ -902,14 +901,10 @@ def test_ls_on_s3_lists_partitions_not_the_bucket(s3_store: ObjectStore) -> None
         list(pool.map(lambda kv: s3_store.put_bytes(kv[0], kv[1], content_type="application/json"), payloads))
     since = NOW - 2 * HOUR
     s3_store.requests_made.reset()
-    started = time.perf_counter()
     entries = retrieve.list_sessions(s3_store, since=since, now=NOW)
-    elapsed = time.perf_counter() - started
     counts = s3_store.requests_made.snapshot()
     assert len(entries) == sum(1 for _s, ended in sessions if ended >= since) == 2
     assert counts["ListObjectsV2"] == 3 and counts["GetObject"] == 3
-    print(f"\nls --since 2h over {len(sessions)} sessions (moto S3): {elapsed * 1000:.1f} ms, {counts}")
-    assert elapsed < 1.0
 
 
 @pytest.mark.parametrize(

@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from archiver import keys, retrieve
 from archiver.cli import main
 from archiver.errors import ArchiveIntegrityError, SessionNotArchivedError
-from archiver.manifest import Manifest, ManifestItem, manifest_to_bytes
+from archiver.layout import keys
+from archiver.layout.manifest import Manifest, ManifestItem, manifest_to_bytes
+from archiver.retrieval import retrieve
 from archiver.store import ObjectStore
 from tests import test_retrieve as base
 from tests.test_retrieve import HOSTILE_IDS, HOUR, NOW, put_session

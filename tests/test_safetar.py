@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from archiver.fake import FakeService
-from archiver.safetar import ExtractResult, check_member, safe_extract
+from archiver.retrieval.safetar import ExtractResult, check_member, safe_extract
 from tests.fixtures_fake import TEST_TOKEN
 
 MTIME = 1_685_577_600

@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import sqlite3
-import statistics
-import time
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from archiver.models import Session
-from archiver.pipeline import Pipeline, Tuning
-from archiver.selfmetrics import SelfMetrics
+from archiver.archive.pipeline import Pipeline, Tuning
+from archiver.archive.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, session_key_of
+from archiver.errors import StateError
+from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.settings import Settings
-from archiver.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, StateError, session_key_of
 from archiver.store import FileStore
+from archiver.upstream.models import Session
+from archiver.vocabulary import Outcome
 
 
 def _session(i: int, *, players: int = 2, label: str = "duel") -> Session:
@@ -137,17 +137,16 @@ def test_changed_metadata_is_written_and_player_churn_is_not(tmp_path: Path) -> 
     assert row is not None and row.labels == {"mode": "ranked"} and row.last_seen_active == 120.0
 
 
-def test_a_poll_of_10k_sessions_takes_well_under_50ms(tmp_path: Path) -> None:
-    """Budget from the issue: steady-state polls write only what changed (median of 7 polls)."""
+def test_a_steady_state_poll_of_10k_sessions_writes_nothing_for_player_churn(tmp_path: Path) -> None:
+    """Steady-state polls write only what changed; the time budget lives in benchmarks/state.py."""
     p = _pipeline(tmp_path)
     p.observe_poll([_session(i) for i in range(10_000)], 100.0)
-    times = []
-    for k in range(7):
-        sessions = [_session(i, players=k) for i in range(10_000)]
-        started = time.perf_counter()
-        p.observe_poll(sessions, 101.0 + k)
-        times.append(time.perf_counter() - started)
-    assert statistics.median(times) < 0.05, times
+    with p.state.write() as db:
+        before = db.total_changes
+    for k in range(3):
+        p.observe_poll([_session(i, players=k) for i in range(10_000)], 101.0 + k)
+    with p.state.write() as db:
+        assert db.total_changes == before
 
 
 def _key(sid: str) -> str:
@@ -215,6 +214,25 @@ def test_the_last_item_finishing_fixes_archived_at_for_the_manifest(tmp_path: Pa
     assert row is not None and row.state == "finalizing" and row.archived_at == 11.0
     assert state.mark_archived(_key("sess-00001"), "sessions/sess-00001/manifest.json")
     assert state.outcome_counts() == {("logs", "source_gone"): 1, ("artifact", "too_large"): 1}
+
+
+def test_a_worker_still_holding_an_item_of_a_reopened_session_cannot_finish_its_successor(tmp_path: Path) -> None:
+    """A re-open drops the session's unfinished items and its real end creates new ones, which SQLite
+    gives the very same ids: the stale worker's outcome must not land on them."""
+    state = StateDB.open(tmp_path)
+    _ended(state, "sess-00001", 900.0)
+    stale = state.claim_fetch(0.0)
+    assert stale is not None
+    _ended(state, "sess-00001", 900.0)  # listed again (re-opened), then really ended
+    (fresh,) = state.items_of(_key("sess-00001"))
+    assert fresh.id == stale.id and fresh.status == "pending_fetch" and fresh.instance != stale.instance
+    assert state.finish_item(stale.id, Outcome.ARCHIVED, now=10.0, instance=stale.instance) is False
+    claimed = state.claim_fetch(0.0)
+    assert claimed is not None and claimed.id == stale.id
+    assert state.finish_item(stale.id, Outcome.ARCHIVED, now=10.0, instance=stale.instance) is False
+    (after,) = state.items_of(_key("sess-00001"))
+    assert after.status == "fetching" and after.outcome is None
+    assert state.finish_item(claimed.id, Outcome.SOURCE_GONE, now=11.0, instance=claimed.instance) is True
 
 
 def test_the_multipart_journal_survives_a_reopen(tmp_path: Path) -> None:

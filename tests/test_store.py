@@ -20,7 +20,6 @@ from botocore.config import Config
 from botocore.exceptions import ReadTimeoutError
 from botocore.httpsession import URLLib3Session
 
-from archiver import keys
 from archiver.errors import (
     ConfigError,
     InvalidKeyError,
@@ -31,6 +30,7 @@ from archiver.errors import (
     StorePermissionError,
     StoreUnavailableError,
 )
+from archiver.layout import keys
 from archiver.store import FileStore, MemoryJournal, ObjectStore, PutOutcome, S3Store, open_store
 from archiver.store.file import PARTIAL_DIR
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from archiver.errors import InvalidKeyError
-from archiver.manifest import is_sha256
+from archiver.layout.manifest import is_sha256
 
 #: Files below this size are sent with one create-once PUT; larger ones as a multipart upload.
 DEFAULT_MULTIPART_THRESHOLD = 8 * 1024 * 1024
@@ -155,7 +155,7 @@ class RequestCounter:
 class ObjectStore(Protocol):
     """A bucket prefix or a directory holding the archive; every write is create-once.
 
-    Keys are full keys built with :mod:`archiver.keys` from :attr:`prefix`. Methods are blocking
+    Keys are full keys built with :mod:`archiver.layout.keys` from :attr:`prefix`. Methods are blocking
     (callers run them in worker threads) and raise :class:`~archiver.errors.StoreError`
     subclasses: ``StoreUnavailableError`` (transient: pause, retry), ``StorePermissionError``
     (alert), ``ObjectConflictError``, ``ObjectNotFoundError``, ``InvalidKeyError``,

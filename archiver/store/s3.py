@@ -32,7 +32,7 @@ from archiver.errors import (
     StoreUnavailableError,
     excerpt,
 )
-from archiver.manifest import is_sha256
+from archiver.layout.manifest import is_sha256
 from archiver.retry import STORE
 from archiver.store.base import (
     DEFAULT_MULTIPART_THRESHOLD,

@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from archiver.api import SessionHostClient
 from archiver.errors import ApiError, ApiStatusError, PayloadError
-from archiver.models import InvalidEntry, Session, SessionListParser
 from archiver.retry import RetryPolicy, upstream_poll
 from archiver.textsafe import printable
-from archiver.upstream_metrics import MetricFamily, parse_upstream_metrics
+from archiver.upstream.api import SessionHostClient
+from archiver.upstream.metrics import MetricFamily, parse_upstream_metrics
+from archiver.upstream.models import InvalidEntry, Session, SessionListParser
 
 log = logging.getLogger("archiver.poller")
 

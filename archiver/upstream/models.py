@@ -16,6 +16,39 @@ from typing import Any
 import msgspec
 
 from archiver.errors import PayloadError
+from archiver.upstream.checks import (
+    INT64_MAX,
+    INT64_MIN,
+    as_int,
+    check_strings,
+    check_utf8,
+    checked_int,
+    loads_json,
+    maybe_json_object,
+    optional_str,
+    out_of_int64,
+    require_mapping,
+    require_str,
+    type_name,
+    unwrap,
+    valid_utf8,
+)
+from archiver.upstream.checks import decode_json as decode_json
+
+# The answers of the other endpoints live in responses.py, re-exported (`x as x`) so the client reads
+# every payload type from `models`.
+from archiver.upstream.responses import CreatedSession as CreatedSession
+from archiver.upstream.responses import ErrorBody as ErrorBody
+from archiver.upstream.responses import Location as Location
+from archiver.upstream.responses import PlayersResult as PlayersResult
+from archiver.upstream.responses import PortMapping as PortMapping
+from archiver.upstream.responses import parse_created as parse_created
+from archiver.upstream.responses import parse_error_body as parse_error_body
+from archiver.upstream.responses import parse_locations as parse_locations
+from archiver.upstream.responses import parse_players_result as parse_players_result
+from archiver.upstream.responses import parse_tag_exists as parse_tag_exists
+
+# place the client reads payload types from.
 
 #: Statuses the real service is known to send (OpenAPI SessionStatus); anything else is "unknown".
 KNOWN_STATUSES = frozenset(
@@ -44,9 +77,6 @@ _TAGS_KEY = "tags"
 #: the wrong unit (µs: 1.7e15) or garbage (negative), and would corrupt end detection and rendering.
 CREATED_MIN_MS = 946_684_800_000.0
 CREATED_MAX_MS = 7_258_118_400_000.0
-#: Integers the state DB (SQLite INTEGER) and the exposition can hold: signed 64-bit.
-INT64_MIN = -(2**63)
-INT64_MAX = 2**63 - 1
 #: Ids in error messages are cut to this many characters: a megabyte id must not make a megabyte log line.
 _ID_SHOWN = 80
 
@@ -87,162 +117,6 @@ class Session:
         return self.created_ms / 1000.0
 
 
-@dataclass(frozen=True, slots=True)
-class PortMapping:
-    type: str
-    container: int
-    host: int
-
-
-@dataclass(frozen=True, slots=True)
-class CreatedSession:
-    """The answer to POST /session (the id falls back to the requested one when omitted)."""
-
-    id: str
-    host: str
-    ports: tuple[PortMapping, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PlayersResult:
-    """The answer to player join/leave: the session's player count and ids."""
-
-    count: int
-    players: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Location:
-    id: str
-    ips: tuple[str, ...]
-
-
-# --- primitive coercions ------------------------------------------------------------------------
-
-_msgspec_decode = msgspec.json.Decoder().decode
-
-
-def _loads(text: bytes | bytearray | str) -> Any:
-    """json.loads semantics, msgspec speed: msgspec's C decoder is ~5x faster per small document (the
-    labels strings of every entry); what it refuses but Python's json accepts (NaN, lone surrogates,
-    1e400, a BOM) goes to json.loads, so the result never differs and errors are json's."""
-    try:
-        return _msgspec_decode(text)
-    except (msgspec.DecodeError, UnicodeError):  # ValidationError is a DecodeError
-        # UnicodeError also covers a str holding a lone surrogate, which msgspec cannot encode.
-        return json.loads(text)
-
-
-def decode_json(body: bytes | bytearray | str) -> Any:
-    """JSON-decode a body, turning any failure into PayloadError."""
-    try:
-        return _loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise PayloadError(f"body is not JSON ({exc.__class__.__name__})") from None
-
-
-def _require_mapping(value: Any, what: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise PayloadError(f"{what} is {_type_name(value)}, expected an object")
-    return value
-
-
-def _type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _require_str(obj: Mapping[str, Any], key: str, what: str) -> str:
-    value = obj.get(key)
-    if isinstance(value, str):
-        return value
-    if value is None:
-        raise PayloadError(f"{what} has no {key!r}")
-    raise PayloadError(f"{what} field {key!r} is {_type_name(value)}, expected a string")
-
-
-def _valid_utf8(text: str) -> bool:
-    """Whether `text` encodes as UTF-8, i.e. holds no lone surrogate (JSON's "\\ud800" decodes to one,
-    and it would fail later, in SQLite, the store or the exposition)."""
-    if text.isascii():
-        return True  # the common case, and far cheaper than encoding
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _check_utf8(text: str, what: str, name: str) -> str:
-    if not _valid_utf8(text):
-        raise PayloadError(f"{what} field {name!r} is not valid UTF-8 (a lone surrogate)")
-    return text
-
-
-def _check_strings(values: Mapping[str, str], what: str, name: str) -> None:
-    """Every key and value of a label mapping is valid UTF-8; the message names the field only."""
-    if "".join(values).isascii() and "".join(values.values()).isascii():
-        return  # the common case, tested in C
-    for key, value in values.items():
-        if not (_valid_utf8(key) and _valid_utf8(value)):
-            raise PayloadError(f"{what} field {name!r} holds a key or value that is not valid UTF-8")
-
-
-def _checked_int(value: Any, what: str, name: str) -> int | None:
-    """`_as_int`, refusing what does not fit a signed 64-bit integer (1e30, "1e25")."""
-    number = _as_int(value)
-    if number is not None and not INT64_MIN <= number <= INT64_MAX:
-        raise _out_of_int64(value, what, name)
-    return number
-
-
-def _out_of_int64(value: Any, what: str, name: str) -> PayloadError:
-    return PayloadError(f"{what} field {name!r} is out of the 64-bit integer range: {str(value)[:40]!r}")
-
-
-def _optional_str(obj: Mapping[str, Any], key: str) -> str:
-    value = obj.get(key)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return ""
-
-
-def _as_int(value: Any) -> int | None:
-    """An int from an int, an integral float or a numeric string; None otherwise."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else None
-    if isinstance(value, str):
-        try:
-            number = float(value.strip())
-        except ValueError:
-            return None
-        return int(number) if number.is_integer() else None
-    return None
-
-
-def _maybe_json_object(value: Any) -> Any:
-    """Decode a JSON-encoded string into its value when it holds an object; else return it as is."""
-    if isinstance(value, str) and value[:1] == "{":
-        try:
-            return _loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _unwrap(value: Any, key: str) -> Any:
-    """`{"port": {...}}` → `{...}`: the service sometimes wraps a field in an object of its own name."""
-    value = _maybe_json_object(value)
-    if isinstance(value, dict) and len(value) == 1 and key in value:
-        return _maybe_json_object(value[key])
-    return value
-
-
 def _status(value: Any) -> str:
     return _CANONICAL_STATUS.get(value, UNKNOWN_STATUS) if isinstance(value, str) else UNKNOWN_STATUS
 
@@ -269,19 +143,19 @@ def _created(obj: Mapping[str, Any], what: str) -> float:
         return created
     if value is None:
         raise PayloadError(f"{what} has no 'created'")
-    raise PayloadError(f"{what} field 'created' is {_type_name(value)}, expected a number")
+    raise PayloadError(f"{what} field 'created' is {type_name(value)}, expected a number")
 
 
 def parse_ports(value: Any) -> dict[str, int]:
     """`port` as an object, a JSON string of one, or either wrapped in `{"port": ...}`; drops bad entries."""
-    value = _unwrap(value, "port")
+    value = unwrap(value, "port")
     if not isinstance(value, dict):
         return {}
     ports: dict[str, int] = {}
     for name, raw in value.items():
-        number = _as_int(raw)
+        number = as_int(raw)
         # An unusable port is dropped like any other bad port entry: it must not cost the session.
-        if number is not None and INT64_MIN <= number <= INT64_MAX and _valid_utf8(str(name)):
+        if number is not None and INT64_MIN <= number <= INT64_MAX and valid_utf8(str(name)):
             ports[str(name)] = number
     return ports
 
@@ -301,7 +175,7 @@ def parse_labels(value: Any, *, with_env_keys: bool = True) -> ParsedLabels:
 
     Without `with_env_keys` the env is not even decoded (nobody needs its keys from list entries).
     """
-    value = _unwrap(value, "labels")
+    value = unwrap(value, "labels")
     if not isinstance(value, dict) or not value:
         return _NO_LABELS
     user: dict[str, str] = {}
@@ -311,11 +185,11 @@ def parse_labels(value: Any, *, with_env_keys: bool = True) -> ParsedLabels:
         if key == _ENV_KEY:
             if not with_env_keys:
                 continue
-            env = _maybe_json_object(raw)
+            env = maybe_json_object(raw)
             # Only the names survive: the values are the caller's secrets.
             env_keys = tuple(sorted(str(k) for k in env)) if isinstance(env, dict) else ()
         elif key == _TAGS_KEY:
-            tags = _maybe_json_object(raw)
+            tags = maybe_json_object(raw)
             if isinstance(tags, dict):
                 user.update({str(k): _shared(_label_value(v)) for k, v in tags.items()})
             elif isinstance(tags, str):
@@ -343,38 +217,38 @@ def parse_session(obj: Any, *, what: str = "session", with_env_keys: bool = True
     quoted: they are not kept. `with_env_keys=False` leaves `env_keys` empty without decoding the env
     (list entries).
     """
-    entry = _require_mapping(obj, what)
-    sid = _require_str(entry, "id", what)
+    entry = require_mapping(obj, what)
+    sid = require_str(entry, "id", what)
     if not sid:
         raise PayloadError(f"{what} field 'id' is empty")
     if not sid.isascii():
-        _check_utf8(sid, what, "id")
+        check_utf8(sid, what, "id")
     what = f"{what} {_shown_id(sid)!r}"
-    image = _require_str(entry, "image", what)
-    tag = _optional_str(entry, "tag")
-    location = _require_str(entry, "location", what)
-    host = _optional_str(entry, "host")
+    image = require_str(entry, "image", what)
+    tag = optional_str(entry, "tag")
+    location = require_str(entry, "location", what)
+    host = optional_str(entry, "host")
     if not (image.isascii() and tag.isascii() and location.isascii() and host.isascii()):
         # One cheap test for the common all-ASCII case; the field is named only when one fails.
         for name, text in (("image", image), ("tag", tag), ("location", location), ("host", host)):
-            _check_utf8(text, what, name)
+            check_utf8(text, what, name)
     labels = parse_labels(entry.get("labels"), with_env_keys=with_env_keys)
-    _check_strings(labels.user, what, "labels.tags")
-    _check_strings(labels.image, what, "labels")
-    if labels.env_keys and not all(map(_valid_utf8, labels.env_keys)):
+    check_strings(labels.user, what, "labels.tags")
+    check_strings(labels.image, what, "labels")
+    if labels.env_keys and not all(map(valid_utf8, labels.env_keys)):
         raise PayloadError(f"{what} field 'labels.env' holds a name that is not valid UTF-8")
     players_obj = entry.get("players")
     players: tuple[str, ...] | None = None
-    player_count = _as_int(entry.get("playerCount"))  # _checked_int inlined: this runs 10k times a cold poll
+    player_count = as_int(entry.get("playerCount"))  # checked_int inlined: this runs 10k times a cold poll
     if player_count is not None and not INT64_MIN <= player_count <= INT64_MAX:
-        raise _out_of_int64(entry.get("playerCount"), what, "playerCount")
+        raise out_of_int64(entry.get("playerCount"), what, "playerCount")
     if isinstance(players_obj, dict):
         joined = players_obj.get("joined")
         if isinstance(joined, list):
             players = tuple(str(p) for p in joined)
-            if not all(map(_valid_utf8, players)):
+            if not all(map(valid_utf8, players)):
                 raise PayloadError(f"{what} field 'players.joined' holds an id that is not valid UTF-8")
-        count = _checked_int(players_obj.get("joinedCount"), what, "players.joinedCount")
+        count = checked_int(players_obj.get("joinedCount"), what, "players.joinedCount")
         if count is None and players is not None:
             count = len(players)
         if player_count is None:
@@ -434,10 +308,10 @@ def parse_session_list(payload: Any) -> SessionList:
     every other session. A bad envelope (no `sessions` array) still raises PayloadError: with no
     list at all the poll failed. List entries carry no `env_keys` (nobody needs them, and not
     decoding the env is a third of the parse)."""
-    body = _require_mapping(payload, "session list")
+    body = require_mapping(payload, "session list")
     entries = body.get("sessions")
     if not isinstance(entries, list):
-        raise PayloadError(f"session list field 'sessions' is {_type_name(entries)}, expected an array")
+        raise PayloadError(f"session list field 'sessions' is {type_name(entries)}, expected an array")
     sessions: list[Session] = []
     invalid: list[InvalidEntry] = []
     for index, entry in enumerate(entries):
@@ -545,7 +419,7 @@ class SessionListParser:
                 if session is None:
                     # Only new or changed entries get here, so the range checks cost nothing on
                     # the unchanged majority.
-                    entry = _loads(bytes(raws[index]))
+                    entry = loads_json(bytes(raws[index]))
                     try:
                         session = parse_session(entry, what=_entry_name(index), with_env_keys=False)
                     except PayloadError as exc:
@@ -593,10 +467,10 @@ def scan_ended(body: bytes | bytearray) -> list[EndedEntry]:
     except (msgspec.DecodeError, UnicodeDecodeError):
         raws = _raws_around_surrogates(body)
     if raws is None:
-        payload = _require_mapping(decode_json(body), "session list")
+        payload = require_mapping(decode_json(body), "session list")
         entries = payload.get("sessions")
         if not isinstance(entries, list):
-            raise PayloadError(f"session list field 'sessions' is {_type_name(entries)}, expected an array")
+            raise PayloadError(f"session list field 'sessions' is {type_name(entries)}, expected an array")
         raws = [json.dumps(entry).encode() for entry in entries]
     ended: list[EndedEntry] = []
     for index, raw in enumerate(raws):
@@ -605,7 +479,7 @@ def scan_ended(body: bytes | bytearray) -> list[EndedEntry]:
             sid, status, created = brief.id, brief.status, brief.created
         except (msgspec.DecodeError, UnicodeDecodeError):
             try:
-                entry = _loads(bytes(raw))
+                entry = loads_json(bytes(raw))
             except (ValueError, UnicodeError):
                 continue
             if not isinstance(entry, dict):
@@ -621,97 +495,8 @@ def scan_ended(body: bytes | bytearray) -> list[EndedEntry]:
 
 def parse_ended(entry: EndedEntry) -> Session | InvalidEntry:
     """The Session of an ended entry, or why it fails the checks every list entry must pass."""
-    payload = _loads(entry.raw)
+    payload = loads_json(entry.raw)
     try:
         return parse_session(payload, what=_entry_name(entry.index), with_env_keys=False)
     except PayloadError as exc:
         return _invalid_entry(entry.index, payload, exc)
-
-
-def parse_created(payload: Any, requested_id: str | None) -> CreatedSession:
-    """The create answer; `id` may be missing when the caller chose one (observed)."""
-    body = _require_mapping(payload, "create response")
-    sid = body.get("id")
-    if not isinstance(sid, str) or not sid:
-        if requested_id is None:
-            raise PayloadError("create response has no 'id' and none was requested")
-        sid = requested_id
-    ports_raw = body.get("ports")
-    ports: list[PortMapping] = []
-    if isinstance(ports_raw, list):
-        for item in ports_raw:
-            if not isinstance(item, dict):
-                continue
-            container, host = _as_int(item.get("container")), _as_int(item.get("host"))
-            if container is None or host is None:
-                continue
-            ports.append(PortMapping(str(item.get("type", "")), container, host))
-    return CreatedSession(id=sid, host=_optional_str(body, "host"), ports=tuple(ports))
-
-
-def parse_players_result(payload: Any) -> PlayersResult:
-    body = _require_mapping(payload, "player result")
-    players_raw = body.get("players")
-    players = tuple(str(p) for p in players_raw) if isinstance(players_raw, list) else ()
-    count = _as_int(body.get("count"))
-    return PlayersResult(count=len(players) if count is None else count, players=players)
-
-
-def parse_locations(payload: Any) -> list[Location]:
-    body = _require_mapping(payload, "location list")
-    raw = body.get("locations")
-    if not isinstance(raw, list):
-        raise PayloadError(f"location list field 'locations' is {_type_name(raw)}, expected an array")
-    result = []
-    for i, item in enumerate(raw):
-        entry = _require_mapping(item, f"location {i}")
-        ips = entry.get("ips")
-        result.append(
-            Location(
-                id=_require_str(entry, "id", f"location {i}"),
-                ips=tuple(str(ip) for ip in ips) if isinstance(ips, list) else (),
-            )
-        )
-    return result
-
-
-def parse_tag_exists(payload: Any) -> bool:
-    body = _require_mapping(payload, "tag check")
-    exists = body.get("exists")
-    if not isinstance(exists, bool):
-        raise PayloadError(f"tag check field 'exists' is {_type_name(exists)}, expected a boolean")
-    return exists
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorBody:
-    """What an error response said, from whatever it was (JSON error body, HTML page, plain text)."""
-
-    code: str = ""
-    message: str = ""
-    details: str = ""
-    identifier: str = ""
-    violations: tuple[tuple[str, str], ...] = ()
-
-
-def parse_error_body(body: bytes) -> ErrorBody:
-    """Best-effort reading of an error body; never raises (the HTTP status is what callers branch on)."""
-    try:
-        obj = json.loads(body) if body.lstrip()[:1] == b"{" else None
-    except ValueError:
-        obj = None
-    if not isinstance(obj, dict):
-        return ErrorBody()
-    violations: list[tuple[str, str]] = []
-    raw = obj.get("violations")
-    if isinstance(raw, list):
-        for v in raw:
-            if isinstance(v, dict):
-                violations.append((str(v.get("field", "")), str(v.get("description", ""))))
-    return ErrorBody(
-        code=_optional_str(obj, "code"),
-        message=_optional_str(obj, "message"),
-        details=_optional_str(obj, "details"),
-        identifier=_optional_str(obj, "identifier"),
-        violations=tuple(violations),
-    )

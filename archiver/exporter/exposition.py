@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from isal import isal_zlib
 
 from archiver.errors import ConfigError
-from archiver.models import Session
-from archiver.upstream_metrics import MetricFamily, render_upstream
+from archiver.upstream.metrics import MetricFamily, render_upstream
+from archiver.upstream.models import Session
 
 CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"

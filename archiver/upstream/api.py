@@ -14,7 +14,8 @@ from urllib.parse import quote
 
 import httpx
 
-from archiver import __version__, models
+from archiver import __version__
+from archiver.credentials import Token
 from archiver.errors import (
     EXCERPT_LIMIT,
     ApiDecodeError,
@@ -26,8 +27,9 @@ from archiver.errors import (
     excerpt,
     status_error_class,
 )
-from archiver.models import CreatedSession, Location, PlayersResult, Session
 from archiver.retry import UPSTREAM_REQUEST, RetryObserver, RetryPolicy, call
+from archiver.upstream import models
+from archiver.upstream.models import CreatedSession, Location, PlayersResult, Session
 
 #: How much of an error body is read (error pages are small; a misbehaving proxy must not stall us).
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -35,28 +37,6 @@ _ERROR_BODY_LIMIT = 64 * 1024
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
-
-
-class Token:
-    """The API token: a string that never shows itself in a repr, str, log line or traceback."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        value = value.strip()
-        if not value:
-            raise ValueError("the API token is empty")
-        if any(c.isspace() or ord(c) < 32 for c in value):
-            raise ValueError("the API token contains whitespace or control characters")
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Token('***')"
-
-    __str__ = __repr__
 
 
 class _BearerAuth(httpx.Auth):

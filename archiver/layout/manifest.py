@@ -21,8 +21,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from archiver import __version__, keys
+from archiver import __version__
 from archiver.errors import ManifestError
+from archiver.layout import keys
+from archiver.vocabulary import OUTCOMES, Outcome
 
 #: Still 1 with ``instance``: that field is additive and optional (absent in archives written
 #: before instances existed, which stay readable; readers of version 1 ignore unknown fields).
@@ -31,7 +33,6 @@ SCHEMA_VERSION: Final = 1
 #: What an item is.
 KINDS: Final = ("logs", "artifact")
 #: What became of an item (also the `outcome` label of `archiver_items_total`).
-OUTCOMES: Final = ("archived", "source_gone", "too_large", "expired", "conflict", "failed")
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -87,7 +88,7 @@ class ManifestItem:
             raise ValueError(f"item size must be a non-negative int, got {self.size!r}")
         if self.sha256 is not None and not is_sha256(self.sha256):
             raise ValueError(f"item sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
-        if self.outcome == "archived" and (
+        if self.outcome == Outcome.ARCHIVED and (
             self.key is None or self.size is None or self.sha256 is None or self.content_type is None
         ):
             raise ValueError("an archived item needs key, size, sha256 and content_type")
@@ -135,7 +136,7 @@ class Manifest:
     @property
     def total_bytes(self) -> int:
         """Bytes stored for this session (archived items only)."""
-        return sum(i.size or 0 for i in self.items if i.outcome == "archived")
+        return sum(i.size or 0 for i in self.items if i.outcome == Outcome.ARCHIVED)
 
     def counts_by_outcome(self) -> dict[str, int]:
         """Number of items per outcome (only outcomes that occur)."""
@@ -168,7 +169,7 @@ def build_manifest(
     among others with the same id; ``None`` writes a legacy-layout manifest.
     """
     items = tuple(items)
-    keys = [i.key for i in items if i.key is not None and i.outcome == "archived"]
+    keys = [i.key for i in items if i.key is not None and i.outcome == Outcome.ARCHIVED]
     if len(keys) != len(set(keys)):
         raise ValueError("two archived items share one key")
     return Manifest(

@@ -19,15 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from archiver import keys
-from archiver.api import Download, SessionHostClient
-from archiver.crashpoints import crashpoint
+from archiver.archive.crashpoints import crashpoint
+from archiver.archive.state import ItemRow
 from archiver.durable import fsync_dir
-from archiver.errors import ApiError, NotFoundError
+from archiver.errors import ApiError, NotFoundError, TooLargeError
+from archiver.layout import keys
 from archiver.retry import FETCH_ITEM, RetryPolicy
-from archiver.state import ItemRow
+from archiver.upstream.api import Download, SessionHostClient
+from archiver.vocabulary import Outcome
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("archiver.fetch")  # the name it had before the rooms: log filters keep working
 
 #: Level 6: log text compresses about as well as at 9 for a fraction of the CPU.
 GZIP_LEVEL = 6
@@ -56,7 +57,7 @@ class Spooled:
 class Finished:
     """The item has its final outcome without a stored object (source_gone, too_large, expired)."""
 
-    outcome: str
+    outcome: Outcome
     error: str
     source: str
 
@@ -72,10 +73,6 @@ class Retry:
 
 
 FetchResult = Spooled | Finished | Retry
-
-
-class TooLargeError(Exception):
-    """The body passed the size limit while streaming (the partial file is already removed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +218,7 @@ class Fetcher:
                 return self._fetch_logs(item, policy)
             return self._fetch_artifact(item, policy)
         except NotFoundError as exc:
-            return Finished("expired" if last_chance else "source_gone", str(exc), source)
+            return Finished(Outcome.EXPIRED if last_chance else Outcome.SOURCE_GONE, str(exc), source)
         except ApiError as exc:
             return Retry(str(exc), source)
         except OSError as exc:
@@ -267,11 +264,11 @@ class Fetcher:
         limit = self._max_artifact_size
         with self._client.open_artifact(sid, path, policy=policy) as download:
             if download.content_length is not None and download.content_length > limit:
-                return Finished("too_large", f"Content-Length {download.content_length} > limit {limit}", source)
+                return Finished(Outcome.TOO_LARGE, f"Content-Length {download.content_length} > limit {limit}", source)
             try:
                 spooled = self._spool.write(item.id, download.iter_bytes(), compress=False, limit=limit)
             except TooLargeError:
-                return Finished("too_large", f"body larger than {limit} bytes (stopped while streaming)", source)
+                return Finished(Outcome.TOO_LARGE, f"body larger than {limit} bytes (stopped while streaming)", source)
         # The upstream labels its gzip bodies application/x-tar: the magic bytes decide.
         content_type = "application/gzip" if spooled.head[:2] == GZIP_MAGIC else download.content_type
         return Spooled(

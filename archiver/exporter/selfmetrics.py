@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 
 from archiver import __version__
 
-#: Label values of archiver_items_total / archiver_pending_items (DESIGN §6); pre-created at 0 so
+#: Label values of archiver_items_total / archiver_pending_items (ARCHITECTURE.md §6); pre-created at 0 so
 #: `rate()` and alerts see the series before the first event.
 ITEM_KINDS = ("logs", "artifact")
 ITEM_OUTCOMES = ("archived", "source_gone", "too_large", "expired", "conflict", "failed")
@@ -124,7 +124,7 @@ class _OptionalGauge(Collector):
 
 
 class SelfMetrics:
-    """Creates every `archiver_*` metric of DESIGN §6 (except the two snapshot gauges) and offers one
+    """Creates every `archiver_*` metric of ARCHITECTURE.md §6 (except the two snapshot gauges) and offers one
     method per event the poller and the pipeline report. All methods are thread-safe."""
 
     def __init__(

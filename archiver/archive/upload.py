@@ -12,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from archiver import keys
-from archiver.crashpoints import crashpoint
+from archiver.archive.crashpoints import crashpoint
+from archiver.archive.state import ItemRow, SessionRow
 from archiver.errors import ObjectConflictError, SourceFileError, StoreUnavailableError
-from archiver.manifest import (
+from archiver.layout import keys
+from archiver.layout.manifest import (
     Manifest,
     ManifestItem,
     build_manifest,
@@ -23,10 +24,10 @@ from archiver.manifest import (
     index_entry_to_bytes,
     manifest_to_bytes,
 )
-from archiver.state import ItemRow, SessionRow
 from archiver.store.base import MultipartJournal, ObjectStore, PutOutcome
+from archiver.vocabulary import Outcome
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("archiver.upload")  # the name it had before the rooms: log filters keep working
 
 JSON_CONTENT_TYPE = "application/json"
 
@@ -70,7 +71,7 @@ def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Man
     for item in items:
         if item.outcome is None:
             raise ValueError(f"item {item.id} of session {session.id!r} has no outcome")
-        stored = item.outcome in ("archived", "conflict")
+        stored = item.outcome in (Outcome.ARCHIVED, Outcome.CONFLICT)
         entries.append(
             ManifestItem(
                 kind=item.kind,
@@ -81,7 +82,7 @@ def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Man
                 sha256=item.sha256 if stored else None,
                 content_type=item.content_type if stored else None,
                 path=item.path if item.kind == "artifact" else None,
-                error=None if item.outcome == "archived" else item.last_error,
+                error=None if item.outcome == Outcome.ARCHIVED else item.last_error,
             )
         )
     return build_manifest(

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 
 from archiver import __version__
 from archiver.errors import ConfigError
-from archiver.exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, Snapshot, scrape_parts
-from archiver.selfmetrics import SelfMetrics
-from archiver.webconfig import BasicAuth, WebConfig
+from archiver.exporter.exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, Snapshot, scrape_parts
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.exporter.webconfig import BasicAuth, WebConfig
 
 log = logging.getLogger("archiver.http")
 

@@ -1,0 +1,94 @@
+"""The fetch stage: items leave the upstream for the spool, earliest deadline first, before removal."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from archiver.archive.fetch import Fetcher, Finished, Retry, Spooled
+from archiver.archive.stage import Stage, StageParts, backoff
+from archiver.archive.state import ItemRow
+from archiver.vocabulary import ItemStatus, Outcome
+
+log = logging.getLogger("archiver.pipeline")  # one logger for the whole pipeline, as before the split
+
+
+class FetchStage(Stage):
+    """Fetch workers: claim the pending item with the earliest deadline, stream it into the spool,
+    and give it an outcome (spooled, too_large, source_gone, expired) or a retry gate."""
+
+    def __init__(self, fetcher: Fetcher, parts: StageParts) -> None:
+        super().__init__(parts)
+        self.fetcher = fetcher
+
+    def run(self) -> None:
+        """One fetch worker: earliest deadline first, until the pipeline stops."""
+        while not self.wake.stop.is_set():
+            generation = self.wake.snapshot()
+            item: ItemRow | None = None
+            try:
+                item = self.state.claim_fetch(self._mono())
+                if item is None:
+                    self.wake.wait(generation, self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH)))
+                    continue
+                self._fetch(item)
+            except Exception as exc:  # loop edge: count it, put the item back, keep the worker alive
+                log.exception("fetch worker failed")
+                self.metrics.error("fetch")
+                if item is not None:
+                    self._release(item, f"internal error: {type(exc).__name__}: {exc}")
+                self.wake.stop.wait(1.0)
+
+    def _release(self, item: ItemRow, error: str) -> None:
+        with contextlib.suppress(Exception):
+            delay = backoff(self.tuning.fetch_backoff_initial, self.tuning.fetch_backoff_max, item.attempts)
+            self.state.retry_item(
+                item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + delay, error=error
+            )
+
+    def _fetch(self, item: ItemRow) -> None:
+        remaining = item.deadline - self.clock()
+        if remaining <= 0 and item.attempts > 1:
+            self.finish(item, Outcome.EXPIRED, error=f"fetch deadline passed; last error: {item.last_error}")
+            return
+        result = self.fetcher.fetch(item, remaining=remaining)
+        now = self.clock()
+        if isinstance(result, Spooled):
+            self.state.mark_spooled(
+                item.id,
+                spool_path=str(result.path),
+                size=result.size,
+                sha256=result.sha256,
+                content_type=result.content_type,
+                source=result.source,
+                key=result.key,
+                fetched_at=now,
+            )
+            self.metrics.add_bytes("fetch", item.kind, result.received)
+            self.metrics.fetch_completed(item.deadline - now)
+            self.wake.notify()
+        elif isinstance(result, Finished):
+            log.info("item %s of %r: %s (%s)", item.kind, item.session_id, result.outcome, result.error)
+            self.finish(item, result.outcome, error=result.error, source=result.source)
+        else:
+            self._retry_fetch(item, result, now)
+        self._refresh_gauges()
+
+    def _retry_fetch(self, item: ItemRow, result: Retry, now: float) -> None:
+        left = item.deadline - now
+        if left <= 0:
+            self.finish(item, Outcome.EXPIRED, error=result.error, source=result.source)
+            return
+        if result.local:
+            self.metrics.error("spool")
+            log.error("spool write failed for %s of %r (retrying): %s", item.kind, item.session_id, result.error)
+        else:
+            log.warning("fetching %s of %r failed (retrying): %s", item.kind, item.session_id, result.error)
+        # Wait less as the deadline nears, so the last tries still happen inside the window.
+        delay = min(
+            backoff(self.tuning.fetch_backoff_initial, self.tuning.fetch_backoff_max, item.attempts),
+            max(0.5, left / 2),
+        )
+        self.state.retry_item(
+            item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + delay, error=result.error
+        )

@@ -1,0 +1,467 @@
+"""The archive pipeline: end detection, confirmation and reconciliation, driving the fetch and upload stages.
+
+Its parts are rooms of their own: the pure detector (`detector.observe`) and deadline rule
+(`deadline.deadline_for`), the fetch stage (`fetch_stage`, bound to the deadline) and the upload
+stage (`upload_stage`: objects, then manifest and index entry). This class owns the threads,
+applies the detector's decisions to the state DB and describes candidates.
+
+Everything durable goes through the state DB (`archiver.archive.state`), so every thread here can die at
+any instant: `recover()` at start-up puts in-flight work back and the next run carries on. The
+hand-off between the stages is a fsynced spool file plus a committed `spooled` row: only the fetch
+is bound to the upstream's removal deadline; an object store outage costs latency, never data.
+
+Threads: confirmers (`GET /session/{id}` for candidates), a reconciler (`GET /session?all=true`
+at start-up, after a gap in successful polls and every `reconcile_interval`: ended sessions the
+polls never saw are archived too), `fetch_workers` fetchers (earliest deadline first) and
+`upload_workers` uploaders (objects, then manifest + index entry per complete session).
+
+A session ends only on positive evidence: a terminal status from the upstream, or the API's own
+JSON 404 seen twice `not_found_confirm` apart (an HTML 404 from a proxy is a transient error).
+
+Work is always picked from SQLite, never from lists in memory, so memory does not grow with the
+backlog; bodies are streamed, so it does not grow with object size either.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Sequence, Set
+from pathlib import Path
+
+from archiver.archive.crashpoints import crashpoint
+from archiver.archive.deadline import deadline_for
+from archiver.archive.detector import key_id, observe
+from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
+from archiver.archive.fetch_stage import FetchStage
+from archiver.archive.stage import Clock, StageParts, Tuning, Wakeups
+from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key, session_key_of
+from archiver.archive.store_health import check_store, probe_store
+from archiver.archive.upload import Uploader
+from archiver.archive.upload_stage import UploadStage
+from archiver.errors import (
+    ApiError,
+    NotFoundError,
+)
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.retry import RetryPolicy
+from archiver.settings import Settings
+from archiver.store.base import ObjectStore
+from archiver.textsafe import printable
+from archiver.upstream.api import SessionHostClient
+from archiver.upstream.models import UNKNOWN_STATUS, InvalidEntry, Session, parse_ended
+from archiver.vocabulary import DETECTING_STATES
+
+log = logging.getLogger("archiver.pipeline")  # the name it had before the rooms: log filters keep working
+
+
+class Pipeline:
+    """Archives every session that ends: detect → confirm → fetch (deadline) → upload → manifest."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        client: SessionHostClient,
+        store: ObjectStore,
+        state: StateDB,
+        metrics: SelfMetrics,
+        clock: Clock = time.time,
+        *,
+        policy: RetryPolicy | None = None,
+        tuning: Tuning | None = None,
+        monotonic: Clock = time.monotonic,
+    ) -> None:
+        self.settings = settings
+        self.client = client
+        self.store = store
+        self.state = state
+        self.metrics = metrics
+        self.clock = clock
+        self.tuning = tuning or Tuning()
+        self._mono = monotonic
+        self._policy = policy or RetryPolicy()
+        # Describes of candidates are short and repeated later anyway: a few quick tries only.
+        self._confirm_policy = self._policy.bounded_by(max_elapsed=min(10.0, self._policy.max_elapsed))
+        self.spool = Spool(settings.state_dir / "spool")
+        self.fetcher = Fetcher(
+            client,
+            self.spool,
+            prefix=store.prefix,
+            max_artifact_size=settings.max_artifact_size,
+            policy=self._policy,
+        )
+        self.uploader = Uploader(store, state.journal)
+        # The store has no hook between parts; the journal is ours, so the crash point hangs there.
+        state.journal.on_part_done = lambda: crashpoint("after_part_upload")
+
+        self._wake = Wakeups(self.tuning.idle_wait, monotonic)
+        self._stop = self._wake.stop
+        self._threads: list[threading.Thread] = []
+        # Detection (touched by the poller thread only, in observe_poll), keyed by instance key.
+        self._known: dict[str, Session | None] = {}
+        self._last_seen: dict[str, float] = {}
+        self._last_seen_persisted = float("-inf")
+        self._poll_gap = False
+        # Reconciliation: requested by start-up and by a successful poll after a gap.
+        self._reconcile_requested = threading.Event()
+        self._first_start = state.created
+        self.reconciled_once = threading.Event()
+        self._gauges_at = float("-inf")
+        refresh = functools.partial(self._refresh_gauges, force=False)
+        parts = StageParts(state, metrics, self.tuning, self._wake, clock, monotonic, refresh)
+        self._fetches = FetchStage(self.fetcher, parts)
+        self._uploads = UploadStage(store, self.uploader, self.spool, settings.state_dir / "conflicts", parts)
+
+    @classmethod
+    def open(cls, settings: Settings, client: SessionHostClient, metrics: SelfMetrics) -> Pipeline:
+        """The store and the state DB named by the settings, with the pipeline between them."""
+        from archiver.store import open_store  # imports botocore: only when a store is configured
+
+        store = open_store(
+            settings.require_store(), s3_endpoint_url=settings.s3_endpoint_url, checksum_mode=settings.s3_checksum
+        )
+        return cls(settings, client, store, StateDB.open(settings.state_dir), metrics)
+
+    # --- the store ----------------------------------------------------------------------------
+
+    @property
+    def store_url(self) -> str:
+        return self.store.url
+
+    def distrust_store(self) -> None:
+        """Writes check first (HEAD before a create-once write) until `probe_store` shows that the
+        store enforces If-None-Match itself."""
+        self.store.conditional_writes = False
+
+    def probe_store(self) -> bool:
+        """Probe create-once support (see store_health.probe_store); False when the store did not answer."""
+        return probe_store(self.store, self.metrics)
+
+    def check_store(self) -> bool:
+        """One cheap read of the store → `archiver_store_up`."""
+        return check_store(self.store, self.metrics)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Start-up: put in-flight work back, clean the spool, resume/abort multipart uploads.
+
+        Call once before `start()`. Sessions the DB knows as active become candidates if the
+        first successful poll does not list them.
+        """
+        fetches, uploads = self.state.reset_in_flight()
+        keep = {Path(p).name for p in self.state.spool_paths_in_use()}
+        removed = self.spool.sweep(keep)
+        # Multipart uploads in the journal are resumed by put_file itself; everything else under
+        # our prefix is an orphan of a crash between CreateMultipartUpload and the journal commit.
+        self._uploads.sweep_orphans()
+        self._known = dict.fromkeys(self.state.active_session_keys())
+        self._last_seen.clear()
+        self.metrics.set_retention(self.settings.retention)
+        self.metrics.restore_last_archive_success(self.state.last_archived_at())
+        # Whatever ended while we were not looking is found by the first reconciliation.
+        self._reconcile_requested.set()
+        backlog = self.gauges()
+        log.info(
+            "state recovered: %d fetches and %d uploads resumed, %d stale spool files removed, "
+            "%d sessions known active, %d candidates, %d items to fetch, %d to upload",
+            fetches, uploads, removed, len(self._known), backlog.candidates,
+            backlog.pending_fetch, backlog.pending_upload,
+        )  # fmt: skip
+
+    def start(self, *, reconcile: bool = True) -> None:
+        """Start the reconcile, confirm, fetch and upload threads (`archiver archive` needs no reconciler)."""
+        if self._threads:
+            raise RuntimeError("the pipeline is already started")
+        self._stop.clear()
+        specs = (
+            [("reconcile", self._reconcile_loop)] * reconcile
+            + [("confirm", self._confirm_loop)] * self.tuning.confirm_workers
+            + [("fetch", self._fetches.run)] * self.settings.fetch_workers
+            + [("upload", self._uploads.run)] * self.settings.upload_workers
+        )
+        for n, (name, target) in enumerate(specs):
+            thread = threading.Thread(target=target, name=f"archiver-{name}-{n}", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Ask every thread to stop and wait up to `timeout` s; True if all stopped.
+
+        An item interrupted mid-fetch or mid-upload is simply resumed by the next `recover()`.
+        """
+        self._stop.set()
+        self._reconcile_requested.set()
+        self._wake.notify()
+        until = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, until - time.monotonic()))
+        alive = [t.name for t in self._threads if t.is_alive()]
+        self._threads = [t for t in self._threads if t.is_alive()]
+        if alive:
+            log.warning("pipeline threads still busy after %.0f s: %s", timeout, ", ".join(alive))
+        return not alive
+
+    def alive(self) -> bool:
+        """For /healthz: started and every worker thread still running (loops survive errors, so a
+        dead thread means the process must be restarted)."""
+        return bool(self._threads) and not self._stop.is_set() and all(t.is_alive() for t in self._threads)
+
+    # --- detection --------------------------------------------------------------------------
+
+    def observe_poll(
+        self, sessions: Sequence[Session] | None, now: float, *, present_ids: Set[str] = frozenset()
+    ) -> None:
+        """Record one list poll (None = failed: nothing ends on a failed poll).
+
+        Only new or changed sessions are written; last_seen_active of the rest is persisted in one
+        bulk statement at most every `last_seen_persist_interval` seconds. Known-active sessions
+        missing from the list become candidates, confirmed by the confirm threads. A listed entry
+        with a terminal status counts as missing (the describe confirms it). `present_ids`: ids of
+        entries left out of this poll by the range checks (quarantined): still there, so none of
+        their known instances is taken for ended.
+        """
+        if sessions is None:
+            self._poll_gap = True
+            return
+        if self._poll_gap:
+            # Sessions may have started and ended while the list was failing: reconcile.
+            self._poll_gap = False
+            self._reconcile_requested.set()
+        decisions = observe(
+            sessions,
+            self._known,
+            now,
+            last_seen=self._last_seen,
+            last_persisted=self._last_seen_persisted,
+            persist_interval=self.tuning.last_seen_persist_interval,
+            present_ids=present_ids,
+        )
+        gone = decisions.gone
+        reopened = self.state.record_poll(decisions.upserts, gone, now, touch_active=decisions.touch_active)
+        if decisions.touch_active:
+            self._last_seen_persisted = now
+        self._known = decisions.known
+        last_seen = self._last_seen
+        for key, _ in gone:
+            last_seen.pop(key, None)
+        for key in self._known:
+            last_seen[key] = now
+        if reopened.keys:
+            for path in reopened.spool_paths:
+                self.spool.remove(Path(path))
+            self.metrics.session_reopened(len(reopened.keys))
+            log.warning("%d sessions were listed again after they were taken for ended; re-opened: %s",
+                        len(reopened.keys), ", ".join(repr(key_id(k)) for k in reopened.keys[:5]))  # fmt: skip
+        if gone:
+            log.info("%d sessions left the list; confirming their end", len(gone))
+            self._wake.notify()
+        self._refresh_gauges(force=False)
+
+    def _deadline_for(self, row: SessionRow) -> float:
+        s = self.settings
+        return deadline_for(row, retention=s.retention, margin=s.deadline_margin, now=self.clock())
+
+    def _items_for(self, row: SessionRow) -> list[NewItem]:
+        items = [NewItem("logs", "", logs_source(row.id))]
+        items += [
+            NewItem("artifact", path, artifact_source(row.id, path))
+            for path in self.settings.artifact_paths_for(row.image)
+        ]
+        return items
+
+    def _end(self, key: str, described: Session | None, *, backfill: bool = False) -> bool:
+        row = self.state.end_session(
+            key,
+            described=described,
+            deadline_for=self._deadline_for,
+            items_for=self._items_for,
+            now=self.clock(),
+            backfill=backfill,
+        )
+        if row is None:
+            return False
+        self.metrics.sessions_ended()
+        log.info("session %r ended (%s); fetch deadline %.0f", row.id, row.status, row.fetch_deadline or 0)
+        self._wake.notify()
+        return True
+
+    def _confirm_loop(self) -> None:
+        while not self._stop.is_set():
+            generation = self._wake.snapshot()
+            try:
+                rows = self.state.claim_candidates(self._mono(), self.tuning.confirm_lease, self.tuning.confirm_batch)
+                for row in rows:
+                    if self._stop.is_set():
+                        break
+                    self._confirm(row)
+                if not rows:
+                    self._wake.wait(generation, self._wake.until(self.state.next_candidate_wake()))
+            except Exception:  # loop edge: a bug must not silently end confirmations
+                log.exception("confirm loop failed; continuing")
+                self.metrics.error("confirm")
+                self._stop.wait(1.0)
+
+    def _confirm(self, row: SessionRow) -> None:
+        """Describe a candidate; end it only on positive evidence (see the module docstring)."""
+        try:
+            described = self.client.describe_session(row.id, policy=self._confirm_policy)
+        except NotFoundError as exc:
+            if not exc.code:
+                # No error body of the API's own (an HTML or plain 404 from a proxy): transient.
+                log.warning("describing candidate %r: a 404 without the API's error body; retrying", row.id)
+                self.state.candidate_retry(row.key, self._mono() + self.tuning.confirm_retry, str(exc))
+                return
+            now = self.clock()
+            first = self.state.candidate_not_found(row.key, now, self._mono() + self.tuning.not_found_confirm)
+            if now - first >= self.tuning.not_found_confirm:
+                # Removed (we were down, or the window is over): ended; its fetches will tell.
+                self._end(row.key, None)
+            return
+        except ApiError as exc:
+            log.warning("describing candidate %r failed (retrying): %s", row.id, exc)
+            self.state.candidate_retry(row.key, self._mono() + self.tuning.confirm_retry, str(exc))
+            return
+        if session_key_of(described) != row.key:
+            # The id now names another instance (reused after this one ended): this one is over.
+            log.info("session %r was reused by a newer instance; its earlier instance has ended", row.id)
+            self._end(row.key, None)
+            return
+        absent_for = self.clock() - (row.first_seen_ended or self.clock())
+        if described.terminal or (
+            described.status == UNKNOWN_STATUS and absent_for >= self.tuning.unknown_status_grace
+        ):
+            self._end(row.key, described)
+        else:
+            self.state.candidate_alive(row.key, self.clock(), self._mono() + self.tuning.confirm_recheck)
+
+    def backfill(self, session_ids: Sequence[str]) -> list[str]:
+        """Archive these sessions now if the upstream still holds them ended; returns the ids queued.
+
+        Already ended/archived sessions, running ones (archived when they end) and unknown or
+        removed ones are skipped with a log line saying why.
+        """
+        queued = []
+        for sid in session_ids:
+            try:
+                described = self.client.describe_session(sid, policy=self._confirm_policy)
+            except NotFoundError:
+                log.warning("session %r is unknown or past its retention window: nothing to fetch", sid)
+                continue
+            if not described.terminal:
+                log.warning("session %r is still %s: it is archived when it ends", sid, described.status)
+                continue
+            row = self.state.session(session_key_of(described))
+            if row is not None and row.state not in DETECTING_STATES:
+                log.info("session %r is already %s", sid, row.state)
+                continue
+            if self._end(session_key_of(described), described, backfill=True):
+                queued.append(sid)
+        return queued
+
+    # --- reconciliation ---------------------------------------------------------------------
+
+    def _reconcile_loop(self) -> None:
+        interval = self.settings.reconcile_interval
+        while not self._stop.is_set():
+            self._reconcile_requested.wait(interval)
+            if self._stop.is_set():
+                return
+            self._reconcile_requested.clear()
+            try:
+                self.reconcile()
+            except ApiError as exc:
+                # The next poll after the outage asks again; meanwhile the interval does.
+                log.warning("reconciliation could not list the sessions: %s", exc)
+            except Exception:  # loop edge
+                log.exception("reconciliation failed")
+                self.metrics.error("reconcile")
+            self.reconciled_once.set()
+
+    def reconcile(self) -> int:
+        """List every session the upstream still holds (`all=true`) and queue those it calls ended
+        that the state DB has never seen, however the polls missed them (daemon stopped, list
+        outage). They become candidates: the confirmers describe them (the describe also gives
+        their players) and end them as any other session.
+
+        Sessions the DB knows are left to the polls and confirmers. The deadline of a session never
+        seen alive comes from its creation time and the fact that the upstream lists it now
+        (`deadline_for`). Also prunes old terminal rows. Returns the number of sessions queued.
+        """
+        scanned = self.client.list_ended_sessions(policy=self._policy)
+        now = self.clock()
+        by_key = {session_key(e.session_id, e.created_ms): e for e in scanned}
+        states = self.state.states_of(by_key)
+        # Only entries the DB does not know are parsed: in steady state that is none of them.
+        unseen: list[Session] = []
+        invalid: list[InvalidEntry] = []
+        for key, entry in by_key.items():
+            if key not in states:
+                parsed = parse_ended(entry)
+                if isinstance(parsed, Session):
+                    unseen.append(parsed)
+                else:
+                    invalid.append(parsed)
+        if invalid:
+            self.metrics.upstream_invalid_entries(len(invalid))
+            for bad in invalid[:5]:
+                log.warning("ended list entry %d (id %s) left out of reconciliation: %s", bad.index,
+                            printable(bad.session_id or "")[:80], bad.reason)  # fmt: skip
+        queued = 0
+        if unseen and self._first_start and self.settings.on_first_start == "skip":
+            skipped = self.state.skip_sessions(unseen, now)
+            log.info("first start: %d ended sessions the upstream still holds are not archived (on-first-start=skip)",
+                     skipped)  # fmt: skip
+        elif unseen:
+            if self._first_start:
+                log.info("first start: archiving the %d ended sessions the upstream still holds", len(unseen))
+            queued = self.state.add_candidates(unseen, now)
+            if queued:
+                self.metrics.reconciled(queued)
+                log.info("reconciliation found %d ended sessions the polls had missed", queued)
+                self._wake.notify()
+        self._first_start = False
+        pruned = self.state.prune(now - self.settings.prune_after)
+        if pruned:
+            log.info("pruned %d archived sessions older than %.0f s from the state DB", pruned,
+                     self.settings.prune_after)  # fmt: skip
+        return queued
+
+    # --- reporting --------------------------------------------------------------------------
+
+    def gauges(self) -> Backlog:
+        """Refresh archiver_pending_items, archiver_next_fetch_deadline..., archiver_spool_bytes."""
+        backlog = self.state.backlog()
+        self.metrics.set_pending("fetch", backlog.pending_fetch)
+        self.metrics.set_pending("upload", backlog.pending_upload)
+        self.metrics.set_next_fetch_deadline(backlog.next_fetch_deadline)
+        self.metrics.set_spool_bytes(backlog.spool_bytes)
+        self._gauges_at = time.monotonic()
+        return backlog
+
+    def _refresh_gauges(self, *, force: bool) -> None:
+        if force or time.monotonic() - self._gauges_at >= self.tuning.gauge_interval:
+            self.gauges()
+
+    def status(self) -> list[PendingItem]:
+        """Unfinished items, earliest deadline first, with the time left (for `archiver status`)."""
+        return self.state.pending_items(self.clock())
+
+    def request_reconcile(self) -> None:
+        """Reconcile as soon as possible (tests, and operators through the daemon)."""
+        self._reconcile_requested.set()
+
+    def run_until_idle(self, timeout: float) -> bool:
+        """Wait until no candidate, item or manifest is pending (True) or `timeout` s passed (False)."""
+        until = time.monotonic() + timeout
+        while True:
+            generation = self._wake.snapshot()
+            if self.state.backlog().idle:
+                self.gauges()
+                return True
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            self._wake.wait(generation, left)

@@ -1,0 +1,143 @@
+"""What the pipeline's worker stages share: their timings (Tuning), how they sleep and wake, item outcomes."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from archiver import retry
+from archiver.archive.state import ItemRow, StateDB
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.vocabulary import Outcome
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Timings of the pipeline's own loops (defaults for production; tests shorten them)."""
+
+    #: Threads describing candidates.
+    confirm_workers: int = 2
+    #: Candidates leased per claim.
+    confirm_batch: int = 20
+    #: A claimed candidate is not claimed again for this long (a confirmer that died mid-way).
+    confirm_lease: float = 120.0
+    #: Re-describe a candidate whose describe failed after this long.
+    confirm_retry: float = 5.0
+    #: Re-describe a candidate the upstream still calls alive (absent from the list) after this long.
+    confirm_recheck: float = 15.0
+    #: A candidate the describe calls `unknown` (status missing or new) is taken as ended after
+    #: this long: the list dropped it, and waiting for a status that never comes would lose it.
+    unknown_status_grace: float = 300.0
+    #: The API's own 404 for a candidate ends it only when a describe this much later says so too.
+    not_found_confirm: float = 30.0
+    #: A session being finalized is not taken by another worker for this long.
+    finalize_lease: float = 300.0
+    #: Finalization re-attempts: exponential from initial to max.
+    finalize_backoff_initial: float = 5.0
+    finalize_backoff_max: float = 300.0
+    #: Persist last_seen_active of all listed sessions at most this often (a stale value only
+    #: makes deadlines earlier, i.e. safe; exact values are written when a session disappears).
+    last_seen_persist_interval: float = 30.0
+    #: Item-level fetch re-attempts: exponential from initial to max (bounded by the deadline).
+    fetch_backoff_initial: float = 2.0
+    fetch_backoff_max: float = 300.0
+    #: Upload stage pause after StoreUnavailableError: exponential from initial to max, forever.
+    upload_backoff_initial: float = 1.0
+    upload_backoff_max: float = 60.0
+    #: Pause after StorePermissionError (an operator must act; don't hammer the store).
+    permission_backoff: float = 300.0
+    #: Longest a worker sleeps before looking at the DB again even without a notification.
+    idle_wait: float = 5.0
+    #: Minimum interval between gauge refreshes triggered by workers.
+    gauge_interval: float = 1.0
+
+
+def backoff(initial: float, maximum: float, attempt: int) -> float:
+    """The pipeline's loops wait as every retry does (`archiver.retry.backoff`)."""
+    return retry.backoff(attempt, initial=initial, maximum=maximum)
+
+
+class Wakeups:
+    """One generation counter under one condition: a worker sleeps until another one made progress
+    (`notify`), the stop signal, or its own next gate, so no thread polls the DB in a tight loop."""
+
+    def __init__(self, idle_wait: float, monotonic: Clock = time.monotonic) -> None:
+        self._cv = threading.Condition()
+        self._generation = 0
+        self._idle_wait = idle_wait
+        self._mono = monotonic
+        self.stop = threading.Event()
+
+    def notify(self) -> None:
+        with self._cv:
+            self._generation += 1
+            self._cv.notify_all()
+
+    def snapshot(self) -> int:
+        with self._cv:
+            return self._generation
+
+    def wait(self, generation: int, timeout: float) -> None:
+        """Sleep until something changed since `generation`, the stop signal, or `timeout`."""
+        with self._cv:
+            if self._generation == generation and not self.stop.is_set():
+                self._cv.wait(max(0.0, min(timeout, self._idle_wait)))
+
+    def until(self, gate: float | None) -> float:
+        """Seconds to a monotonic retry gate (the idle wait when there is none)."""
+        return self._idle_wait if gate is None else gate - self._mono()
+
+
+@dataclass(frozen=True, slots=True)
+class StageParts:
+    """What every worker stage is built on: the state DB, the metrics, the timings, the wake-ups, the clocks."""
+
+    state: StateDB
+    metrics: SelfMetrics
+    tuning: Tuning
+    wake: Wakeups
+    clock: Clock
+    monotonic: Clock
+    #: Refresh the backlog gauges (rate-limited by the pipeline).
+    refresh_gauges: Callable[[], None]
+
+
+class Stage:
+    """A worker stage's shared parts (see StageParts) and how it gives an item its final outcome."""
+
+    def __init__(self, parts: StageParts) -> None:
+        self.state = parts.state
+        self.metrics = parts.metrics
+        self.tuning = parts.tuning
+        self.wake = parts.wake
+        self.clock = parts.clock
+        self._mono = parts.monotonic
+        self._refresh_gauges = parts.refresh_gauges
+
+    def finish(
+        self,
+        item: ItemRow,
+        outcome: Outcome,
+        *,
+        error: str | None = None,
+        source: str | None = None,
+        key: str | None = None,
+        spool_path: str | None = None,
+    ) -> None:
+        """The item's outcome is final: committed, counted, and the others woken (finalization may be due)."""
+        self.state.finish_item(
+            item.id,
+            outcome,
+            now=self.clock(),
+            error=error,
+            source=source,
+            key=key,
+            spool_path=spool_path,
+            instance=item.instance,
+        )
+        self.metrics.item_done(item.kind, outcome)
+        self.wake.notify()

@@ -1,0 +1,113 @@
+"""One open state DB: its connections, schema check and migration, and one-transaction write/read blocks."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Self
+
+from archiver.archive.state.schema import DB_NAME, MIGRATE_1_TO_2, SCHEMA, SCHEMA_VERSION, connect
+from archiver.errors import StateError
+
+
+class Connection:
+    """One open state DB: the writer and reader connections and their transactions (shared by the repositories)."""
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        self.path = path
+        self.readonly = readonly
+        self._write_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        #: True when this open created the DB: the archiver's very first start on this state dir.
+        self.created = False
+        try:
+            if readonly:
+                self._conn = connect(path, readonly=True)
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = connect(path)
+                mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    raise StateError(f"state DB {path}: the filesystem does not support WAL mode")
+                self._migrate()
+            self._reader = connect(path, readonly=readonly)
+            version = self._reader.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"state DB {path} cannot be opened: {exc}") from None
+        if version != SCHEMA_VERSION:
+            raise StateError(f"state DB {path} has schema version {version}, this archiver uses {SCHEMA_VERSION}")
+
+    @classmethod
+    def open(cls, state_dir: Path) -> Self:
+        """Open (creating if needed) the writable state DB in `state_dir`."""
+        return cls(state_dir / DB_NAME)
+
+    @classmethod
+    def open_readonly(cls, state_dir: Path) -> Self:
+        """Open an existing state DB for reading beside a running daemon (`archiver status`)."""
+        path = state_dir / DB_NAME
+        if not path.is_file():
+            raise StateError(f"no state DB at {path} (has `archiver run` used this --state-dir?)")
+        return cls(path, readonly=True)
+
+    def close(self) -> None:
+        with self._write_lock, self._read_lock:
+            self._reader.close()
+            if not self.readonly:
+                self._conn.close()
+
+    def _migrate(self) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise StateError(
+                f"state DB {self.path} was written by a newer archiver (schema {version}); "
+                f"this one reads schema {SCHEMA_VERSION}"
+            )
+        if version == 1:
+            with self.write() as db:
+                for statement in MIGRATE_1_TO_2.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            return
+        if version != 0:
+            raise StateError(f"state DB {self.path}: no migration from schema {version}")
+        self.created = True
+        with self.write() as db:
+            # Statement by statement: executescript() would COMMIT in the middle of our transaction
+            # (the schema has no ";" inside comments or strings, so splitting on it is exact).
+            for statement in SCHEMA.split(";"):
+                if statement.strip():
+                    db.execute(statement)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    # --- transactions -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed (durable) when the block ends, rolled back on error."""
+        if self.readonly:
+            raise StateError("the state DB is open read-only")
+        with self._write_lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A consistent read snapshot on the reader connection."""
+        with self._read_lock:
+            self._reader.execute("BEGIN")
+            try:
+                yield self._reader
+            finally:
+                self._reader.execute("COMMIT")

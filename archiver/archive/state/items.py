@@ -1,0 +1,233 @@
+"""Item rows of the state DB: the fetch and upload stages' claims and outcomes, start-up recovery, reports."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from archiver.archive.state.connection import Connection
+from archiver.archive.state.rows import (
+    ITEM_COLUMNS,
+    Backlog,
+    ItemRow,
+    PendingItem,
+    item_row,
+)
+from archiver.vocabulary import OPEN_ITEM_STATUSES, ItemStatus, Outcome, SessionState
+
+
+class ItemRepo(Connection):
+    """Item rows: claims of the fetch and upload stages, outcomes, start-up recovery and reporting."""
+
+    # --- items ------------------------------------------------------------------------------
+
+    def items_of(self, key: str) -> list[ItemRow]:
+        with self.read() as db:
+            rows = db.execute(
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE session_key = ? ORDER BY kind DESC, path", (key,)
+            ).fetchall()
+        return [item_row(r) for r in rows]
+
+    def claim_fetch(self, now_mono: float) -> ItemRow | None:
+        """The pending item with the earliest deadline whose retry gate is open, now `fetching`."""
+        with self.write() as db:
+            row = db.execute(
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'pending_fetch' AND not_before <= ? "
+                "ORDER BY deadline, id LIMIT 1",
+                (now_mono,),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("UPDATE items SET status = 'fetching', attempts = attempts + 1 WHERE id = ?", (row[0],))
+        item = item_row(row)
+        return dataclasses.replace(item, status=ItemStatus.FETCHING, attempts=item.attempts + 1)
+
+    def claim_upload(self, now_mono: float) -> ItemRow | None:
+        """The oldest spooled item whose retry gate is open, now `uploading`."""
+        with self.write() as db:
+            row = db.execute(
+                f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? ORDER BY id LIMIT 1",
+                (now_mono,),
+            ).fetchone()
+            if row is None:
+                return None
+            db.execute("UPDATE items SET status = 'uploading' WHERE id = ?", (row[0],))
+        return dataclasses.replace(item_row(row), status=ItemStatus.UPLOADING)
+
+    def next_gate(self, status: ItemStatus) -> float | None:
+        """The earliest retry gate (monotonic) among items in `status`, for a worker's wait."""
+        with self.read() as db:
+            value = db.execute("SELECT MIN(not_before) FROM items WHERE status = ?", (status,)).fetchone()[0]
+        return None if value is None else float(value)
+
+    def mark_spooled(
+        self,
+        item_id: int,
+        *,
+        spool_path: str,
+        size: int,
+        sha256: str,
+        content_type: str,
+        source: str,
+        key: str,
+        fetched_at: float,
+    ) -> None:
+        with self.write() as db:
+            db.execute(
+                "UPDATE items SET status = 'spooled', spool_path = ?, size = ?, sha256 = ?, "
+                "content_type = ?, source = ?, key = ?, fetched_at = ?, not_before = 0, last_error = NULL "
+                "WHERE id = ? AND status = 'fetching'",
+                (spool_path, size, sha256, content_type, source, key, fetched_at, item_id),
+            )
+
+    def retry_item(self, item_id: int, *, status: ItemStatus, not_before: float, error: str) -> None:
+        """Back to `status` (pending_fetch or spooled), not to be picked before `not_before`.
+
+        Only an item still in flight moves: an error raised after the item's final write (a gauge
+        refresh, a metrics call) must not undo an outcome that is already committed.
+        """
+        with self.write() as db:
+            db.execute(
+                "UPDATE items SET status = ?, not_before = ?, last_error = ?"
+                " WHERE id = ? AND status IN ('fetching', 'uploading')",
+                (status, not_before, error[:500], item_id),
+            )
+
+    def finish_item(
+        self,
+        item_id: int,
+        outcome: Outcome,
+        *,
+        now: float,
+        error: str | None = None,
+        source: str | None = None,
+        key: str | None = None,
+        spool_path: str | None = None,
+        instance: str | None = None,
+    ) -> bool:
+        """The in-flight item reached its outcome. True when that completed its session, which is
+        then `finalizing` with `archived_at=now` fixed in the same transaction.
+
+        A re-open drops a session's unfinished items and its real end creates new ones, which SQLite
+        may give the very same ids: only an item still in flight (and, given `instance`, of that
+        archive instance) takes the outcome, so a worker still holding a dropped item changes nothing.
+        """
+        with self.write() as db:
+            found = db.execute(
+                "SELECT session_key FROM items WHERE id = ? AND status IN ('fetching', 'uploading') "
+                "AND (? IS NULL OR instance = ?)",
+                (item_id, instance, instance),
+            ).fetchone()
+            if found is None:  # dropped meanwhile: its session was re-opened
+                return False
+            db.execute(
+                "UPDATE items SET status = 'done', outcome = ?, last_error = ?, "
+                "source = COALESCE(?, source), key = COALESCE(?, key), spool_path = ? WHERE id = ?",
+                (outcome, error[:500] if error else None, source, key, spool_path, item_id),
+            )
+            skey = found[0]
+            open_left = db.execute(
+                "SELECT COUNT(*) FROM items WHERE session_key = ? AND status != 'done'", (skey,)
+            ).fetchone()[0]
+            if open_left:
+                return False
+            changed = db.execute(
+                "UPDATE sessions SET state = 'finalizing', archived_at = ?, wake_at = 0 "
+                "WHERE key = ? AND state = 'ended'",
+                (now, skey),
+            ).rowcount
+        return bool(changed)
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    def reset_in_flight(self) -> tuple[int, int]:
+        """After a restart: fetching → pending_fetch, uploading → spooled, every retry gate open.
+
+        Returns (fetches reset, uploads reset).
+        """
+        with self.write() as db:
+            fetches = db.execute("UPDATE items SET status = 'pending_fetch' WHERE status = 'fetching'").rowcount
+            uploads = db.execute("UPDATE items SET status = 'spooled' WHERE status = 'uploading'").rowcount
+            db.execute("UPDATE items SET not_before = 0 WHERE not_before != 0")
+            db.execute("UPDATE sessions SET wake_at = 0 WHERE wake_at != 0")
+        return fetches, uploads
+
+    def spool_paths_in_use(self) -> set[str]:
+        with self.read() as db:
+            return {
+                r[0]
+                for r in db.execute(
+                    "SELECT spool_path FROM items WHERE status IN ('spooled', 'uploading') AND spool_path IS NOT NULL"
+                )
+            }
+
+    # --- reporting --------------------------------------------------------------------------
+
+    def backlog(self) -> Backlog:
+        marks = ",".join("?" * len(OPEN_ITEM_STATUSES))
+        with self.read() as db:
+            counts: dict[str, int] = {}
+            next_deadline: float | None = None
+            spool = 0
+            for status, count, deadline, size in db.execute(
+                f"SELECT status, COUNT(*), MIN(deadline), SUM(COALESCE(size, 0)) FROM items "
+                f"WHERE status IN ({marks}) GROUP BY status",
+                OPEN_ITEM_STATUSES,
+            ):
+                counts[status] = count
+                if status in (ItemStatus.PENDING_FETCH, ItemStatus.FETCHING) and deadline is not None:
+                    next_deadline = deadline if next_deadline is None else min(next_deadline, deadline)
+                if status in (ItemStatus.SPOOLED, ItemStatus.UPLOADING):
+                    spool += int(size or 0)
+            states = dict(
+                db.execute(
+                    "SELECT state, COUNT(*) FROM sessions WHERE state IN ('candidate', 'finalizing', 'failed') "
+                    "GROUP BY state"
+                ).fetchall()
+            )
+        return Backlog(
+            pending_fetch=counts.get(ItemStatus.PENDING_FETCH, 0) + counts.get(ItemStatus.FETCHING, 0),
+            pending_upload=counts.get(ItemStatus.SPOOLED, 0) + counts.get(ItemStatus.UPLOADING, 0),
+            next_fetch_deadline=next_deadline,
+            spool_bytes=spool,
+            candidates=int(states.get(SessionState.CANDIDATE, 0)),
+            finalizing=int(states.get(SessionState.FINALIZING, 0)),
+            failed=int(states.get(SessionState.FAILED, 0)),
+        )
+
+    def pending_items(self, now: float) -> list[PendingItem]:
+        """Every unfinished item, earliest deadline first."""
+        marks = ",".join("?" * len(OPEN_ITEM_STATUSES))
+        with self.read() as db:
+            rows = db.execute(
+                f"SELECT session_id, instance, kind, path, status, deadline, attempts, last_error FROM items "
+                f"WHERE status IN ({marks}) ORDER BY deadline, id",
+                OPEN_ITEM_STATUSES,
+            ).fetchall()
+        result = []
+        for sid, instance, kind, path, status, deadline, attempts, error in rows:
+            fetch = status in (ItemStatus.PENDING_FETCH, ItemStatus.FETCHING)
+            result.append(
+                PendingItem(
+                    session_id=sid,
+                    instance=instance,
+                    kind=kind,
+                    path=path,
+                    stage="fetch" if fetch else "upload",
+                    status=status,
+                    deadline=deadline,
+                    time_left=deadline - now if fetch else None,
+                    attempts=attempts,
+                    last_error=error,
+                )
+            )
+        return result
+
+    def outcome_counts(self) -> dict[tuple[str, str], int]:
+        """(kind, outcome) → items, over the whole DB (tests and the demo summary)."""
+        with self.read() as db:
+            return {
+                (kind, outcome): count
+                for kind, outcome, count in db.execute(
+                    "SELECT kind, outcome, COUNT(*) FROM items WHERE status = 'done' GROUP BY kind, outcome"
+                )
+            }

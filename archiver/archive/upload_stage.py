@@ -1,0 +1,236 @@
+"""The upload stage: spooled items go to the store, then each complete session's manifest and index entry.
+
+Only the fetch is bound to the upstream's removal deadline: a store outage pauses this stage (with
+backoff) and costs latency, never data, since the spool file and its `spooled` row stay.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from pathlib import Path
+
+from archiver.archive.fetch import Spool
+from archiver.archive.stage import Stage, StageParts, backoff
+from archiver.archive.state import ItemRow, SessionRow
+from archiver.archive.upload import Conflict, SpoolBroken, Stored, Uploader
+from archiver.durable import fsync_dir
+from archiver.errors import (
+    InvalidKeyError,
+    ObjectConflictError,
+    StoreError,
+    StorePermissionError,
+    StoreUnavailableError,
+)
+from archiver.layout import keys
+from archiver.store.base import ObjectStore
+from archiver.vocabulary import ItemStatus, Outcome
+
+log = logging.getLogger("archiver.pipeline")  # one logger for the whole pipeline, as before the split
+
+
+class UploadStage(Stage):
+    """Upload workers: store spooled items (create-once, verified), write manifests last, and pause
+    the whole stage while the store fails."""
+
+    def __init__(
+        self, store: ObjectStore, uploader: Uploader, spool: Spool, conflicts_dir: Path, parts: StageParts
+    ) -> None:
+        super().__init__(parts)
+        self.store = store
+        self.uploader = uploader
+        self.spool = spool
+        self._conflicts_dir = conflicts_dir
+        # Stage pause after store failures (monotonic).
+        self._pause_lock = threading.Lock()
+        self._paused_until = 0.0
+        self._store_failures = 0
+        self._orphan_sweep_needed = False
+        self._sweep_lock = threading.Lock()
+
+    def sweep_orphans(self) -> None:
+        """Abort multipart uploads under our prefix the journal does not know (a crash before its commit)."""
+        try:
+            aborted = self.store.abort_orphaned_uploads(self.store.prefix, self.state.journal.upload_ids())
+        except StoreError as exc:
+            # The store is down at start-up: the first upload worker sweeps before uploading.
+            log.warning("could not sweep orphaned multipart uploads yet: %s", exc)
+            self._orphan_sweep_needed = True
+            return
+        self._orphan_sweep_needed = False
+        if aborted:
+            log.info("aborted %d orphaned multipart uploads under %s", aborted, self.store.url)
+
+    def _paused_for(self) -> float:
+        with self._pause_lock:
+            return self._paused_until - self._mono()
+
+    def _store_failed(self, exc: StoreError) -> None:
+        with self._pause_lock:
+            self._store_failures += 1
+            if isinstance(exc, StorePermissionError):
+                pause = self.tuning.permission_backoff
+            else:
+                pause = backoff(
+                    self.tuning.upload_backoff_initial, self.tuning.upload_backoff_max, self._store_failures
+                )
+            self._paused_until = max(self._paused_until, self._mono() + pause)
+            failures = self._store_failures
+        if isinstance(exc, StorePermissionError):
+            # Loud: an operator must fix credentials or the bucket; nothing is lost meanwhile.
+            log.error("STORE REFUSES US (uploads paused %.0f s, spooled data kept): %s", pause, exc)
+        else:
+            log.warning("store unavailable (failure %d, uploads paused %.1f s): %s", failures, pause, exc)
+        self.metrics.error("store")
+        self.metrics.set_store_up(False)
+
+    def _store_ok(self) -> None:
+        with self._pause_lock:
+            if self._store_failures:
+                log.info("store is back after %d failures", self._store_failures)
+            self._store_failures = 0
+            self._paused_until = 0.0
+        self.metrics.set_store_up(True)
+
+    def run(self) -> None:
+        """One upload worker: manifests of complete sessions first, then spooled items, until the pipeline stops."""
+        while not self.wake.stop.is_set():
+            generation = self.wake.snapshot()
+            item: ItemRow | None = None
+            try:
+                paused = self._paused_for()
+                if paused > 0:
+                    self.wake.wait(generation, paused)
+                    continue
+                if self._orphan_sweep_needed:
+                    with self._sweep_lock:
+                        if self._orphan_sweep_needed:
+                            self.sweep_orphans()
+                            if self._orphan_sweep_needed:
+                                raise StoreUnavailableError("orphaned multipart uploads not swept yet")
+                if self._finalize_one():
+                    continue
+                item = self.state.claim_upload(self._mono())
+                if item is None:
+                    gates = [
+                        g for g in (self.state.next_gate(ItemStatus.SPOOLED), self.state.next_finalize_wake()) if g
+                    ]
+                    self.wake.wait(generation, self.wake.until(min(gates) if gates else None))
+                    continue
+                self._upload(item)
+                self._store_ok()
+            except InvalidKeyError as exc:
+                # The key itself is refused (never for ids escaped by keys.py): this item can never
+                # be stored, which says nothing about the store; the others go on.
+                log.error("item %s of %r cannot be stored: %s", item.kind if item else "?",
+                          item.session_id if item else "?", exc)  # fmt: skip
+                self.metrics.error("upload")
+                if item is not None:
+                    # The fetched bytes are evidence all the same: kept beside conflicts, not swept.
+                    kept = self._keep_conflicting(Path(item.spool_path)) if item.spool_path else None
+                    self.finish(item, Outcome.FAILED, error=str(exc), spool_path=str(kept) if kept else None)
+            except StoreError as exc:
+                if item is not None:
+                    self.state.retry_item(item.id, status=ItemStatus.SPOOLED, not_before=0.0, error=str(exc))
+                self._store_failed(exc)
+            except Exception as exc:  # loop edge
+                log.exception("upload worker failed")
+                self.metrics.error("upload")
+                if item is not None:
+                    with contextlib.suppress(Exception):
+                        self.state.retry_item(
+                            item.id,
+                            status=ItemStatus.SPOOLED,
+                            not_before=self._mono() + self.tuning.upload_backoff_max,
+                            error=f"internal error: {type(exc).__name__}: {exc}",
+                        )
+                self.wake.stop.wait(1.0)
+
+    def _upload(self, item: ItemRow) -> None:
+        result = self.uploader.upload(item)
+        assert item.spool_path is not None  # checked by the uploader
+        spool_path = Path(item.spool_path)
+        if isinstance(result, Stored):
+            self.finish(item, Outcome.ARCHIVED)
+            # Only now, with `done` committed, is the spool copy no longer needed.
+            self.spool.remove(spool_path)
+            self.metrics.add_bytes("upload", item.kind, item.size or 0)
+        elif isinstance(result, Conflict):
+            kept = self._keep_conflicting(spool_path)
+            log.error(
+                "item %s of %r: a different object is already at %s; our bytes are kept at %s",
+                item.kind, item.session_id, item.key, kept,
+            )  # fmt: skip
+            self.finish(item, Outcome.CONFLICT, error=result.error, spool_path=str(kept))
+        elif isinstance(result, SpoolBroken):
+            log.error(
+                "spool file of %s of %r is unusable, fetching again: %s",
+                item.kind,
+                item.session_id,
+                result.error,
+            )
+            self.metrics.error("spool")
+            self.state.retry_item(item.id, status=ItemStatus.PENDING_FETCH, not_before=0.0, error=result.error)
+            self.wake.notify()
+        self._refresh_gauges()
+
+    def _keep_conflicting(self, path: Path) -> Path:
+        """Fetched bytes that cannot go to their key are evidence too: keep them out of the spool."""
+        self._conflicts_dir.mkdir(parents=True, exist_ok=True)
+        target = self._conflicts_dir / path.name
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, target)
+        # Durable before the row says so: recovery deletes spool files of finished items.
+        fsync_dir(self._conflicts_dir)
+        fsync_dir(path.parent)
+        return target
+
+    def _finalize_one(self) -> bool:
+        """Write the manifest and index entry of one complete session; False when none is due.
+
+        A session whose finalization fails for any other reason than the store being down is
+        backed off on its own (the others go on), and given up as `failed` once its fetch deadline
+        has passed: its reason is kept for `archiver status` and counted.
+        """
+        row = self.state.claim_finalize(self._mono(), self.tuning.finalize_lease)
+        if row is None:
+            return False
+        try:
+            self._finalize(row)
+        except StoreError:
+            self.state.finalize_retry(row.key, 0.0, "store unavailable")
+            raise
+        except Exception as exc:  # the session's edge: one bad session must not stop the others
+            log.exception("finalizing session %r failed", row.id)
+            self.metrics.error("finalize")
+            reason = f"{type(exc).__name__}: {exc}"
+            if row.fetch_deadline is not None and self.clock() >= row.fetch_deadline:
+                if self.state.fail_session(row.key, reason, self.clock()):
+                    self.metrics.session_failed()
+                    log.error("session %r failed: no manifest could be written before its deadline: %s", row.id,
+                              reason)  # fmt: skip
+            else:
+                attempts = row.finalize_attempts + 1
+                delay = backoff(self.tuning.finalize_backoff_initial, self.tuning.finalize_backoff_max, attempts)
+                self.state.finalize_retry(row.key, self._mono() + delay, reason)
+        return True
+
+    def _finalize(self, session: SessionRow) -> None:
+        items = self.state.items_of(session.key)
+        try:
+            manifest_key = self.uploader.write_manifest(session, items)
+        except ObjectConflictError as exc:
+            # Another manifest holds this instance's key (written by another archiver of the same
+            # session with other bytes). The create-once rule forbids replacing it.
+            log.error("session %r: %s; not overwriting the existing manifest", session.id, exc)
+            self.metrics.error("manifest")
+            manifest_key = keys.manifest_key(self.store.prefix, session.id, instance=session.instance or None)
+        now = self.clock()
+        self.state.mark_archived(session.key, manifest_key, now)
+        delay = now - (session.first_seen_ended if session.first_seen_ended is not None else now)
+        self.metrics.archive_completed(delay_seconds=max(0.0, delay), now=now)
+        log.info("session %r archived (%d items): %s", session.id, len(items), manifest_key)
+        self._store_ok()
+        self.wake.notify()

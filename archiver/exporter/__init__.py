@@ -1,0 +1,1 @@
+"""The exporter room: polling the upstream, re-exposing it as /metrics, the HTTP server and the daemon's own metrics."""

@@ -1,0 +1,61 @@
+"""The entry points of `archiver ls/show/logs/get/verify`, gathered for ``archiver.cli``.
+
+The work lives in the rooms beside this one: ``query`` (filters, the index, manifests, item keys),
+``render`` (what reaches a terminal), ``reading`` (gunzip, hashing, `logs`), ``download`` (`get`)
+and ``verify``. Everything reads the store only through the ObjectStore protocol and never trusts
+what it reads: keys named in a manifest are re-derived from the session id (so a tampered manifest
+cannot point a download anywhere), every downloaded byte is hashed against the manifest, and every
+string that reaches a terminal (ids, labels, log lines on a tty) has its control characters
+escaped. Functions take the store and explicit parameters, write to the stream they are given and
+return data or counts.
+"""
+
+from __future__ import annotations
+
+from archiver.retrieval.download import DownloadResult, download_session, download_size, render_download
+from archiver.retrieval.query import (
+    DEFAULT_SINCE,
+    DEFAULT_WORKERS,
+    LEGACY,
+    ArchiveRef,
+    LoadedArchive,
+    compile_grep,
+    find_archives,
+    list_sessions,
+    load_archive,
+    parse_label,
+    parse_time,
+    parse_time_range,
+)
+from archiver.retrieval.reading import print_logs
+from archiver.retrieval.render import human_size, render_sessions, show_session
+from archiver.retrieval.verify import Problem, VerifyReport, render_verify, verify
+from archiver.textsafe import printable
+
+__all__ = [
+    "DEFAULT_SINCE",
+    "DEFAULT_WORKERS",
+    "LEGACY",
+    "ArchiveRef",
+    "DownloadResult",
+    "LoadedArchive",
+    "Problem",
+    "VerifyReport",
+    "compile_grep",
+    "download_session",
+    "download_size",
+    "find_archives",
+    "human_size",
+    "list_sessions",
+    "load_archive",
+    "parse_label",
+    "parse_time",
+    "parse_time_range",
+    "print_logs",
+    "printable",
+    "render_download",
+    "render_sessions",
+    "render_verify",
+    "show_session",
+    "verify",
+]

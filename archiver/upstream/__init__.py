@@ -1,0 +1,1 @@
+"""The upstream room: the session-hosting service's HTTP API as seen from here (client, payloads, its /metrics)."""
