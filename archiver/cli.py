@@ -405,6 +405,47 @@ def verify(
     sys.exit(0 if report.ok else 1)
 
 
+#: Where `archiver browse` listens unless --listen is given on its command line (the daemon's
+#: ARCHIVER_LISTEN / config `listen` name the /metrics address, not this one).
+BROWSE_LISTEN = "127.0.0.1:9878"
+
+
+@main.command()
+@settings_options
+@friendly_errors
+def browse(**kwargs: Any) -> None:
+    """The evidence browser: read-only web pages over the archive (list, session, logs, downloads).
+
+    Needs only the store's read permissions. --listen HOST:PORT is the browser's own address
+    [default: 127.0.0.1:9878]; --web-config-file applies TLS and basic auth as on /metrics.
+    """
+    import signal
+    import threading
+
+    from archiver.browse.app import BrowseApp
+    from archiver.browse.server import BrowseServer
+    from archiver.settings import parse_listen
+    from archiver.webconfig import load_web_config
+
+    listen_flag = kwargs.pop("listen", None)
+    settings = resolve(kwargs)
+    try:
+        address = parse_listen(listen_flag or BROWSE_LISTEN)
+    except ValueError as exc:
+        raise ConfigError(f"--listen: {exc}") from None
+    web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
+    store = _store_for(settings)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        with BrowseServer(address, BrowseApp(store), web_config=web_config) as server:
+            click.echo(f"evidence browser: {server.url}/sessions (store {store.url})", err=True)
+            stop.wait()
+    finally:
+        store.close()
+
+
 @main.command()
 @settings_options
 @friendly_errors
