@@ -1,4 +1,4 @@
-"""The chart's `browser.enabled`: a second, read-only container serving `archiver browse`, its Service port and policy."""
+"""The chart's `browser.enabled`: a read-only second container serving `archiver browse`, its port and policy."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_the_browser_is_off_by_default(chart: helm.Chart) -> None:
 
 
 def test_browser_enabled_adds_a_read_only_container_and_a_service_port(chart: helm.Chart) -> None:
-    """The browser runs `archiver browse` with the daemon's config and web config, never the token or the state volume."""
+    """The browser runs `archiver browse` with the daemon's config and web config, never the token or state."""
     docs = render(chart, _with_browser(ALL_FEATURES, port=9900))
     browser = _containers(docs)["browser"]
     args = browser["args"]
@@ -71,5 +71,5 @@ def test_manifests_with_the_browser_validate_against_kubernetes_schemas(chart: h
 
 
 def test_a_misspelt_browser_key_is_refused(chart: helm.Chart) -> None:
-    with pytest.raises(helm.HelmError, match="additional properties .enabeld. not allowed"):
+    with pytest.raises(helm.HelmError, match="additional properties 'enabeld' not allowed"):
         render(chart, {**MINIMAL, "browser": {"enabeld": True}})
