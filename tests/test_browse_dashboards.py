@@ -44,7 +44,9 @@ def test_every_session_table_links_its_ids_to_the_browser(path: Path) -> None:
     board = json.loads(path.read_text())
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert variables["browser_url"]["type"] == "textbox"
-    tables = [p for p in _panels(board) if p["type"] == "table" and "session_id" in json.dumps(p.get("transformations"))]
+    tables = [
+        p for p in _panels(board) if p["type"] == "table" and "session_id" in json.dumps(p.get("transformations"))
+    ]
     assert tables, f"{path.name} has no session table"
     for table in tables:
         assert _session_links(table) == [LINK], table["title"]
