@@ -299,3 +299,16 @@ def test_archiver_browse_serves_a_store_and_prints_its_url(tmp_path: Path) -> No
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_client_leaving_mid_download_leaves_the_server_serving(
+    store: ObjectStore, browse: Callable[..., httpx.Client]
+) -> None:
+    """An abandoned 8 MiB download and a HEAD (headers only) do not disturb the next request."""
+    put_session(store, "big", ended_at=NOW - 60, artifacts={"/srv/replays/big.replay": b"\x00" * (8 << 20)})
+    client = browse()
+    head = client.head("/sessions/big/items/1")
+    assert head.status_code == 200 and head.headers["content-length"] == str(8 << 20) and head.content == b""
+    with httpx.Client(base_url=client.base_url) as leaving, leaving.stream("GET", "/sessions/big/items/1") as r:
+        next(r.iter_raw())
+    assert client.get("/sessions/big").status_code == 200

@@ -429,11 +429,19 @@ class BrowseApp:
         if item.sha256:
             headers["X-Archive-Sha256"] = item.sha256
         # application/octet-stream whatever the manifest says: a browser must never render stored bytes.
-        return Response(200, "application/octet-stream", _stream(self.store.iter_bytes(key)), info.size, headers)
+        return Response(200, "application/octet-stream", _stream(self.store, key), info.size, headers)
 
 
-def _stream(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    yield from chunks
+def _stream(store: ObjectStore, key: str) -> Iterator[bytes]:
+    # Opened only when the server starts sending (a HEAD never opens it); closing this generator,
+    # as the server does when the client leaves, closes the store's file or HTTP stream.
+    chunks = store.iter_bytes(key)
+    try:
+        yield from chunks
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def _facts(m: Manifest) -> list[tuple[str, str]]:
