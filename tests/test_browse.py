@@ -18,19 +18,28 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
+from prometheus_client import CollectorRegistry
 import httpx
 import pytest
 from markupsafe import escape
 
 from archiver import keys
+from archiver.api import SessionHostClient, Token
+from archiver.fake import FakeService
+from archiver.pipeline import Pipeline
+from archiver.selfmetrics import SelfMetrics
+from archiver.settings import Settings
+from archiver.state import StateDB
 from archiver.browse.app import BrowseApp, session_path
 from archiver.browse.server import BrowseServer
 from archiver.manifest import manifest_to_bytes, parse_manifest
 from archiver.store import ObjectStore, open_store
 from archiver.textsafe import printable
 from archiver.webconfig import load_web_config
+from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_http import TLSFiles
-from tests.test_retrieve import HOSTILE_IDS, HOUR, put_session
+from tests.fixtures_pipeline import FAST, FAST_POLICY
+from tests.test_retrieve import ARTIFACT_PATHS, HOSTILE_IDS, HOUR, put_session
 
 NOW = time.time()
 XSS_ID = '<script>alert("id")</script>'
@@ -312,3 +321,50 @@ def test_a_client_leaving_mid_download_leaves_the_server_serving(
     with httpx.Client(base_url=client.base_url) as leaving, leaving.stream("GET", "/sessions/big/items/1") as r:
         next(r.iter_raw())
     assert client.get("/sessions/big").status_code == 200
+
+
+def test_a_session_archived_by_the_real_pipeline_reads_back_without_its_env_values(
+    fake_service: FakeService, store: ObjectStore, tmp_path: Path
+) -> None:
+    """Poll, end, fetch, upload by the real pipeline; every page and download works, and no env value shows."""
+    secret = "hunter2-DB-PASSWORD-never-shown"
+    settings = Settings(state_dir=tmp_path / "state", artifact_paths=ARTIFACT_PATHS, fetch_workers=2)
+    client = SessionHostClient.connect(fake_service.base_url, Token(TEST_TOKEN), policy=FAST_POLICY)
+    state = StateDB.open(settings.state_dir)
+    metrics = SelfMetrics(CollectorRegistry())
+    clock = fake_service.clock.now
+    pipeline = Pipeline(settings, client, store, state, metrics, clock=clock, policy=FAST_POLICY, tuning=FAST)
+    pipeline.recover()
+    pipeline.start()
+    try:
+        sid = fake_service.add_session(TEST_TOKEN, labels={"mode": "ranked"}, env={"DB_PASSWORD": secret})
+        pipeline.observe_poll(client.list_sessions().sessions, fake_service.clock.now())
+        fake_service.end_session(TEST_TOKEN, sid)
+        pipeline.observe_poll(client.list_sessions().sessions, fake_service.clock.now())
+        assert pipeline.run_until_idle(30), "the pipeline did not archive the session in time"
+    finally:
+        pipeline.stop(10.0)
+        client.close()
+        state.close()
+    # The fake service runs on its own clock: the browser's "now" is that clock, as the archive's times are.
+    server = BrowseServer(("127.0.0.1", 0), BrowseApp(store, clock=fake_service.clock.now))
+    server.start()
+    web = httpx.Client(base_url=server.url, timeout=30)
+    try:
+        _read_back_without(web, sid, secret)
+    finally:
+        web.close()
+        server.stop()
+
+
+def _read_back_without(web: httpx.Client, sid: str, secret: str) -> None:
+    listing = web.get("/sessions")
+    assert sid in _session_ids(listing.text)
+    page = web.get(session_path(sid))
+    logs = web.get(session_path(sid, suffix="/logs"))
+    assert page.status_code == logs.status_code == 200
+    assert "stored bytes match" in logs.text
+    downloads = re.findall(r'<a class="download" href="([^"]*)"', page.text)
+    assert downloads
+    for body in (listing.text, page.text, logs.text, *(web.get(html.unescape(u)).text for u in downloads)):
+        assert secret not in body and "DB_PASSWORD" not in body
