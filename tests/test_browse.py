@@ -18,21 +18,21 @@ from pathlib import Path
 from typing import Any
 
 import bcrypt
-from prometheus_client import CollectorRegistry
 import httpx
 import pytest
 from markupsafe import escape
+from prometheus_client import CollectorRegistry
 
 from archiver import keys
 from archiver.api import SessionHostClient, Token
+from archiver.browse.app import BrowseApp, session_path
+from archiver.browse.server import BrowseServer
 from archiver.fake import FakeService
+from archiver.manifest import manifest_to_bytes, parse_manifest
 from archiver.pipeline import Pipeline
 from archiver.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.state import StateDB
-from archiver.browse.app import BrowseApp, session_path
-from archiver.browse.server import BrowseServer
-from archiver.manifest import manifest_to_bytes, parse_manifest
 from archiver.store import ObjectStore, open_store
 from archiver.textsafe import printable
 from archiver.webconfig import load_web_config
