@@ -143,6 +143,8 @@ def test_the_list_filters_like_archiver_ls(store: ObjectStore, browse: Callable[
     assert _session_ids(client.get("/sessions", params={"since": "2d", "until": "20h"}).text) == ["old"]
     bad = client.get("/sessions", params={"label": "no-equals-sign"})
     assert bad.status_code == 400 and "KEY=VALUE" in bad.text
+    # A lone surrogate typed into a filter is echoed back harmlessly, not a server error.
+    assert client.get("/sessions?image=%ED%A0%80").status_code == 200
 
 
 @pytest.mark.parametrize("sid", [XSS_ID, *HOSTILE_IDS], ids=repr)

@@ -256,7 +256,8 @@ class BrowseApp:
         self._env.globals["version"] = __version__
 
     def _render(self, template: str, status: int = 200, **context: Any) -> Response:
-        body = self._env.get_template(template).render(**context).encode("utf-8")
+        # "replace": a lone surrogate echoed from a query (a filter field) must not fail the page.
+        body = self._env.get_template(template).render(**context).encode("utf-8", "replace")
         return _page(status, body)
 
     def _error(self, status: int, title: str, message: str) -> Response:
