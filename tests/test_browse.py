@@ -105,25 +105,26 @@ def _next(page: str) -> str | None:
     return html.unescape(found.group(1)) if found else None
 
 
+@pytest.mark.parametrize("page_size", [1, 4])
 def test_the_list_pages_through_every_session_newest_first_without_repeats(
-    store: ObjectStore, browse: Callable[..., httpx.Client]
+    store: ObjectStore, browse: Callable[..., httpx.Client], page_size: int
 ) -> None:
-    """Keyset pages (including two sessions ending at the same instant) cover each session once, newest first."""
-    expected = []
-    for i in range(23):
-        sid = f"s-{i:03d}"
-        put_session(store, sid, ended_at=NOW - 60 - i * 1900)  # spread over ~12 index hours
-        expected.append(sid)
-    put_session(store, "s-tie", ended_at=NOW - 60 - 5 * 1900)
-    expected.insert(6, "s-tie")
-    client = browse(page_size=4)
+    """Keyset pages cover each session once, newest first: ties, and ends exactly on window boundaries, included."""
+    hour = (NOW // HOUR) * HOUR
+    ends = {f"s-{i:03d}": NOW - 60 - i * 1900 for i in range(23)}  # spread over ~12 index hours
+    ends["s-tie"] = ends["s-005"]
+    ends.update({"s-edge-1": hour, "s-edge-2": hour, "s-edge-3": hour - HOUR, "s-edge-4": hour - 3 * HOUR})
+    for sid, ended_at in ends.items():
+        put_session(store, sid, ended_at=ended_at)
+    expected = sorted(ends, key=lambda sid: (-ends[sid], sid))
+    client = browse(page_size=page_size)
     seen: list[str] = []
     url: str | None = "/sessions"
     while url is not None:
         response = client.get(url)
         assert response.status_code == 200
         ids = _session_ids(response.text)
-        assert len(ids) <= 4
+        assert len(ids) <= page_size
         seen += ids
         url = _next(response.text)
     assert seen == expected

@@ -193,10 +193,11 @@ def page_sessions(store: ObjectStore, query: ListQuery, *, limit: int, now: floa
     cursor = None if query.before is None else (-query.before[0], query.before[1], query.before[2])
     upper: float | None = query.until if query.before is None else top
     start = max(query.since, math.floor(top / _FIRST_WINDOW) * _FIRST_WINDOW)
-    covered_from: float | None = None  # entries at or after this were taken by an earlier window
+    first = True
     width = _FIRST_WINDOW
     while True:
-        # With a cursor, ties at the cursor's time must all be seen to skip the shown ones: no limit then.
+        # With a cursor, the ties at the cursor's time must all be seen to skip the shown ones, so
+        # the first window has no limit; later windows hold only older entries.
         batch = list_sessions(
             store,
             since=start,
@@ -204,18 +205,16 @@ def page_sessions(store: ObjectStore, query: ListQuery, *, limit: int, now: floa
             image=query.image,
             location=query.location,
             labels=query.labels,
-            limit=None if cursor is not None and covered_from is None else want - len(found),
+            limit=None if cursor is not None and first else want - len(found),
             now=now,
         )
-        for entry in batch:
-            if covered_from is not None and entry.ended_at >= covered_from:
-                continue
-            if cursor is not None and _order(entry) <= cursor:
-                continue
-            found.append(entry)
+        found.extend(e for e in batch if cursor is None or _order(e) > cursor)
         if len(found) >= want or start <= query.since:
             break
-        covered_from, upper = start, start
+        # `until` is inclusive: the largest float below this window's start makes the next window
+        # disjoint from it, so a limit is never spent on an entry already taken.
+        upper = math.nextafter(start, -math.inf)
+        first = False
         width *= 2
         start = max(query.since, start - width)
     found.sort(key=_order)
