@@ -13,12 +13,15 @@ from pathlib import Path
 from typing import TextIO
 
 from archiver import logs as logsetup
+from archiver.browse.app import BrowseApp
+from archiver.browse.server import BrowseServer
 from archiver.credentials import Token
 from archiver.daemon import Daemon
 from archiver.errors import ArchiverError
 from archiver.fake import FakeService
 from archiver.layout.manifest import parse_manifest
 from archiver.settings import Settings
+from archiver.store import open_store
 
 DEMO_TOKEN = "demo-token"
 #: Real-time retention of the demo's fake service: short, so deadlines visibly tick down.
@@ -147,10 +150,17 @@ def run_demo(
         )
         daemon = Daemon(demo_settings(options, fake.base_url))
         daemon.start()
+        # The evidence browser over the same archive, next to /metrics (the port after it when free).
+        host, port = options.listen
+        browse_port = port + 1 if port and port < 65535 and _port_free(host, port + 1) else 0
+        browse_store = open_store(options.archive_dir.resolve().as_uri())
+        browser = BrowseServer((host, browse_port), BrowseApp(browse_store))
+        browser.start()
         started = clock()
         out.write(
             f"fake session hosting service: {fake.base_url} (token {DEMO_TOKEN}, retention {DEMO_RETENTION:.0f}s)\n"
             f"metrics:  {daemon.server.url}/metrics\n"
+            f"browser:  {browser.url}/sessions\n"
             f"archive:  {options.archive_dir.resolve()}\n"
             f"{'Ctrl-C to stop' if options.duration is None else f'stopping after {options.duration:.0f}s'}\n"
         )
@@ -172,6 +182,8 @@ def run_demo(
                     break
         finally:
             fake.stop_traffic(DEMO_TOKEN)
+            browser.stop()
+            browse_store.close()
             daemon.stop()
             status = read_status(daemon, clock())
     if is_tty:
@@ -205,5 +217,6 @@ def summary(status: Status, options: DemoOptions, program: str = "archiver") -> 
         f"  {program} show {shown} --store {store}\n"
         f"  {program} logs {shown} --store {store}\n"
         f"  {program} get {shown} --out ./evidence --extract --store {store}\n"
+        f"  {program} browse --store {store}   (the same archive in a web browser)\n"
         f"(the pipeline state is kept in {options.state_dir}; a later demo resumes it)\n"
     )

@@ -86,6 +86,7 @@ def test_sdist_carries_the_tests_and_their_data(tmp_path: Path) -> None:
         "tests/data/crds/monitoring.coreos.com_v1_servicemonitor.json",
         "tests/data/crds/monitoring.coreos.com_v1_prometheusrule.json",
         "archiver/py.typed",
+        "archiver/browse/templates/session.html",
         "grafana/alerts/archiver.rules.yml",
         "grafana/alerts/archiver.rules.test.yml",
         "helm/archiver/values.schema.json",
