@@ -23,6 +23,7 @@ traceback. Anything else escaping is a bug. The whole tree::
     └── StoreError                  the object store failed; ``transient`` says pause and retry
         ├── StoreUnavailableError   connection, 5xx, throttling, ENOSPC/EIO (transient)
         ├── StorePermissionError    access denied, missing bucket, read-only
+        ├── StoreUnsupportedError   an optional operation the server does not implement (501)
         ├── InvalidKeyError (ValueError)  a key that could escape its prefix
         ├── ObjectNotFoundError     no object at a key
         ├── ObjectConflictError     create-once found a different object at the key
@@ -214,6 +215,11 @@ class StoreUnavailableError(StoreError):
     """Transient store failure (connection, 5xx, throttling, ENOSPC/EIO): pause and retry later."""
 
     transient = True
+
+
+class StoreUnsupportedError(StoreError):
+    """The server does not implement an optional operation (`501 NotImplemented`, e.g. listing
+    multipart uploads): the feature is skipped with a warning, it is not a store outage."""
 
 
 class StorePermissionError(StoreError):

@@ -4,10 +4,15 @@ entries, id reuse and sessions that cannot be finalized (real fake service over 
 from __future__ import annotations
 
 import gzip
+import logging
 import sqlite3
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from archiver.archive.state import SCHEMA_VERSION, StateDB, read_status
 from archiver.errors import ApiError
@@ -383,3 +388,56 @@ def test_the_last_archive_time_is_restored_after_a_restart(
     first.close()
     second = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
     assert second.registry.get_sample_value("archiver_last_archive_success_timestamp_seconds") == written
+
+
+class _Body:
+    """The raw body of a canned botocore response."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def stream(self, *_: object, **__: object) -> Iterator[bytes]:
+        yield self.data
+
+    def read(self, *_: object) -> bytes:
+        return self.data
+
+
+def test_a_store_without_multipart_listing_still_archives_everything(
+    fake_service: FakeService,
+    moto_endpoint: str,
+    s3_client: Callable[..., Any],
+    harness_factory: Callable[..., Harness],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Some S3-compatible servers answer `501 NotImplemented` to ListMultipartUploads: the sweep of
+    orphaned uploads (housekeeping) is skipped with a warning, and archiving goes on."""
+    from botocore.awsrequest import AWSResponse
+
+    from archiver.store import open_store
+
+    bucket = f"nolist-{uuid.uuid4().hex[:12]}"
+    client = s3_client()
+    client.create_bucket(Bucket=bucket)
+    refused: list[str] = []
+
+    def not_implemented(request: Any, **_: Any) -> AWSResponse:
+        refused.append(request.url)
+        body = b"<Error><Code>NotImplemented</Code><Message>A header you provided implies functionality that is not implemented</Message></Error>"  # noqa: E501
+        return AWSResponse(request.url, 501, {"Content-Type": "application/xml"}, _Body(body))
+
+    client.meta.events.register("before-send.s3.ListMultipartUploads", not_implemented)
+    store = open_store(f"s3://{bucket}/archive/", s3_client=client)
+    caplog.set_level(logging.WARNING, logger="archiver.pipeline")
+    h = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
+    ids = [fake_service.add_session(TOKEN, id=f"no-list-{n}") for n in range(3)]
+    assert _poll(h)
+    for sid in ids:
+        fake_service.end_session(TOKEN, sid)
+    assert _poll(h)
+    assert _wait_for(lambda: all(_manifests(store, sid) for sid in ids))
+    assert h.pipeline.run_until_idle(60)
+    for sid in ids:
+        _archived_once_and_complete(h, sid)
+    assert refused, "the sweep never asked"
+    assert any("skipping the sweep of orphaned multipart uploads" in r.getMessage() for r in caplog.records)

@@ -50,6 +50,8 @@ class Tuning:
     upload_backoff_max: float = 60.0
     #: Pause after StorePermissionError (an operator must act; don't hammer the store).
     permission_backoff: float = 300.0
+    #: A sweep of orphaned multipart uploads that failed (store down) is tried again after this long.
+    orphan_sweep_retry: float = 300.0
     #: Longest a worker sleeps before looking at the DB again even without a notification.
     idle_wait: float = 5.0
     #: Minimum interval between gauge refreshes triggered by workers.

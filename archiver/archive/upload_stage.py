@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 
 from archiver.archive.fetch import Spool
@@ -22,7 +23,7 @@ from archiver.errors import (
     ObjectConflictError,
     StoreError,
     StorePermissionError,
-    StoreUnavailableError,
+    StoreUnsupportedError,
 )
 from archiver.layout import keys
 from archiver.store.base import ObjectStore
@@ -48,16 +49,31 @@ class UploadStage(Stage):
         self._paused_until = 0.0
         self._store_failures = 0
         self._orphan_sweep_needed = False
+        self._next_sweep = 0.0  # monotonic
         self._sweep_lock = threading.Lock()
+        # Uploads of this process start after this (wall clock, a minute of skew to spare): the sweep
+        # leaves them alone, so it never has to run before the first upload.
+        self._started_at = time.time() - 60.0
 
     def sweep_orphans(self) -> None:
-        """Abort multipart uploads under our prefix the journal does not know (a crash before its commit)."""
+        """Abort multipart uploads under our prefix the journal does not know (a crash before its commit).
+
+        Housekeeping, never a gate: a failed sweep is tried again later while uploads go on, and a
+        server that does not implement it (or does not let us list) skips it for good with a warning.
+        """
         try:
-            aborted = self.store.abort_orphaned_uploads(self.store.prefix, self.state.journal.upload_ids())
+            aborted = self.store.abort_orphaned_uploads(
+                self.store.prefix, self.state.journal.upload_ids(), initiated_before=self._started_at
+            )
+        except (StoreUnsupportedError, StorePermissionError) as exc:
+            log.warning("skipping the sweep of orphaned multipart uploads (optional; use a bucket lifecycle "
+                        "rule to abort incomplete uploads instead): %s", exc)  # fmt: skip
+            self._orphan_sweep_needed = False
+            return
         except StoreError as exc:
-            # The store is down at start-up: the first upload worker sweeps before uploading.
-            log.warning("could not sweep orphaned multipart uploads yet: %s", exc)
+            log.warning("could not sweep orphaned multipart uploads yet (retrying later): %s", exc)
             self._orphan_sweep_needed = True
+            self._next_sweep = self._mono() + self.tuning.orphan_sweep_retry
             return
         self._orphan_sweep_needed = False
         if aborted:
@@ -104,12 +120,11 @@ class UploadStage(Stage):
                 if paused > 0:
                     self.wake.wait(generation, paused)
                     continue
-                if self._orphan_sweep_needed:
-                    with self._sweep_lock:
-                        if self._orphan_sweep_needed:
-                            self.sweep_orphans()
-                            if self._orphan_sweep_needed:
-                                raise StoreUnavailableError("orphaned multipart uploads not swept yet")
+                if self._orphan_sweep_needed and self._mono() >= self._next_sweep and self._sweep_lock.acquire(False):
+                    try:
+                        self.sweep_orphans()
+                    finally:
+                        self._sweep_lock.release()
                 if self._finalize_one():
                     continue
                 item = self.state.claim_upload(self._mono())

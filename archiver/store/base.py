@@ -207,8 +207,9 @@ class ObjectStore(Protocol):
         """Whether create-once writes are enforced by the server; switches to HEAD-before-PUT if not."""
         ...
 
-    def abort_orphaned_uploads(self, prefix: str, keep: Set[str]) -> int:
-        """Abort incomplete uploads under ``prefix`` whose upload id is not in ``keep``; how many."""
+    def abort_orphaned_uploads(self, prefix: str, keep: Set[str], *, initiated_before: float | None = None) -> int:
+        """Abort incomplete uploads under ``prefix`` whose upload id is not in ``keep`` (and that were
+        started before ``initiated_before``, epoch seconds, when given); how many."""
         ...
 
     def close(self) -> None:

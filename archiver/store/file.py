@@ -319,10 +319,11 @@ class FileStore:
         self.conditional_writes = enforced
         return enforced
 
-    def abort_orphaned_uploads(self, prefix: str, keep: Set[str]) -> int:
+    def abort_orphaned_uploads(self, prefix: str, keep: Set[str], *, initiated_before: float | None = None) -> int:
         """Remove ``.partial`` temp files older than ``partial_max_age`` (crash leftovers); how many.
 
-        The file store has no multipart uploads, so ``prefix`` and ``keep`` do not apply: temp
+        The file store has no multipart uploads, so ``prefix``, ``keep`` and ``initiated_before``
+        do not apply (the age guard plays the part of the last): temp
         files live in one directory for the whole store. The age guard spares a write in flight
         in another process (e.g. ``archiver check`` next to the daemon).
         """

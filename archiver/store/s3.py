@@ -30,6 +30,7 @@ from archiver.errors import (
     StoreError,
     StorePermissionError,
     StoreUnavailableError,
+    StoreUnsupportedError,
     excerpt,
 )
 from archiver.layout.manifest import is_sha256
@@ -217,6 +218,8 @@ class S3Store:
             status == 404 and operation in ("HeadObject", "GetObject") and code != "NoSuchBucket"
         ):
             return ObjectNotFoundError(key or "")
+        if code == "NotImplemented" or status == 501:
+            return StoreUnsupportedError(message)
         if code in _PERMISSION_CODES or status in (401, 403):
             return StorePermissionError(message)
         if code in _TRANSIENT_CODES or status >= 500 or status == 429:
@@ -571,11 +574,13 @@ class S3Store:
             return False
         return True
 
-    def abort_orphaned_uploads(self, prefix: str, keep: Set[str]) -> int:
+    def abort_orphaned_uploads(self, prefix: str, keep: Set[str], *, initiated_before: float | None = None) -> int:
         """Abort in-progress multipart uploads under ``prefix`` whose id is not in ``keep`` (journal ids).
 
-        Call it at start-up, before upload workers run: an upload created by a worker but not yet
-        journaled would look orphaned. Another process writing to the same prefix is not supported.
+        ``initiated_before`` (epoch seconds): only uploads started before it, so the sweep can run
+        beside this process's own uploads (one created but not yet journaled would look orphaned).
+        Another process writing to the same prefix is not supported. StoreUnsupportedError when the
+        server does not list multipart uploads.
         """
         validate_prefix(prefix)
         aborted = 0
@@ -583,6 +588,9 @@ class S3Store:
         while True:
             response = self._call("ListMultipartUploads", prefix, **params)
             for upload in response.get("Uploads", []):
+                started = upload.get("Initiated")
+                if initiated_before is not None and started is not None and started.timestamp() >= initiated_before:
+                    continue
                 if upload["UploadId"] not in keep and self._abort_quietly(upload["Key"], upload["UploadId"]):
                     aborted += 1
             if not response.get("IsTruncated"):
