@@ -5,13 +5,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import math
 import uuid
-from collections import deque
-from collections.abc import Iterator, Set
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.config import Config
 from botocore.exceptions import (
@@ -39,10 +36,8 @@ from archiver.store.base import (
     DEFAULT_MULTIPART_THRESHOLD,
     DEFAULT_PART_CONCURRENCY,
     DEFAULT_PART_SIZE,
-    MAX_PARTS,
     MIN_PART_SIZE,
     READ_CHUNK,
-    JournalEntry,
     MultipartJournal,
     ObjectInfo,
     PutOutcome,
@@ -50,6 +45,12 @@ from archiver.store.base import (
     check_sha256,
     validate_key,
     validate_prefix,
+)
+from archiver.store.s3_multipart import (
+    MultipartUploads,
+    NoSuchUploadError,
+    PreconditionFailedError,
+    check_source,
 )
 
 if TYPE_CHECKING:
@@ -60,8 +61,6 @@ else:
 log = logging.getLogger(__name__)
 
 ChecksumMode = Literal["when_supported", "when_required"]
-
-_MIB = 1024 * 1024
 
 #: Error codes meaning "we are not allowed / misconfigured": retrying will not help, alert.
 _PERMISSION_CODES = frozenset(
@@ -94,22 +93,6 @@ _TRANSIENT_CODES = frozenset(
         "ThrottlingException",
     }
 )
-#: Per-part checksum fields UploadPart / ListParts may answer and CompleteMultipartUpload wants back.
-_PART_CHECKSUM_FIELDS = (
-    "ChecksumCRC32",
-    "ChecksumCRC32C",
-    "ChecksumSHA1",
-    "ChecksumSHA256",
-    "ChecksumCRC64NVME",
-)
-
-
-class _PreconditionFailedError(StoreError):
-    """412: a create-once write met an existing object (internal: resolved by comparing sha256)."""
-
-
-class _NoSuchUploadError(StoreError):
-    """The multipart upload id is unknown: completed (answer lost) or aborted (internal)."""
 
 
 def make_s3_client(*, endpoint_url: str | None = None, checksum_mode: ChecksumMode = "when_supported") -> S3Client:
@@ -131,8 +114,8 @@ def make_s3_client(*, endpoint_url: str | None = None, checksum_mode: ChecksumMo
     return client
 
 
-class S3Store:
-    """A bucket prefix as an ObjectStore.
+class S3Store(MultipartUploads):
+    """A bucket prefix as an ObjectStore (multipart uploads: `archiver/store/s3_multipart.py`).
 
     Create-once: ``PutObject`` and ``CompleteMultipartUpload`` carry ``If-None-Match: *``; a 412
     (also the one botocore's retry provokes after a lost answer) is resolved by comparing the
@@ -211,9 +194,9 @@ class S3Store:
         if error.get("Message"):
             message += f": {excerpt(str(error['Message']))}"
         if code == "PreconditionFailed" or status == 412:
-            return _PreconditionFailedError(message)
+            return PreconditionFailedError(message)
         if code == "NoSuchUpload":
-            return _NoSuchUploadError(message)
+            return NoSuchUploadError(message)
         if code == "NoSuchKey" or (
             status == 404 and operation in ("HeadObject", "GetObject") and code != "NoSuchBucket"
         ):
@@ -314,7 +297,7 @@ class S3Store:
             params["ContentMD5"] = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
         try:
             self._call("PutObject", key, **params)
-        except _PreconditionFailedError:
+        except PreconditionFailedError:
             return self._resolve_existing(key, sha256, len(data))
         return PutOutcome.CREATED
 
@@ -341,262 +324,9 @@ class S3Store:
         with source:
             if size < self._threshold:
                 data = source.read(size + 1)
-                _check_source(path, hashlib.sha256(data).hexdigest(), len(data), sha256, size)
+                check_source(path, hashlib.sha256(data).hexdigest(), len(data), sha256, size)
                 return self._put_small(key, data, sha256, content_type)
             return self._put_multipart(key, source, path, sha256, size, content_type, journal)
-
-    def _part_size_for(self, size: int) -> int:
-        needed = math.ceil(size / MAX_PARTS)
-        return max(self._part_size, math.ceil(needed / _MIB) * _MIB)
-
-    def _put_multipart(
-        self,
-        key: str,
-        source: BinaryIO,
-        path: Path,
-        sha256: str,
-        size: int,
-        content_type: str,
-        journal: MultipartJournal | None,
-    ) -> PutOutcome:
-        part_size = self._part_size_for(size)
-        count = max(1, math.ceil(size / part_size))
-        lengths = [min(part_size, size - (n - 1) * part_size) for n in range(1, count + 1)]
-
-        upload_id, done = self._resume(key, sha256, part_size, lengths, journal)
-        if upload_id is None:
-            # Fresh upload: a HEAD first avoids sending 100 MB only to learn the key is taken.
-            info = self.head(key)
-            if info is not None:
-                return self._resolve_existing(key, sha256, size, info)
-            params: dict[str, Any] = {"Key": key, "ContentType": content_type, "Metadata": {"sha256": sha256}}
-            if self._crc32:
-                params["ChecksumAlgorithm"] = "CRC32"
-            upload_id = str(self._call("CreateMultipartUpload", key, **params)["UploadId"])
-            if journal is not None:
-                journal.start(key, upload_id, sha256=sha256, part_size=part_size)
-
-        try:
-            parts = self._send_parts(key, upload_id, source, path, lengths, done, sha256, size, journal)
-        except SourceFileError:
-            # The spool file is not what the caller recorded: this upload can never complete.
-            self._abort_quietly(key, upload_id)
-            if journal is not None:
-                journal.finish(key)
-            raise
-        except StoreError:
-            if journal is None:  # nobody could resume it
-                self._abort_quietly(key, upload_id)
-            raise
-        return self._complete(key, upload_id, parts, sha256, size, journal)
-
-    def _resume(
-        self,
-        key: str,
-        sha256: str,
-        part_size: int,
-        lengths: list[int],
-        journal: MultipartJournal | None,
-    ) -> tuple[str | None, dict[int, dict[str, Any]]]:
-        """The journaled upload to continue and its parts verified on the server, or (None, {})."""
-        entry: JournalEntry | None = journal.get(key) if journal is not None else None
-        if entry is None or journal is None:
-            return None, {}
-        if entry.sha256 != sha256 or entry.part_size != part_size:
-            # Started for other bytes or another part size: its parts are useless to us.
-            self._abort_quietly(key, entry.upload_id)
-            journal.finish(key)
-            return None, {}
-        try:
-            server = self._list_parts(key, entry.upload_id)
-        except _NoSuchUploadError:
-            # Completed (its answer lost in a crash) or aborted: start over; the HEAD before a
-            # fresh upload finds a completed object.
-            journal.finish(key)
-            return None, {}
-        done: dict[int, dict[str, Any]] = {}
-        for number, etag in entry.parts.items():
-            part = server.get(number)
-            # Trust a part only if the server has it with the ETag we recorded and the size we
-            # expect; anything else is simply sent again (UploadPart overwrites a part number).
-            if (
-                part is not None
-                and part["ETag"] == etag
-                and 1 <= number <= len(lengths)
-                and int(part["Size"]) == lengths[number - 1]
-            ):
-                done[number] = part
-        log.info("resuming multipart upload of %s: %d of %d parts already stored", key, len(done), len(lengths))
-        return entry.upload_id, done
-
-    def _list_parts(self, key: str, upload_id: str) -> dict[int, dict[str, Any]]:
-        parts: dict[int, dict[str, Any]] = {}
-        marker = 0
-        while True:
-            response = self._call("ListParts", key, Key=key, UploadId=upload_id, PartNumberMarker=marker)
-            for part in response.get("Parts", []):
-                parts[int(part["PartNumber"])] = part
-            if not response.get("IsTruncated"):
-                return parts
-            marker = int(response["NextPartNumberMarker"])
-
-    def _send_parts(
-        self,
-        key: str,
-        upload_id: str,
-        source: BinaryIO,
-        path: Path,
-        lengths: list[int],
-        done: dict[int, dict[str, Any]],
-        sha256: str,
-        size: int,
-        journal: MultipartJournal | None,
-    ) -> list[dict[str, Any]]:
-        """Read the file part by part, hash all of it, upload the missing parts; the completion list.
-
-        Reading and hashing the next part overlaps the upload of the previous ones: at most
-        ``part_concurrency`` parts are in flight, so memory stays at about
-        ``(part_concurrency + 1) * part_size`` whatever the file size. The journal is told about
-        each part from this thread, in part order.
-        """
-        digest = hashlib.sha256()
-        total = 0
-        completed: dict[int, dict[str, Any]] = {}
-        in_flight: deque[tuple[int, Future[dict[str, Any]]]] = deque()
-
-        def collect_oldest() -> None:
-            number, future = in_flight.popleft()
-            completed[number] = future.result()
-            if journal is not None:
-                journal.part_done(key, number, str(completed[number]["ETag"]))
-
-        with ThreadPoolExecutor(max_workers=self._concurrency, thread_name_prefix="s3-part") as pool:
-            try:
-                for number, length in enumerate(lengths, start=1):
-                    try:
-                        chunk = source.read(length)
-                    except OSError as exc:
-                        raise SourceFileError(f"cannot read local file {path}: {exc.strerror}") from exc
-                    digest.update(chunk)
-                    total += len(chunk)
-                    if len(chunk) != length:
-                        break  # short file: reported by _check_source below
-                    if number in done:
-                        server_part = done[number]
-                        completed[number] = {"PartNumber": number, "ETag": server_part["ETag"]}
-                        completed[number].update({f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part})
-                        continue
-                    while len(in_flight) >= self._concurrency:
-                        collect_oldest()
-                    in_flight.append((number, pool.submit(self._upload_part, key, upload_id, number, chunk)))
-                    del chunk  # the future holds the only reference until the part is sent
-                while in_flight:
-                    collect_oldest()
-            finally:
-                for _, future in in_flight:
-                    future.cancel()
-        if total == size and source.read(1):
-            total += 1  # longer than declared
-        _check_source(path, digest.hexdigest(), total, sha256, size)
-        return [completed[n] for n in sorted(completed)]
-
-    def _upload_part(self, key: str, upload_id: str, number: int, chunk: bytes) -> dict[str, Any]:
-        """UploadPart (in a pool thread); the part's entry for CompleteMultipartUpload."""
-        params: dict[str, Any] = {
-            "Key": key,
-            "UploadId": upload_id,
-            "PartNumber": number,
-            "Body": chunk,
-            "ContentLength": len(chunk),
-        }
-        if self._crc32:
-            params["ChecksumAlgorithm"] = "CRC32"
-        else:
-            params["ContentMD5"] = base64.b64encode(hashlib.md5(chunk, usedforsecurity=False).digest()).decode()
-        response = self._call("UploadPart", key, **params)
-        entry = {"PartNumber": number, "ETag": response["ETag"]}
-        entry.update({f: response[f] for f in _PART_CHECKSUM_FIELDS if f in response})
-        return entry
-
-    def _complete(
-        self,
-        key: str,
-        upload_id: str,
-        parts: list[dict[str, Any]],
-        sha256: str,
-        size: int,
-        journal: MultipartJournal | None,
-    ) -> PutOutcome:
-        if not self.conditional_writes:
-            info = self.head(key)
-            if info is not None:
-                self._abort_quietly(key, upload_id)
-                if journal is not None:
-                    journal.finish(key)
-                return self._resolve_existing(key, sha256, size, info)
-        try:
-            self._call(
-                "CompleteMultipartUpload",
-                key,
-                Key=key,
-                UploadId=upload_id,
-                MultipartUpload={"Parts": parts},
-                IfNoneMatch="*",
-            )
-        except _PreconditionFailedError:
-            # The key was taken (or our own earlier completion's answer was lost). The upload
-            # stays listed on some servers (moto): abort it, then compare.
-            self._abort_quietly(key, upload_id)
-            if journal is not None:
-                journal.finish(key)
-            return self._resolve_existing(key, sha256, size)
-        except _NoSuchUploadError:
-            # A retried completion whose first attempt succeeded: the object should be ours.
-            if journal is not None:
-                journal.finish(key)
-            return self._resolve_existing(key, sha256, size)
-        except StoreError:
-            if journal is None:
-                self._abort_quietly(key, upload_id)
-            raise
-        if journal is not None:
-            journal.finish(key)
-        return PutOutcome.CREATED
-
-    def _abort_quietly(self, key: str, upload_id: str) -> bool:
-        """Abort a multipart upload; False (logged) when that failed, an orphan for the next sweep."""
-        try:
-            self._call("AbortMultipartUpload", key, Key=key, UploadId=upload_id)
-        except _NoSuchUploadError:
-            return False
-        except StoreError as exc:
-            log.warning("could not abort multipart upload of %s (left for the orphan sweep): %s", key, exc)
-            return False
-        return True
-
-    def abort_orphaned_uploads(self, prefix: str, keep: Set[str], *, initiated_before: float | None = None) -> int:
-        """Abort in-progress multipart uploads under ``prefix`` whose id is not in ``keep`` (journal ids).
-
-        ``initiated_before`` (epoch seconds): only uploads started before it, so the sweep can run
-        beside this process's own uploads (one created but not yet journaled would look orphaned).
-        Another process writing to the same prefix is not supported. StoreUnsupportedError when the
-        server does not list multipart uploads.
-        """
-        validate_prefix(prefix)
-        aborted = 0
-        params: dict[str, Any] = {"Prefix": prefix}
-        while True:
-            response = self._call("ListMultipartUploads", prefix, **params)
-            for upload in response.get("Uploads", []):
-                started = upload.get("Initiated")
-                if initiated_before is not None and started is not None and started.timestamp() >= initiated_before:
-                    continue
-                if upload["UploadId"] not in keep and self._abort_quietly(upload["Key"], upload["UploadId"]):
-                    aborted += 1
-            if not response.get("IsTruncated"):
-                return aborted
-            params["KeyMarker"] = response.get("NextKeyMarker", "")
-            params["UploadIdMarker"] = response.get("NextUploadIdMarker", "")
 
     # --- start-up probe -----------------------------------------------------------------------
 
@@ -626,7 +356,7 @@ class S3Store:
                         Metadata={"sha256": hashlib.sha256(body).hexdigest()},
                         IfNoneMatch="*",
                     )
-                except _PreconditionFailedError:
+                except PreconditionFailedError:
                     if n == 0:
                         raise StoreUnavailableError(f"probe key {self._where(key)} already exists") from None
                     enforced = True
@@ -653,13 +383,6 @@ class S3Store:
 
     def close(self) -> None:
         self._client.close()
-
-
-def _check_source(path: Path, got_sha: str, got_size: int, sha256: str, size: int) -> None:
-    if got_size != size:
-        raise SourceFileError(f"local file {path} has {'more' if got_size > size else got_size} bytes, expected {size}")
-    if got_sha != sha256:
-        raise SourceFileError(f"local file {path} has sha256 {got_sha[:16]}…, expected {sha256[:16]}…")
 
 
 #: boto3 client method per S3 operation name (the names `requests_made` counts by).
