@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import email.utils
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
-from urllib.parse import quote
+from typing import Any, TypeVar
 
 import httpx
 
 from archiver import __version__
 from archiver.credentials import Token
 from archiver.errors import (
-    EXCERPT_LIMIT,
     ApiDecodeError,
     ApiError,
     ApiTransportError,
@@ -30,6 +27,18 @@ from archiver.errors import (
 from archiver.retry import UPSTREAM_REQUEST, RetryObserver, RetryPolicy, call
 from archiver.upstream import models
 from archiver.upstream.models import CreatedSession, Location, PlayersResult, Session
+from archiver.upstream.transport import (
+    BearerAuth,
+    describe_transport_error,
+    quote_segment,
+    request_path,
+    retry_after_seconds,
+    safe_excerpt,
+)
+
+# The wire-level pieces (auth, streamed bodies, header and excerpt helpers) live in transport.py.
+from archiver.upstream.transport import Download as Download
+from archiver.upstream.transport import RequestObserver as RequestObserver
 
 #: How much of an error body is read (error pages are small; a misbehaving proxy must not stall us).
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -37,26 +46,6 @@ _ERROR_BODY_LIMIT = 64 * 1024
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=5.0, read=30.0, write=30.0, pool=5.0)
-
-
-class _BearerAuth(httpx.Auth):
-    """Adds the bearer header per request, so the token is never part of the client's default headers."""
-
-    def __init__(self, token: Token) -> None:
-        self._token = token
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self._token.reveal()}"
-        yield request
-
-    def __repr__(self) -> str:
-        return "_BearerAuth(***)"
-
-
-class RequestObserver(Protocol):
-    """Told about every HTTP attempt (metrics): endpoint template, status code or 'error', seconds."""
-
-    def __call__(self, endpoint: str, code: str, seconds: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,81 +80,6 @@ class SessionFilter:
         return params
 
 
-class Download:
-    """A streamed response body (logs, artifacts): iterate it, then close it (or use `with`)."""
-
-    def __init__(self, response: httpx.Response) -> None:
-        self._response = response
-        self.content_type = response.headers.get("content-type", "")
-        length = response.headers.get("content-length")
-        self.content_length = int(length) if length and length.isdigit() else None
-
-    def iter_bytes(self) -> Iterator[bytes]:
-        """Chunks as they arrive; a broken stream raises ApiTransportError (the caller retries the item)."""
-        request = self._response.request
-        try:
-            # No chunk size: httpx's default is measured 2x faster than 1 MiB chunks.
-            yield from self._response.iter_bytes()
-        except httpx.TransportError as exc:
-            raise ApiTransportError(
-                f"{request.method} {_request_path(request)} broke mid-body: {_describe(exc)}",
-                method=request.method,
-                path=_request_path(request),
-            ) from None
-
-    def close(self) -> None:
-        self._response.close()
-
-    def __enter__(self) -> Download:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-def _describe(exc: httpx.TransportError) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-def _request_path(request: httpx.Request) -> str:
-    return request.url.raw_path.decode("ascii", "replace")
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Retry-After in delta-seconds or as an HTTP date; None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _safe_excerpt(body: bytes | bytearray | str) -> bytes:
-    """The start of a bad body for an error message, cut before the first `labels`/`env`:
-    the container env holds callers' secrets, which must never reach an error message."""
-    raw = body.encode("utf-8", "replace") if isinstance(body, str) else body
-    head = bytes(raw[:EXCERPT_LIMIT])
-    cut = min((i for i in (head.find(b"labels"), head.find(b"env")) if i >= 0), default=len(head))
-    return head[:cut]
-
-
-def _quote_segment(value: str) -> str:
-    # Session ids are any string the caller chose: '/', '?', '#' and '%' must not change the path,
-    # and a segment of only dots must not be removed as a dot segment by URL normalisation.
-    quoted = quote(value, safe="")
-    return quoted.replace(".", "%2E") if set(value) == {"."} else quoted
-
-
 class SessionHostClient:
     """The session hosting API over an injected httpx.Client (base URL and transport are the caller's)."""
 
@@ -181,7 +95,7 @@ class SessionHostClient:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._http = http
-        self._auth = _BearerAuth(token)
+        self._auth = BearerAuth(token)
         self._policy = policy or UPSTREAM_REQUEST
         self._observer = observer
         self._retry_observer = retry_observer
@@ -270,7 +184,7 @@ class SessionHostClient:
             return (models.SessionListParser() if parser is None else parser).parse(body)
         except PayloadError as exc:
             raise ApiDecodeError(
-                f"GET /session: {exc}", body=_safe_excerpt(body), method="GET", path="/session"
+                f"GET /session: {exc}", body=safe_excerpt(body), method="GET", path="/session"
             ) from None
 
     def list_ended_sessions(self, *, policy: RetryPolicy | None = None) -> list[models.EndedEntry]:
@@ -282,16 +196,16 @@ class SessionHostClient:
             return models.scan_ended(body)
         except PayloadError as exc:
             raise ApiDecodeError(
-                f"GET /session: {exc}", body=_safe_excerpt(body), method="GET", path="/session"
+                f"GET /session: {exc}", body=safe_excerpt(body), method="GET", path="/session"
             ) from None
 
     def describe_session(self, session_id: str, *, policy: RetryPolicy | None = None) -> Session:
-        path = f"/session/{_quote_segment(session_id)}"
+        path = f"/session/{quote_segment(session_id)}"
         payload = self._json("GET", path, "GET /session/{id}", policy=policy)
         return self._parse(models.parse_session, payload, "GET", path)
 
     def stop_session(self, session_id: str) -> None:
-        path = f"/session/{_quote_segment(session_id)}"
+        path = f"/session/{quote_segment(session_id)}"
         # 204 per the OpenAPI, 200 per the spec: any 2xx is success, the body is ignored.
         self._request("DELETE", path, "DELETE /session/{id}").close()
 
@@ -309,13 +223,13 @@ class SessionHostClient:
     # --- catalogue --------------------------------------------------------------------------
 
     def available_locations(self, image: str) -> list[Location]:
-        path = f"/available-location/{_quote_segment(image)}"
+        path = f"/available-location/{quote_segment(image)}"
         payload = self._json("GET", path, "GET /available-location/{image}")
         return self._parse(models.parse_locations, payload, "GET", path)
 
     def tag_exists(self, region: str, image: str, version: str) -> bool:
         """Whether the tag exists; the real service often answers an absent tag with 404, not false."""
-        path = "/tag/" + "/".join(_quote_segment(p) for p in (region, image, version))
+        path = "/tag/" + "/".join(quote_segment(p) for p in (region, image, version))
         try:
             payload = self._json("GET", path, "GET /tag/{region}/{image}/{version}")
         except NotFoundError:
@@ -358,7 +272,7 @@ class SessionHostClient:
             return parser(payload)
         except PayloadError as exc:
             raise ApiDecodeError(
-                f"{method} {path}: {exc}", body=_safe_excerpt(json.dumps(payload)), method=method, path=path
+                f"{method} {path}: {exc}", body=safe_excerpt(json.dumps(payload)), method=method, path=path
             ) from None
 
     def _json(
@@ -389,7 +303,7 @@ class SessionHostClient:
                 return models.decode_json(response.content)
             except PayloadError as exc:
                 raise ApiDecodeError(
-                    f"{method} {path}: {exc}", body=_safe_excerpt(response.content), method=method, path=path
+                    f"{method} {path}: {exc}", body=safe_excerpt(response.content), method=method, path=path
                 ) from None
 
         return self._retrying(attempt, endpoint, policy, retry)
@@ -505,9 +419,9 @@ class SessionHostClient:
         except httpx.TransportError as exc:
             code = "error"
             raise ApiTransportError(
-                f"{method} {_request_path(request)} failed: {_describe(exc)}",
+                f"{method} {request_path(request)} failed: {describe_transport_error(exc)}",
                 method=method,
-                path=_request_path(request),
+                path=request_path(request),
             ) from None
         finally:
             if self._observer is not None:
@@ -538,10 +452,10 @@ class SessionHostClient:
             details=info.details,
             identifier=info.identifier,
             violations=[Violation(f, d) for f, d in info.violations],
-            body_excerpt="" if info.message else excerpt(_safe_excerpt(body)),
-            retry_after=_retry_after(response.headers.get("retry-after")),
+            body_excerpt="" if info.message else excerpt(safe_excerpt(body)),
+            retry_after=retry_after_seconds(response.headers.get("retry-after")),
             method=request.method,
-            path=_request_path(request),
+            path=request_path(request),
         )
 
 
