@@ -268,7 +268,7 @@ def test_demo_archives_sessions_inside_the_container(image: BuiltImage, containe
     assert match, output
     assert int(match.group(2)) > 0, output
     archive = state / "demo-archive"
-    manifests = list((archive / "sessions").glob("*/manifest.json"))
+    manifests = list((archive / "sessions").glob("*/*/manifest.json"))  # sessions/{sid}/{instance}/
     assert manifests, output
     assert any(item["outcome"] == "archived" for item in json.loads(manifests[0].read_text())["items"])
     after = _tree(mount, writable)
