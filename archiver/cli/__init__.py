@@ -1,0 +1,9 @@
+"""The command line, the only room that knows click: options are parsed at the edge into a frozen
+`Settings`, and each command calls a worker in another room. `main` is the `archiver` entry point."""
+
+from archiver.cli import daemon_commands as daemon_commands  # registers run, demo, status, check, ...
+from archiver.cli import retrieval_commands as retrieval_commands  # registers ls, show, logs, get, ...
+from archiver.cli.base import friendly_errors as friendly_errors
+from archiver.cli.base import main as main
+from archiver.cli.base import resolve as resolve
+from archiver.cli.base import settings_options as settings_options

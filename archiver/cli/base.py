@@ -1,0 +1,215 @@
+"""The command line's shared parts: the `archiver` group, option plumbing (flag > env > config file),
+one error edge, `--format` and `--instance`, the store a command reads."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from archiver import __version__
+from archiver.errors import ArchiverError, ConfigError
+from archiver.settings import (
+    DAEMON_SCOPES,
+    OPTIONS,
+    OPTIONS_BY_KEY,
+    Option,
+    Settings,
+    build_settings,
+    read_config_file,
+)
+
+if TYPE_CHECKING:
+    from archiver.store import ObjectStore  # imports botocore: kept out of `archiver --help`
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+_CONFIG_META = "archiver.config"
+
+
+def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """Eager `--config` callback: the TOML file becomes click's `default_map`, so every option
+    resolves flag > env var > file > default by click's own rules."""
+    if value is None:
+        return None
+    try:
+        data = read_config_file(Path(value))
+    except ConfigError as exc:
+        # Raised while click parses, before friendly_errors runs: the same one line and exit 2.
+        click.echo(f"error: configuration: {exc}", err=True)
+        ctx.exit(2)
+    defaults: dict[str, Any] = {}
+    for key, raw in data.items():
+        opt = OPTIONS_BY_KEY.get(key)
+        if opt is None:
+            continue  # [images]: read by archiver.settings from the stashed file data
+        # A multiple option's default must be a list for click; a TOML string is one item.
+        defaults[key] = [raw] if opt.multiple and isinstance(raw, str) else raw
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    ctx.meta[_CONFIG_META] = (data, value)
+    return value
+
+
+def settings_options(scopes: frozenset[str] = DAEMON_SCOPES) -> Callable[[F], F]:
+    """Adds the configuration options of `scopes` (see archiver.settings.Option.scope) and --config;
+    click resolves each value from the flag, its env var or the file, and `resolve` converts them."""
+
+    def decorate(func: F) -> F:
+        for opt in reversed(OPTIONS):
+            if opt.scope not in scopes:
+                continue
+            func = click.option(
+                opt.flag,
+                opt.key,
+                multiple=opt.multiple,
+                # Shown by --help; a value from this default is left to archiver.settings' own default.
+                default=opt.default,
+                # Raw values (strings, or TOML ints and lists): archiver.settings converts them all alike.
+                type=click.UNPROCESSED,
+                envvar=opt.env,
+                show_envvar=True,
+                show_default=True,
+                metavar=opt.metavar,
+                help=opt.help,
+            )(func)
+        return click.option(
+            "--config",
+            "config_file",
+            type=click.Path(dir_okay=False),
+            default=None,
+            envvar="ARCHIVER_CONFIG",
+            show_envvar=True,
+            is_eager=True,
+            expose_value=True,
+            callback=_read_config,
+            metavar="FILE.toml",
+            help="TOML configuration file (keys are option names with underscores).",
+        )(func)
+
+    return decorate
+
+
+def _source(opt: Option, source: ParameterSource | None, file_name: str) -> str | None:
+    """Where a value came from, as error messages name it; None for click's (empty) default."""
+    if source is ParameterSource.COMMANDLINE:
+        return opt.flag
+    if source is ParameterSource.ENVIRONMENT:
+        return opt.env
+    if source is ParameterSource.DEFAULT_MAP:
+        return f"{file_name}: {opt.key}"
+    return None
+
+
+def resolve(kwargs: dict[str, Any]) -> Settings:
+    """Pops the configuration options out of a command's kwargs and builds Settings from them
+    (options the command does not take keep their defaults)."""
+    import os
+
+    ctx = click.get_current_context()
+    kwargs.pop("config_file", None)
+    file_data, file_name = ctx.meta.get(_CONFIG_META, ({}, ""))
+    raw: dict[str, tuple[Any, str]] = {}
+    for opt in OPTIONS:
+        if opt.key not in kwargs:
+            continue
+        value = kwargs.pop(opt.key)
+        source = _source(opt, ctx.get_parameter_source(opt.key), file_name)
+        if source is not None and value is not None and value != ():
+            raw[opt.key] = (value, source)
+    return build_settings(raw, file_data=file_data, file_name=file_name, env=os.environ)
+
+
+def friendly_errors(func: F) -> F:
+    """A user mistake or an unreachable service is one clear line and exit 1, never a traceback."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except ConfigError as exc:
+            click.echo(f"error: configuration: {exc}", err=True)
+            sys.exit(2)
+        except ArchiverError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except BrokenPipeError:
+            # `archiver logs ID | head`: the reader left; say nothing more.
+            sys.stderr.close()
+            sys.exit(0)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def format_option(json_help: str = "") -> Callable[[F], F]:
+    """``--format table|json``, the one output convention of status, ls, show, verify and check
+    (`text`, show's former name for `table`, is still accepted)."""
+
+    def decorate(func: F) -> F:
+        return click.option(
+            "--format",
+            "fmt",
+            type=click.Choice(["table", "json", "text"]),
+            default="table",
+            show_default=True,
+            metavar="[table|json]",
+            help=json_help or None,
+            callback=lambda _ctx, _param, value: "table" if value == "text" else value,
+        )(func)
+
+    return decorate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, "-V", "--version", prog_name="archiver")
+def main() -> None:
+    """Prometheus exporter and forensic archiver for a game-server session hosting service."""
+
+
+_TIME_HELP = "a duration before now (2h, 30m, 7d) or an ISO 8601 time (2026-11-22T10:00; UTC unless Z/+hh:mm)"
+
+
+def instance_option(default: str) -> Callable[[F], F]:
+    """``--instance NAME``: which archive of a reused session id (the retrieval commands share it)."""
+
+    def decorate(func: F) -> F:
+        return click.option(
+            "--instance",
+            metavar="NAME",
+            default=None,
+            help="Which archive of a reused session id: its instance (creation time, e.g. 20261122T060305.123Z) "
+            f"or `legacy`. [default: {default}]",
+        )(func)
+
+    return decorate
+
+
+def store_for(settings: Settings) -> ObjectStore:
+    from archiver.store import open_store
+
+    return open_store(
+        settings.require_store(), s3_endpoint_url=settings.s3_endpoint_url, checksum_mode=settings.s3_checksum
+    )
+
+
+def as_dict(item: Any) -> dict[str, Any]:
+    import dataclasses
+
+    return dataclasses.asdict(item)
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 0:
+        return "overdue"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

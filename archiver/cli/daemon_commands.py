@@ -1,0 +1,171 @@
+"""The commands that run things: the daemon, the demo, the fake service, backfill, status, the config check."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from archiver.cli.base import (
+    as_dict,
+    duration_text,
+    format_option,
+    friendly_errors,
+    main,
+    resolve,
+    settings_options,
+)
+from archiver.errors import ConfigError
+from archiver.settings import DAEMON_SCOPES, STATUS_SCOPES
+from archiver.textsafe import printable
+
+
+@main.command()
+@settings_options(DAEMON_SCOPES)
+@friendly_errors
+def run(**kwargs: Any) -> None:
+    """The daemon: poll the upstream, export /metrics, archive ended sessions."""
+    from archiver import daemon
+
+    daemon.run_forever(resolve(kwargs))
+
+
+@main.command("fake-service")
+@click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT", help="Address to serve on.")
+@click.option(
+    "--token",
+    "tokens",
+    multiple=True,
+    metavar="TOKEN",
+    help="Accepted token (repeat: one organisation each). [default: test-token]",
+)
+@click.option("--traffic/--no-traffic", default=False, help="Start, fill and end sessions continuously.")
+@click.option("--traffic-rate", type=float, default=6.0, show_default=True, help="Sessions started per virtual minute.")
+@click.option("--time-scale", type=float, default=1.0, show_default=True, help="Virtual seconds per real second.")
+@click.option("--retention", default="4h", show_default=True, metavar="DURATION", help="Kept after termination.")
+@click.option(
+    "--quirk",
+    "quirks",
+    multiple=True,
+    metavar="NAME[=VALUE]",
+    help="Behave like a quirk of the real service.",
+)
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    metavar="SPEC",
+    help='Inject faults, e.g. "GET /session:status=502,count=3".',
+)
+@click.option("--capacity", multiple=True, metavar="LOCATION=N", help="Active sessions a location can hold.")
+@click.option("--start-rate", type=int, default=None, metavar="N", help="Starts per organisation per virtual minute.")
+@friendly_errors
+def fake_service(**kwargs: Any) -> None:
+    """The fake session hosting service alone (for trying things out and for your own CI)."""
+    from archiver.fake.main import options_from_cli, serve_forever
+
+    serve_forever(options_from_cli(**kwargs))
+
+
+@main.command()
+@settings_options(STATUS_SCOPES)
+@format_option()
+@friendly_errors
+def status(fmt: str, **kwargs: Any) -> None:
+    """Pending items in the local state DB, the time left to each fetch deadline, and failed sessions."""
+
+    from archiver.archive.state import read_status
+
+    settings = resolve(kwargs)
+    items = read_status(settings.state_dir, time.time())
+    if fmt == "json":
+        click.echo(json.dumps([as_dict(item) for item in items]))
+        return
+    if not items:
+        click.echo("nothing pending")
+        return
+    click.echo(f"{'SESSION':40} {'KIND':8} {'STAGE':6} {'STATUS':13} {'TIME LEFT':>10} {'TRIES':>5}  PATH / LAST ERROR")
+    for item in items:
+        left = "-" if item.time_left is None else duration_text(item.time_left)
+        detail = item.path or ""
+        if item.last_error:
+            detail = f"{detail} ({item.last_error})" if detail else item.last_error
+        click.echo(
+            f"{printable(item.session_id)[:40]:40} {item.kind:8} {item.stage:6} {item.status:13} "
+            f"{left:>10} {item.attempts:>5}  {printable(detail)}"
+        )
+
+
+@main.command()
+@settings_options(DAEMON_SCOPES)
+@click.argument("session_ids", nargs=-1, required=True, metavar="ID...")
+@click.option("--timeout", "wait", default="30m", show_default=True, metavar="DURATION", help="How long to wait.")
+@friendly_errors
+def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
+    """Archive these sessions now (backfill, while the upstream still holds them)."""
+    from archiver.daemon import archive_now
+    from archiver.settings import parse_duration
+
+    try:
+        timeout = parse_duration(wait)
+    except ValueError as exc:
+        raise ConfigError(f"--timeout: {exc}") from None
+    queued, finished = archive_now(resolve(kwargs), list(session_ids), timeout=timeout)
+    skipped = [sid for sid in session_ids if sid not in queued]
+    click.echo(f"queued {len(queued)} session(s); skipped {len(skipped)} (see log lines for why)")
+    if not finished:
+        click.echo("error: not finished within --timeout; the daemon or a later run resumes the rest", err=True)
+        sys.exit(1)
+
+
+@main.command()
+@click.option("--archive-dir", type=click.Path(file_okay=False), default="demo-archive", show_default=True)
+@click.option("--state-dir", type=click.Path(file_okay=False), default=".archiver-demo-state", show_default=True)
+@click.option("--listen", default="127.0.0.1:9877", show_default=True, metavar="HOST:PORT")
+@click.option("--duration", type=float, default=None, metavar="SECONDS", help="Stop by itself after this long.")
+@friendly_errors
+def demo(archive_dir: str, state_dir: str, listen: str, duration: float | None) -> None:
+    """Fake service with traffic + local archive + daemon: watch sessions being exported and archived."""
+    import signal
+    import threading
+
+    from archiver.demo import DemoOptions, run_demo
+    from archiver.settings import parse_listen
+
+    try:
+        address = parse_listen(listen)
+    except ValueError as exc:
+        raise ConfigError(f"--listen: {exc}") from None
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    # Hints name the program the way it was started, unless it is on PATH anyway.
+    invoked = sys.argv[0]
+    on_path = shutil.which("archiver")
+    program = "archiver" if on_path and Path(on_path).resolve() == Path(invoked).resolve() else invoked
+    options = DemoOptions(
+        archive_dir=Path(archive_dir), state_dir=Path(state_dir), listen=address, duration=duration, program=program
+    )
+    run_demo(options, sys.stdout, stop=stop, is_tty=sys.stdout.isatty())
+
+
+@main.command()
+@format_option()
+@settings_options(DAEMON_SCOPES)
+@friendly_errors
+def check(fmt: str, **kwargs: Any) -> None:
+    """Check the configuration: token accepted, store writable with create-once writes, state dir writable."""
+    from archiver import doctor
+
+    settings = resolve(kwargs)
+    if fmt != "json":
+        sys.exit(doctor.check(settings, sys.stdout))
+    results = doctor.run_checks(settings)
+    ready = all(result.status != doctor.FAIL for result in results)
+    click.echo(json.dumps({"ready": ready, "checks": [as_dict(result) for result in results]}))
+    sys.exit(0 if ready else 1)

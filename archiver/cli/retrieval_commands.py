@@ -1,0 +1,251 @@
+"""The commands that read an archive: ls, show, logs, get, verify and the evidence browser."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from archiver.cli.base import (
+    _TIME_HELP,
+    as_dict,
+    format_option,
+    friendly_errors,
+    instance_option,
+    main,
+    resolve,
+    settings_options,
+    store_for,
+)
+from archiver.errors import ConfigError
+from archiver.settings import STORE_SCOPES
+
+
+@main.command("ls")
+@click.option("--since", metavar="TIME", help=f"Ended at or after TIME: {_TIME_HELP}. [default: 24h]")
+@click.option("--until", metavar="TIME", help="Ended at or before TIME (same forms). [default: no bound]")
+@click.option("--image", metavar="NAME[:TAG]", help="Only this image (NAME or NAME:TAG).")
+@click.option("--location", metavar="LOCATION", help="Only this location.")
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only sessions with this label (repeatable; all must match).",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="At most N sessions (the newest).")
+@format_option()
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def ls_command(
+    since: str | None, until: str | None, image: str | None, location: str | None,
+    labels: tuple[str, ...], limit: int | None, fmt: str, **kwargs: Any,
+) -> None:  # fmt: skip
+    """List archived sessions by end time, newest first (reads only the index hours of the range)."""
+    from archiver.retrieval import retrieve
+
+    settings = resolve(kwargs)
+    now = time.time()
+    try:
+        start, end = retrieve.parse_time_range(since, until, now)
+        wanted = dict(retrieve.parse_label(value) for value in labels)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    store = store_for(settings)
+    try:
+        entries = retrieve.list_sessions(
+            store, since=start, until=end, image=image, location=location, labels=wanted, limit=limit, now=now
+        )
+        retrieve.render_sessions(entries, sys.stdout, fmt=fmt)
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_id")
+@format_option("json: the stored manifest document as is.")
+@instance_option("the newest")
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None:
+    """The manifest of an archived session, readable."""
+    from archiver.retrieval import retrieve
+
+    store = store_for(resolve(kwargs))
+    try:
+        retrieve.show_session(store, session_id, sys.stdout, fmt="json" if fmt == "json" else "text", instance=instance)
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_id")
+@click.option(
+    "--stream", type=click.Choice(["stdout", "stderr"]), default=None,
+    help="Only this stream (where the upstream told them apart; else every line, with a note).",
+)  # fmt: skip
+@click.option(
+    "--grep", "pattern", metavar="REGEX", help="Only lines matching this regular expression (searched anywhere)."
+)
+@click.option("-i", "--ignore-case", is_flag=True, help="--grep ignores case.")
+@instance_option("the newest")
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def logs(
+    session_id: str, stream: str | None, pattern: str | None, ignore_case: bool, instance: str | None, **kwargs: Any
+) -> None:
+    """The archived logs as plain text lines, whatever format the upstream sent."""
+    from archiver.retrieval import retrieve
+
+    try:
+        grep = retrieve.compile_grep(pattern, ignore_case=ignore_case) if pattern is not None else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--grep") from None
+    store = store_for(resolve(kwargs))
+    try:
+        retrieve.print_logs(store, session_id, sys.stdout, stream=stream, grep=grep, instance=instance)
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_id")
+@click.option(
+    "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+    help="Downloads go to OUT/<session id, escaped>/ (OUT/<session id, escaped>.<instance>/ for an instance).",
+)  # fmt: skip
+@click.option(
+    "--extract", is_flag=True, help="Also unpack artifacts (unsafe members skipped and listed) and write logs.txt."
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: when a terminal]")
+@instance_option("the newest")
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def get(
+    session_id: str, out_dir: Path, extract: bool, progress: bool | None, instance: str | None, **kwargs: Any
+) -> None:
+    """Download everything of an archived session, verifying each file's sha256."""
+    from archiver.retrieval import retrieve
+
+    store = store_for(resolve(kwargs))
+    try:
+        loaded = retrieve.load_archive(store, session_id, instance)
+        if sys.stderr.isatty() if progress is None else progress:
+            total = retrieve.download_size(loaded.manifest)
+            with click.progressbar(length=total, label="downloading", file=sys.stderr) as bar:
+                result = retrieve.download_session(
+                    store, session_id, out_dir, extract=extract, progress=bar.update, loaded=loaded
+                )
+        else:
+            result = retrieve.download_session(store, session_id, out_dir, extract=extract, loaded=loaded)
+        retrieve.render_download(result, sys.stdout)
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_ids", nargs=-1)
+@click.option("--since", metavar="TIME", help=f"Verify every session that ended since TIME: {_TIME_HELP}.")
+@click.option("--until", metavar="TIME", help="With --since: up to TIME.")
+@instance_option("every archive of each ID")
+@format_option()
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def verify(
+    session_ids: tuple[str, ...], since: str | None, until: str | None, instance: str | None, fmt: str, **kwargs: Any
+) -> None:
+    """Re-hash stored objects against their manifests (every archive of each ID); exit 1 when anything is wrong."""
+    from archiver.retrieval import retrieve
+
+    if session_ids and (since or until):
+        raise click.UsageError("give session ids or --since/--until, not both")
+    if instance is not None and not session_ids:
+        raise click.UsageError("--instance picks an archive of the session ids given; give at least one ID")
+    settings = resolve(kwargs)
+    now = time.time()
+    try:
+        start, end = retrieve.parse_time_range(since, until, now)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    store = store_for(settings)
+    as_json = fmt == "json"
+    try:
+        report = retrieve.verify(
+            store, session_ids=session_ids, instance=instance, since=start, until=end, now=now,
+            # A table reports problems as they are found (a long run shows progress); JSON at the end.
+            on_problem=None if as_json else lambda problem: click.echo(problem.line()),
+        )  # fmt: skip
+        if as_json:
+            document = {
+                "ok": report.ok, "sessions": report.sessions, "objects": report.objects, "bytes": report.bytes,
+                "problems": [as_dict(problem) for problem in report.problems],
+            }  # fmt: skip
+            click.echo(json.dumps(document))
+        else:
+            retrieve.render_verify(report, sys.stdout, problems=False)
+    finally:
+        store.close()
+    sys.exit(0 if report.ok else 1)
+
+
+#: Where `archiver browse` listens unless --listen is given on its command line (the daemon's
+#: ARCHIVER_LISTEN / config `listen` name the /metrics address, not this one).
+BROWSE_LISTEN = "127.0.0.1:9878"
+
+
+@main.command()
+@click.option(
+    "--listen",
+    "browse_listen",  # not `listen`: a shared config file's `listen` is the daemon's /metrics address
+    default=BROWSE_LISTEN,
+    show_default=True,
+    envvar="ARCHIVER_BROWSE_LISTEN",
+    show_envvar=True,
+    metavar="HOST:PORT",
+    help="Address the browser serves its pages on.",
+)
+@click.option(
+    "--web-config-file",
+    "web_config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    envvar="ARCHIVER_WEB_CONFIG_FILE",
+    show_envvar=True,
+    metavar="PATH",
+    help="Exporter-toolkit web config (TLS, basic auth), the same file as for /metrics.",
+)
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def browse(browse_listen: str, web_config_file: str | None, **kwargs: Any) -> None:
+    """The evidence browser: read-only web pages over the archive (list, session, logs, downloads).
+
+    Needs only the store's read permissions.
+    """
+    import signal
+    import threading
+
+    from archiver.browse.app import BrowseApp
+    from archiver.browse.server import BrowseServer
+    from archiver.exporter.webconfig import load_web_config
+    from archiver.settings import parse_listen
+
+    settings = resolve(kwargs)
+    try:
+        address = parse_listen(browse_listen)
+    except ValueError as exc:
+        raise ConfigError(f"--listen: {exc}") from None
+    web_config = load_web_config(web_config_file) if web_config_file else None
+    store = store_for(settings)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    try:
+        with BrowseServer(address, BrowseApp(store), web_config=web_config) as server:
+            click.echo(f"evidence browser: {server.url}/sessions (store {store.url})", err=True)
+            stop.wait()
+    finally:
+        store.close()
