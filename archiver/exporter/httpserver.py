@@ -15,7 +15,7 @@ import sys
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit
 
 from archiver import __version__
@@ -91,16 +91,16 @@ _LANDING = """<!doctype html>
 """
 
 
-class _Server(ThreadingHTTPServer):
-    """ThreadingHTTPServer carrying the app; handler threads are daemons so stop() never waits on an
-    idle keep-alive connection."""
+class OwnedServer(ThreadingHTTPServer):
+    """ThreadingHTTPServer carrying its owner (the object the handlers serve); handler threads are
+    daemons so stop() never waits on an idle keep-alive connection."""
 
     daemon_threads = True
     request_queue_size = 128
 
-    def __init__(self, address: tuple[str, int], app: MetricsServer) -> None:
-        self.app = app
-        super().__init__(address, _Handler)
+    def __init__(self, address: tuple[str, int], owner: Any, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.owner = owner
+        super().__init__(address, handler)
 
     def server_bind(self) -> None:
         # HTTPServer.server_bind resolves the host's FQDN (a DNS lookup that can stall start-up); the
@@ -117,18 +117,85 @@ class _Server(ThreadingHTTPServer):
         if isinstance(exc, ssl.SSLError | ConnectionError | TimeoutError):
             log.debug("connection from %s failed: %s", client_address[0], exc)
             return
-        self.app.self_metrics.error("http")
+        self.owner.connection_failed()
         log.error("HTTP connection from %s failed", client_address[0], exc_info=exc)
 
 
-class _Server6(_Server):
+class OwnedServer6(OwnedServer):
     address_family = socket.AF_INET6
+
+
+class BackgroundHTTPServer:
+    """A server on `listen` (IPv4 or IPv6; TLS when the web config has it) run by a daemon thread:
+    the lifecycle the /metrics server and the evidence browser share. Subclasses set `handler`."""
+
+    handler: type[BaseHTTPRequestHandler]
+    thread_name = "http-server"
+
+    def __init__(self, listen: tuple[str, int], web_config: WebConfig | None) -> None:
+        self.auth = BasicAuth(web_config.basic_auth_users) if web_config and web_config.basic_auth_users else None
+        context = web_config.ssl_context() if web_config is not None else None
+        host, port = listen
+        server_class = OwnedServer6 if ":" in host else OwnedServer
+        try:
+            self._httpd = server_class((host, port), self, self.handler)
+        except OSError as exc:
+            raise ConfigError(f"cannot listen on {_format_host(host)}:{port}: {exc.strerror or exc}") from None
+        if context is not None:
+            self._httpd.socket = context.wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
+        self._scheme = "https" if context is not None else "http"
+        self._thread: threading.Thread | None = None
+
+    def connection_failed(self) -> None:
+        """A handler raised something that is not a client's routine failure (count it, if anywhere)."""
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound address (the real port when `listen` asked for port 0)."""
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        """Base URL to reach the server locally, e.g. `http://127.0.0.1:9108`."""
+        host, port = self.address
+        if host in ("", "0.0.0.0"):
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        return f"{self._scheme}://{_format_host(host)}:{port}"
+
+    def start(self) -> None:
+        """Serve on a background thread (returns at once)."""
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name=self.thread_name, daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop accepting, wait for the accept loop to end and close the socket; idempotent."""
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join()
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
 
 class _Handler(BaseHTTPRequestHandler):
     """One connection; HTTP/1.1 keep-alive, every response with a Content-Length."""
 
-    server: _Server
+    server: OwnedServer
     protocol_version = "HTTP/1.1"
     server_version = f"session-archiver/{__version__}"
     sys_version = ""  # do not advertise the Python version
@@ -163,7 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, *, head: bool) -> None:
         self._headers_sent = False  # per request: one handler serves every request of a connection
-        app = self.server.app
+        app: MetricsServer = self.server.owner
         try:
             if app.auth is not None and not app.auth.check(self.headers.get("Authorization")):
                 self._reply(
@@ -198,7 +265,7 @@ class _Handler(BaseHTTPRequestHandler):
     _headers_sent = False
 
     def _metrics(self, head: bool) -> None:
-        app = self.server.app
+        app: MetricsServer = self.server.owner
         openmetrics = wants_openmetrics(self.headers.get("Accept"))
         gzip = accepts_gzip(self.headers.get("Accept-Encoding"))
         tail = app.self_metrics.render(openmetrics)
@@ -243,7 +310,7 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.write(part)
 
 
-class MetricsServer:
+class MetricsServer(BackgroundHTTPServer):
     """The daemon's HTTP endpoints on `listen`, served by daemon threads.
 
     `snapshot_source` returns the latest snapshot (None before the first poll: `/metrics` then serves
@@ -266,60 +333,12 @@ class MetricsServer:
         self.self_metrics = self_metrics
         self.health = health
         self.ready = ready
-        self.auth = BasicAuth(web_config.basic_auth_users) if web_config and web_config.basic_auth_users else None
-        context = web_config.ssl_context() if web_config is not None else None
-        host, port = listen
-        server_class = _Server6 if ":" in host else _Server
-        try:
-            self._httpd = server_class((host, port), self)
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {_format_host(host)}:{port}: {exc.strerror or exc}") from None
-        if context is not None:
-            self._httpd.socket = context.wrap_socket(
-                self._httpd.socket, server_side=True, do_handshake_on_connect=False
-            )
-        self._scheme = "https" if context is not None else "http"
-        self._thread: threading.Thread | None = None
+        super().__init__(listen, web_config)
 
-    @property
-    def address(self) -> tuple[str, int]:
-        """The bound address (the real port when `listen` asked for port 0)."""
-        host, port = self._httpd.server_address[:2]
-        return str(host), int(port)
+    handler = _Handler
 
-    @property
-    def url(self) -> str:
-        """Base URL to reach the server locally, e.g. `http://127.0.0.1:9108`."""
-        host, port = self.address
-        if host in ("", "0.0.0.0"):
-            host = "127.0.0.1"
-        elif host == "::":
-            host = "::1"
-        return f"{self._scheme}://{_format_host(host)}:{port}"
-
-    def start(self) -> None:
-        """Serve on a background thread (returns at once)."""
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.2}, name="http-server", daemon=True
-        )
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop accepting, wait for the accept loop to end and close the socket; idempotent."""
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join()
-            self._thread = None
-        self._httpd.server_close()
-
-    def __enter__(self) -> MetricsServer:
-        self.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+    def connection_failed(self) -> None:
+        self.self_metrics.error("http")
 
 
 def _format_host(host: str) -> str:
