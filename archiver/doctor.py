@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 from archiver.errors import (
     ApiError,
@@ -57,21 +57,15 @@ ApiFactory = Callable[[Settings], SessionHostClient]
 
 def _doctor_s3_client(settings: Settings) -> Any:
     """A boto3 client like the daemon's but with short timeouts and two attempts (no minutes-long hang)."""
-    import boto3
-    from botocore.config import Config
+    from archiver.store import make_s3_client
 
-    mode: Literal["when_supported", "when_required"] = (
-        "when_required" if settings.s3_checksum == "when_required" else "when_supported"
-    )
-    config = Config(
-        retries={"mode": "standard", "max_attempts": STORE_INTERACTIVE.attempts},
+    return make_s3_client(
+        endpoint_url=settings.s3_endpoint_url,
+        checksum_mode="when_required" if settings.s3_checksum == "when_required" else "when_supported",
+        policy=STORE_INTERACTIVE,
         connect_timeout=_S3_CONNECT_TIMEOUT,
         read_timeout=_S3_READ_TIMEOUT,
-        request_checksum_calculation=mode,
-        response_checksum_validation="when_required",
-        s3={"addressing_style": "path"} if settings.s3_endpoint_url else None,
     )
-    return boto3.session.Session().client("s3", endpoint_url=settings.s3_endpoint_url, config=config)
 
 
 def default_store_factory(settings: Settings) -> ObjectStore:

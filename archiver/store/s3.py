@@ -31,7 +31,7 @@ from archiver.errors import (
     excerpt,
 )
 from archiver.layout.manifest import is_sha256
-from archiver.retry import STORE
+from archiver.retry import STORE, RetryPolicy
 from archiver.store.base import (
     DEFAULT_MULTIPART_THRESHOLD,
     DEFAULT_PART_CONCURRENCY,
@@ -95,8 +95,20 @@ _TRANSIENT_CODES = frozenset(
 )
 
 
-def make_s3_client(*, endpoint_url: str | None = None, checksum_mode: ChecksumMode = "when_supported") -> S3Client:
-    """A boto3 S3 client with botocore's standard retries (the only retry layer) and configurable checksums.
+#: botocore's own default for connect and read timeouts (used when only one of them is given).
+DEFAULT_BOTO_TIMEOUT = 60.0
+
+
+def make_s3_client(
+    *,
+    endpoint_url: str | None = None,
+    checksum_mode: ChecksumMode = "when_supported",
+    policy: RetryPolicy = STORE,
+    connect_timeout: float | None = None,
+    read_timeout: float | None = None,
+) -> S3Client:
+    """A boto3 S3 client with botocore's standard retries (the only retry layer, attempts from
+    `policy`) and configurable checksums; the timeouts default to botocore's.
 
     Path-style addressing is used with a custom endpoint (MinIO, Ceph, moto expect it).
     Credentials and region come from the usual AWS environment/config chain.
@@ -104,12 +116,19 @@ def make_s3_client(*, endpoint_url: str | None = None, checksum_mode: ChecksumMo
     import boto3  # local: keeps `import archiver.store` cheap for commands that never touch S3
 
     config = Config(
-        retries={"mode": "standard", "max_attempts": STORE.attempts},
+        retries={"mode": "standard", "max_attempts": policy.attempts},
         request_checksum_calculation=checksum_mode,
         response_checksum_validation="when_required",
         s3={"addressing_style": "path"} if endpoint_url else None,
         max_pool_connections=32,
     )
+    if connect_timeout is not None or read_timeout is not None:
+        config = config.merge(
+            Config(
+                connect_timeout=connect_timeout or DEFAULT_BOTO_TIMEOUT,
+                read_timeout=read_timeout or DEFAULT_BOTO_TIMEOUT,
+            )
+        )
     client: S3Client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
     return client
 
