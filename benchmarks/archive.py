@@ -232,7 +232,9 @@ def bench_large(moto: Child, tmp: Path, artifact_mib: int) -> dict[str, Any]:
         fake.command(op="end", ids=["big"])
         e2e = wait_archived(arch, ["big"], 600)
         rss_growth = peak_rss_mb() - rss_before
-        (item,) = [i for i in arch.state.items_of("big") if i.kind == "artifact"]
+        big = arch.state.latest("big")
+        assert big is not None
+        (item,) = [i for i in arch.state.items_of(big.key) if i.kind == "artifact"]
         size = item.size or 0
         upload_seconds = max(uploads)
         arch.close()
@@ -281,9 +283,9 @@ def bench_many(moto: Child, tmp: Path, count: int, fetch_workers: int, upload_wo
         wall = wait_archived(arch, ids, 3600)
         rss_growth = peak_rss_mb() - rss_before
         outcomes = arch.state.outcome_counts()
-        total_bytes = sum((i.size or 0) for sid in ids[:: max(1, count // 50)] for i in arch.state.items_of(sid)) * max(
-            1, count // 50
-        )
+        total_bytes = sum(
+            (i.size or 0) for sid in ids[:: max(1, count // 50)] for i in arch.state.items_of(_key(arch.state, sid))
+        ) * max(1, count // 50)
         arch.close()
         keys = 0
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix="archive/"):
@@ -380,3 +382,10 @@ def _pf(ok: bool) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _key(state: Any, sid: str) -> str:
+    """The state DB key of the newest instance of `sid` (rows are per session instance)."""
+    row = state.latest(sid)
+    assert row is not None, sid
+    return str(row.key)
