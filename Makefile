@@ -21,8 +21,17 @@ test-image: $(STAMP)
 
 # The evidence browser driven in a real Chromium (Debian's chromium + chromium-driver; skipped
 # where they are missing, a failure under CI=true). BROWSE_SCREENSHOTS=docs refreshes the README's pictures.
-test-browser: $(STAMP)
-	$(BIN)/python -m pytest -q -m browser tests/test_browse_chromium.py $(PYTEST_ARGS)
+# A venv of its own: selenium's dependencies (trio) would otherwise be imported by httpx in every
+# process of the main venv and inflate what `make bench` measures.
+BROWSER_VENV := .venv-browser
+$(BROWSER_VENV)/.installed: pyproject.toml
+	test -x $(BROWSER_VENV)/bin/python || $(PYTHON) -m venv $(BROWSER_VENV)
+	$(BROWSER_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BROWSER_VENV)/bin/python -m pip install -q -e '.[browser-test]'
+	touch $@
+
+test-browser: $(BROWSER_VENV)/.installed
+	$(BROWSER_VENV)/bin/python -m pytest -q -m browser tests/test_browse_chromium.py $(PYTEST_ARGS)
 
 # grafana/alerts/archiver.rules.yml is the chart's alert template rendered with default values.
 rules: $(STAMP)
@@ -43,4 +52,4 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BROWSER_VENV) .pytest_cache .mypy_cache .ruff_cache

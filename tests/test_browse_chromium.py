@@ -8,6 +8,7 @@ With BROWSE_SCREENSHOTS=DIR the list and session pages are saved there (the READ
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
 import shutil
 import time
@@ -33,6 +34,8 @@ REPLAY = bytes(range(256)) * 8192 + b"replay-end"  # 2 MiB
 
 def _need_tools() -> None:
     missing = [path for path in (CHROMIUM, CHROMEDRIVER) if shutil.which(path) is None]
+    if importlib.util.find_spec("selenium") is None:
+        missing.append("selenium (make test-browser installs it in .venv-browser)")
     if missing:
         message = f"missing {', '.join(missing)} (apt-get install chromium chromium-driver)"
         if os.environ.get("CI") == "true":
