@@ -210,6 +210,13 @@ def wait_archived(arch: Archiver, ids: list[str], timeout: float) -> float:
 # --- the two benchmarks -----------------------------------------------------------------------------
 
 
+def _key(state: Any, sid: str) -> str:
+    """The state DB key of the newest instance of `sid` (rows are per session instance)."""
+    row = state.latest(sid)
+    assert row is not None, sid
+    return str(row.key)
+
+
 def bench_large(moto: Child, tmp: Path, artifact_mib: int) -> dict[str, Any]:
     import boto3
     from boto3.s3.transfer import TransferConfig
@@ -382,10 +389,3 @@ def _pf(ok: bool) -> str:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _key(state: Any, sid: str) -> str:
-    """The state DB key of the newest instance of `sid` (rows are per session instance)."""
-    row = state.latest(sid)
-    assert row is not None, sid
-    return str(row.key)
