@@ -7,48 +7,21 @@ by chunk as the app yields it, so a 100 MB download never sits in memory.
 from __future__ import annotations
 
 import logging
-import ssl
-from http.server import BaseHTTPRequestHandler
-from typing import Any
 
 from archiver import __version__
 from archiver.browse.app import BrowseApp, Response
-from archiver.exporter.httpserver import CONNECTION_TIMEOUT, BackgroundHTTPServer, OwnedServer
+from archiver.exporter.httpserver import BackgroundHTTPServer, ReadOnlyHandler
 from archiver.exporter.webconfig import WebConfig
 
 log = logging.getLogger("archiver.browse")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: OwnedServer
-    protocol_version = "HTTP/1.1"
+class _Handler(ReadOnlyHandler):
     server_version = f"session-archiver-browse/{__version__}"
-    sys_version = ""
-    timeout = CONNECTION_TIMEOUT
-    disable_nagle_algorithm = True
 
-    def setup(self) -> None:
-        if isinstance(self.request, ssl.SSLSocket):
-            # Handshake here, on the connection's own thread, never in accept().
-            self.request.settimeout(self.timeout)
-            self.request.do_handshake()
-        super().setup()
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s %s", self.address_string(), format % args)
-
-    def do_GET(self) -> None:
-        self._dispatch(head=False)
-
-    def do_HEAD(self) -> None:
-        self._dispatch(head=True)
-
-    def _not_allowed(self) -> None:
-        # Read-only: anything but GET/HEAD is refused, and its unread body ends the connection.
-        self.close_connection = True
+    def _refuse_method(self) -> None:
+        # Read-only: anything but GET/HEAD is refused.
         self._send(Response(405, "text/plain; charset=utf-8", (b"Method Not Allowed\n",), 19, {"Allow": "GET, HEAD"}))
-
-    do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
 
     def _dispatch(self, *, head: bool) -> None:
         owner: BrowseServer = self.server.owner

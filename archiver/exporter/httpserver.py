@@ -192,12 +192,12 @@ class BackgroundHTTPServer:
         self.stop()
 
 
-class _Handler(BaseHTTPRequestHandler):
-    """One connection; HTTP/1.1 keep-alive, every response with a Content-Length."""
+class ReadOnlyHandler(BaseHTTPRequestHandler):
+    """What the /metrics and browser handlers share: HTTP/1.1 keep-alive, the TLS handshake on the
+    connection's own thread, GET/HEAD to `_dispatch`, every other method refused with 405."""
 
     server: OwnedServer
     protocol_version = "HTTP/1.1"
-    server_version = f"session-archiver/{__version__}"
     sys_version = ""  # do not advertise the Python version
     timeout = CONNECTION_TIMEOUT
     # A body is written as a few large sendall() calls after the headers; with Nagle on, the last
@@ -224,9 +224,25 @@ class _Handler(BaseHTTPRequestHandler):
     def _not_allowed(self) -> None:
         # The request may carry a body we do not read: close rather than misparse the next request.
         self.close_connection = True
-        self._reply(405, b"Method Not Allowed\n", _TEXT_PLAIN, head=False, extra={"Allow": "GET, HEAD"})
+        self._refuse_method()
 
     do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _not_allowed
+
+    def _dispatch(self, *, head: bool) -> None:
+        raise NotImplementedError
+
+    def _refuse_method(self) -> None:
+        """Answer 405 with `Allow: GET, HEAD`."""
+        raise NotImplementedError
+
+
+class _Handler(ReadOnlyHandler):
+    """One connection; HTTP/1.1 keep-alive, every response with a Content-Length."""
+
+    server_version = f"session-archiver/{__version__}"
+
+    def _refuse_method(self) -> None:
+        self._reply(405, b"Method Not Allowed\n", _TEXT_PLAIN, head=False, extra={"Allow": "GET, HEAD"})
 
     def _dispatch(self, *, head: bool) -> None:
         self._headers_sent = False  # per request: one handler serves every request of a connection
