@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["SeaweedServer", "moto_endpoint", "s3_bucket", "s3_client", "seaweed_server"]
+__all__ = ["SeaweedServer", "client_factory", "moto_endpoint", "s3_bucket", "s3_client", "seaweed_server"]
 
 _DUMMY_AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -57,19 +57,24 @@ def moto_endpoint() -> Iterator[str]:
             server.stop()
 
 
-@pytest.fixture
-def s3_client(moto_endpoint: str) -> Callable[..., Any]:
-    """Factory of boto3 S3 clients for the moto server, built like the archiver builds its own.
+def client_factory(endpoint: str) -> Callable[..., Any]:
+    """Factory of boto3 S3 clients for one server, built like the archiver builds its own.
 
-    ``s3_client(checksum_mode="when_supported")``; each call returns a fresh client (so a test can
+    ``make(checksum_mode="when_supported")``; each call returns a fresh client (so a test can
     attach botocore event hooks to one without affecting others).
     """
     from archiver.store import make_s3_client
 
     def make(checksum_mode: str = "when_supported") -> Any:
-        return make_s3_client(endpoint_url=moto_endpoint, checksum_mode=checksum_mode)  # type: ignore[arg-type]
+        return make_s3_client(endpoint_url=endpoint, checksum_mode=checksum_mode)  # type: ignore[arg-type]
 
     return make
+
+
+@pytest.fixture
+def s3_client(moto_endpoint: str) -> Callable[..., Any]:
+    """Clients for the moto server (see `client_factory`)."""
+    return client_factory(moto_endpoint)
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
 from archiver.textsafe import printable
 from archiver.upstream.api import SessionHostClient, Token
+from tests import test_retrieve
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_http import TLSFiles
 from tests.fixtures_pipeline import FAST, FAST_POLICY
@@ -48,28 +49,10 @@ XSS_ID = '<script>alert("id")</script>'
 XSS_LABEL = "<img src=x onerror=alert(1)>"
 
 
-@pytest.fixture
-def file_store(tmp_path: Path) -> Iterator[ObjectStore]:
-    root = tmp_path / "archive"
-    root.mkdir()
-    store = open_store(root.as_uri())
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def s3_store(s3_bucket: tuple[str, str], s3_client: Callable[..., Any]) -> Iterator[ObjectStore]:
-    _endpoint, bucket = s3_bucket
-    store = open_store(f"s3://{bucket}/archive/", s3_client=s3_client())
-    yield store
-    store.close()
-
-
-@pytest.fixture(params=["file", "s3"])
-def store(request: pytest.FixtureRequest) -> ObjectStore:
-    """The same test against the directory store and the S3 store (moto server)."""
-    result: ObjectStore = request.getfixturevalue(f"{request.param}_store")
-    return result
+# The stores of the retrieval tests (pytest finds fixtures by module name).
+file_store = test_retrieve.file_store
+s3_store = test_retrieve.s3_store
+store = test_retrieve.store
 
 
 @pytest.fixture

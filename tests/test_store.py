@@ -33,6 +33,7 @@ from archiver.errors import (
 from archiver.layout import keys
 from archiver.store import FileStore, MemoryJournal, ObjectStore, PutOutcome, S3Store, open_store
 from archiver.store.file import PARTIAL_DIR
+from tests.fixtures_s3 import client_factory
 
 MIB = 1024 * 1024
 
@@ -77,13 +78,8 @@ def s3_endpoint(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def s3_client(s3_endpoint: str) -> Callable[..., Any]:
-    """Factory of boto3 clients for this test's S3 server, built like the archiver builds its own."""
-    from archiver.store import make_s3_client
-
-    def make(checksum_mode: str = "when_supported") -> Any:
-        return make_s3_client(endpoint_url=s3_endpoint, checksum_mode=checksum_mode)  # type: ignore[arg-type]
-
-    return make
+    """Clients for this test's S3 server."""
+    return client_factory(s3_endpoint)
 
 
 @pytest.fixture
