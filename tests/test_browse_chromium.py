@@ -74,6 +74,8 @@ def driver(tmp_path: Path) -> Iterator[Any]:
     browser = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     browser.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
     browser.downloads = downloads  # type: ignore[attr-defined]
+    # click() and submit() return before the next page has loaded: lookups poll for up to 10 s.
+    browser.implicitly_wait(10)
     try:
         yield browser
     finally:
@@ -119,6 +121,13 @@ def _wait_for_file(browser: Any, directory: Path, deadline_s: float) -> Path:
     return found
 
 
+def _wait_for_url(driver: Any, part: str) -> None:
+    """Until the browser shows the page a click or submit asked for (its URL holds `part`)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(driver, 15, poll_frequency=0.05).until(lambda d: part in d.current_url)
+
+
 def test_from_the_list_to_a_hostile_sessions_logs_and_replay(driver: Any, archive: ObjectStore) -> None:
     """List → filter by label → hostile session (id and label shown as text, no script ran) → logs → replay sha256."""
     from selenium.webdriver.common.by import By
@@ -136,6 +145,7 @@ def test_from_the_list_to_a_hostile_sessions_logs_and_replay(driver: Any, archiv
         field = driver.find_element(By.NAME, "label")
         field.send_keys("mode=tournament")
         field.submit()
+        _wait_for_url(driver, "label=")
         links = driver.find_elements(By.CSS_SELECTOR, "a.session")
         assert [link.text for link in links] == [HOSTILE_ID]
         links[0].click()
@@ -149,11 +159,13 @@ def test_from_the_list_to_a_hostile_sessions_logs_and_replay(driver: Any, archiv
         session_url = driver.current_url
 
         driver.find_element(By.ID, "logs-link").click()
+        _wait_for_url(driver, "/logs")
         log = driver.find_element(By.ID, "log").text
         assert "<script>alert('log')</script>" in log and "speedhack" in log
         search = driver.find_element(By.NAME, "q")
         search.send_keys("SPEEDHACK")
         search.submit()
+        _wait_for_url(driver, "q=")
         assert "kicked: speedhack" in driver.find_element(By.ID, "log").text
         assert "match started" not in driver.find_element(By.ID, "log").text
         _no_alert(driver)
