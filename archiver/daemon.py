@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from archiver import __version__
 from archiver import logs as logsetup
+from archiver.archive import crashpoints
 from archiver.durable import StateDirLock
 from archiver.exporter.exposition import Snapshot, SnapshotRenderer
 from archiver.exporter.httpserver import MetricsServer
@@ -277,6 +278,7 @@ def tune_allocator() -> None:
 
 def run_forever(settings: Settings) -> None:
     """The `archiver run` entry point: logs, signals, start, wait, graceful stop."""
+    crashpoints.check_environment()
     tune_allocator()
     secrets = [settings.api_token.reveal()] if settings.api_token else []
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
@@ -300,6 +302,7 @@ def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -
     Returns the ids that were queued and whether everything finished within `timeout`.
     Meant for when no daemon runs on the same state dir (SQLite has one writer).
     """
+    crashpoints.check_environment()
     secrets = [settings.api_token.reveal()] if settings.api_token else []
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
     api_url, token = settings.require_api()

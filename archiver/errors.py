@@ -27,7 +27,22 @@ traceback. Anything else escaping is a bug. The whole tree::
         ├── InvalidKeyError (ValueError)  a key that could escape its prefix
         ├── ObjectNotFoundError     no object at a key
         ├── ObjectConflictError     create-once found a different object at the key
-        └── SourceFileError         the local file differs from its declared size/sha256
+        ├── SourceFileError         the local file differs from its declared size/sha256
+        ├── PreconditionFailedError (store/s3_multipart.py, internal: resolved by comparing sha256)
+        └── NoSuchUploadError       (store/s3_multipart.py, internal: the upload was completed or aborted)
+
+Defined beside the code that raises them, still under the root:
+
+    ArchiverError
+    └── FakeServiceError            (fake/errors.py) misuse of the fake service's Python API
+        ├── FakeConfigError (ConfigError, ValueError)  a bad quirk, fault spec, token or catalogue
+        ├── UnknownSessionError (LookupError)
+        └── UnknownTokenError (LookupError)
+
+Internal control flow, outside the tree on purpose (never leave their module, never seen by a user):
+``fake.errors.HttpProblem`` (a fake request handler's way to answer an error status) and
+``fake.validation.InvalidBody`` (turned into a 422 by the fake). ``tests/test_cli_errors.py`` walks
+every module and fails on any other exception class outside the tree.
 """
 
 from __future__ import annotations
@@ -40,10 +55,39 @@ EXCERPT_LIMIT = 200
 
 
 def excerpt(body: bytes | str, limit: int = EXCERPT_LIMIT) -> str:
-    """A short, single-line, printable excerpt of a response body for error messages."""
+    """A short, single-line, printable excerpt of a trusted text (an S3 error message, our own manifest)
+    for error messages. Bodies from the session hosting service go through `upstream_excerpt`."""
     text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: Where an upstream excerpt stops: the first byte that may open a string (JSON's `"`, and `'` and
+#: a backtick for bodies that are almost JSON). Every key and value of a JSON body, `labels.env`
+#: included, lies after such a byte, however its name is escaped (`"\u006cabels"`).
+_STRING_OPENERS = frozenset(b"\"'`")
+
+
+def upstream_excerpt(body: bytes | bytearray | str, limit: int = EXCERPT_LIMIT) -> str:
+    """A secret-free excerpt of a body from the session hosting service, by construction.
+
+    It holds only the bytes before the first byte that may open a string (printable ASCII, other
+    bytes shown as ``?``), then ``…`` and the body's size when anything follows. No byte of any
+    string (so of no key, env name or env value) can be shown, whatever the body: valid JSON, JSON
+    with escaped key names, truncated, or hostile. Enough remains to tell an HTML error page
+    (``<html><head><title>502 Bad Gateway</title>``) from JSON (``{``) or plain garbage.
+    """
+    raw = body.encode("utf-8", "replace") if isinstance(body, str) else body
+    size = len(raw)
+    head: list[str] = []
+    for byte in bytes(raw[:limit]):
+        if byte in _STRING_OPENERS:
+            break
+        head.append(chr(byte) if 32 <= byte < 127 else " " if byte in b"\t\n\r" else "?")
+    text = " ".join("".join(head).split())
+    if len(head) < size:
+        text += f"… ({size} bytes)"
+    return text
 
 
 class ArchiverError(Exception):
@@ -98,8 +142,9 @@ class ApiTransportError(ApiError):
 class ApiDecodeError(ApiError):
     """A successful response whose body is not what the endpoint promises (garbage, wrong types)."""
 
-    def __init__(self, message: str, *, body: bytes | str = b"", method: str = "", path: str = "") -> None:
-        self.excerpt = excerpt(body)
+    def __init__(self, message: str, *, body: bytes | bytearray | str = b"", method: str = "", path: str = "") -> None:
+        # The body came from the upstream: only its secret-free excerpt is kept (see upstream_excerpt).
+        self.excerpt = upstream_excerpt(body) if body else ""
         detail = f"{message} (body starts: {self.excerpt!r})" if self.excerpt else message
         super().__init__(detail, method=method, path=path)
 

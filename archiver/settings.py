@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from archiver.credentials import Token
 from archiver.errors import ConfigError
@@ -25,6 +25,19 @@ TOKEN_ENV = "ARCHIVER_API_TOKEN"
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: The longest duration accepted (ten years): anything longer is a typo, and would overflow the
+#: datetime and timeout arithmetic far from where it was given.
+MAX_DURATION: Final = 3650 * 86400.0
+#: The most parallel fetch or upload workers (one thread each) accepted.
+MAX_WORKERS: Final = 256
+#: The largest size or count accepted (2**53: exact as a float, far inside SQLite's 64-bit integers).
+MAX_COUNT: Final = 2**53
+
+
+def _bounded_duration(seconds: float, value: object) -> float:
+    if seconds > MAX_DURATION:
+        raise ValueError(f"duration too long (at most {int(MAX_DURATION // 86400)}d): {value!r}")
+    return seconds
 
 
 def parse_duration(value: str | float | int) -> float:
@@ -34,7 +47,7 @@ def parse_duration(value: str | float | int) -> float:
     if isinstance(value, int | float):
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"not a duration: {value!r}")
-        return float(value)
+        return _bounded_duration(float(value), value)
     text = value.strip().lower()
     try:
         seconds = float(text)
@@ -47,10 +60,10 @@ def parse_duration(value: str | float | int) -> float:
             pos = match.end()
         if pos != len(text) or not text:
             raise ValueError(f"not a duration (use e.g. 30s, 10m, 4h, 2h30m): {value!r}") from None
-        return total
+        return _bounded_duration(total, value)
     if not math.isfinite(seconds) or seconds < 0:  # float() accepts "nan" and "inf"
         raise ValueError(f"not a duration (use e.g. 30s, 10m, 4h, 2h30m): {value!r}")
-    return seconds
+    return _bounded_duration(seconds, value)
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -66,14 +79,23 @@ def parse_listen(value: str) -> tuple[str, int]:
 def parse_size(value: str | int) -> int:
     """Bytes from `1048576`, `100MB`, `100MiB`, `2GiB`."""
     if isinstance(value, int) and not isinstance(value, bool):
-        return value
+        return _bounded_count(value, value)
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*", str(value).lower())
     if not match:
         raise ValueError(f"not a size (use e.g. 100MB, 512MiB): {value!r}")
     number, unit = float(match.group(1)), (match.group(2) or "b")
     base = 1024 if "i" in unit else 1000
     power = "bkmgt".index(unit[0])
-    return int(number * base**power)
+    total = number * base**power
+    if not math.isfinite(total) or total > MAX_COUNT:
+        raise ValueError(f"size too large (at most {MAX_COUNT} bytes): {value!r}")
+    return int(total)
+
+
+def _bounded_count(number: int, value: object) -> int:
+    if not 0 <= number <= MAX_COUNT:
+        raise ValueError(f"out of range (0 to {MAX_COUNT}): {value!r}")
+    return number
 
 
 def _as_list(value: Any) -> tuple[str, ...]:
@@ -96,10 +118,14 @@ def _as_int(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"expected an integer, got {value!r}")
     if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip())
-    raise ValueError(f"expected an integer, got {value!r}")
+        number = value
+    elif isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 30:
+        number = int(value.strip())
+    else:
+        raise ValueError(f"expected an integer, got {value!r}")
+    if abs(number) > MAX_COUNT:
+        raise ValueError(f"integer out of range: {value!r}")
+    return number
 
 
 def _as_str(value: Any) -> str:
@@ -376,6 +402,8 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 (byte {exc.start}); TOML files are UTF-8") from None
     if "api_token" in data:
         raise ConfigError(f"config file {path}: the token never goes in the config file; use api_token_file")
     for key in data:
@@ -456,8 +484,18 @@ def build_settings(
         raise ConfigError(f"artifact-path: {exc}") from None
     image_paths = _image_paths(file_data["images"], file_name) if "images" in file_data else {}
     token = _load_token(values["api_token_file"], env)
-    if values["fetch_workers"] < 1 or values["upload_workers"] < 1 or values["max_sessions"] < 0:
-        raise ConfigError("fetch-workers and upload-workers must be at least 1, max-sessions at least 0")
+    for key in ("fetch_workers", "upload_workers"):
+        if not 1 <= values[key] <= MAX_WORKERS:
+            flag = OPTIONS_BY_KEY[key].flag
+            raise ConfigError(f"{flag} must be between 1 and {MAX_WORKERS}, got {values[key]}")
+    if values["max_sessions"] < 0:
+        raise ConfigError(f"--max-sessions must be at least 0, got {values['max_sessions']}")
+    if values["deadline_margin"] >= values["retention"]:
+        # Fetch deadline = last seen + retention - margin: no fetch could ever meet it.
+        raise ConfigError(
+            f"--retention ({values['retention']:g}s) must be longer than --deadline-margin "
+            f"({values['deadline_margin']:g}s): every fetch deadline would already have passed"
+        )
     if values["prune_after"] < 2 * values["retention"]:
         # A pruned row whose session the upstream still lists as ended would be archived again.
         raise ConfigError("prune-after must be at least twice --retention")

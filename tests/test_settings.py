@@ -97,7 +97,7 @@ def test_prune_after_must_cover_two_retention_windows() -> None:
 
 
 def test_worker_counts_must_be_positive() -> None:
-    with pytest.raises(ConfigError, match="fetch-workers and upload-workers must be at least 1"):
+    with pytest.raises(ConfigError, match="--fetch-workers must be between 1 and 256, got 0"):
         settings_from(["--fetch-workers", "0"])
 
 

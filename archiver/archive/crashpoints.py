@@ -12,6 +12,8 @@ import os
 import threading
 from typing import Final
 
+from archiver.errors import ConfigError
+
 ENV_VAR: Final = "ARCHIVER_CRASH_AT"
 #: What `kill -9` leaves as exit status in a shell (128 + SIGKILL); tests wait for exactly this.
 EXIT_CODE: Final = 137
@@ -27,20 +29,38 @@ POINTS: Final = (
 
 
 def _parse(value: str | None) -> tuple[str, int] | None:
+    """The armed point and hit number; ConfigError (one line, the known names) for a bad value."""
     if not value:
         return None
     name, _, nth = value.partition(":")
     if name not in POINTS:
-        raise ValueError(f"{ENV_VAR}={value!r}: unknown crash point; known: {', '.join(POINTS)}")
+        raise ConfigError(f"{ENV_VAR}={value!r}: unknown crash point; known: {', '.join(POINTS)}")
+    if nth and not (nth.isascii() and nth.isdigit() and len(nth) <= 9):
+        raise ConfigError(f"{ENV_VAR}={value!r}: the hit number must be a positive integer")
     count = int(nth) if nth else 1
     if count < 1:
-        raise ValueError(f"{ENV_VAR}={value!r}: the hit number must be >= 1")
+        raise ConfigError(f"{ENV_VAR}={value!r}: the hit number must be >= 1")
     return name, count
 
 
-_armed = _parse(os.environ.get(ENV_VAR))
+def _arm(value: str | None) -> tuple[tuple[str, int] | None, ConfigError | None]:
+    # A bad value must not fail the import (a traceback far from the CLI): it disarms, and
+    # `check_environment()`, called before the daemon starts, reports it as a ConfigError.
+    try:
+        return _parse(value), None
+    except ConfigError as exc:
+        return None, exc
+
+
+_armed, _problem = _arm(os.environ.get(ENV_VAR))
 _hits = 0
 _lock = threading.Lock()
+
+
+def check_environment() -> None:
+    """Raise the ConfigError of a bad `ARCHIVER_CRASH_AT` (the daemon and backfill call it at start)."""
+    if _problem is not None:
+        raise _problem
 
 
 def crashpoint(name: str) -> None:

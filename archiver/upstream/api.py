@@ -21,8 +21,8 @@ from archiver.errors import (
     NotFoundError,
     PayloadError,
     Violation,
-    excerpt,
     status_error_class,
+    upstream_excerpt,
 )
 from archiver.retry import UPSTREAM_REQUEST, RetryObserver, RetryPolicy, call
 from archiver.upstream import models
@@ -33,10 +33,9 @@ from archiver.upstream.transport import (
     quote_segment,
     request_path,
     retry_after_seconds,
-    safe_excerpt,
 )
 
-# The wire-level pieces (auth, streamed bodies, header and excerpt helpers) live in transport.py.
+# The wire-level pieces (auth, streamed bodies, header helpers) live in transport.py.
 from archiver.upstream.transport import Download as Download
 from archiver.upstream.transport import RequestObserver as RequestObserver
 
@@ -183,9 +182,7 @@ class SessionHostClient:
         try:
             return (models.SessionListParser() if parser is None else parser).parse(body)
         except PayloadError as exc:
-            raise ApiDecodeError(
-                f"GET /session: {exc}", body=safe_excerpt(body), method="GET", path="/session"
-            ) from None
+            raise ApiDecodeError(f"GET /session: {exc}", body=body, method="GET", path="/session") from None
 
     def list_ended_sessions(self, *, policy: RetryPolicy | None = None) -> list[models.EndedEntry]:
         """`GET /session?all=true`, reduced to the entries whose status is terminal, unparsed
@@ -195,9 +192,7 @@ class SessionHostClient:
         try:
             return models.scan_ended(body)
         except PayloadError as exc:
-            raise ApiDecodeError(
-                f"GET /session: {exc}", body=safe_excerpt(body), method="GET", path="/session"
-            ) from None
+            raise ApiDecodeError(f"GET /session: {exc}", body=body, method="GET", path="/session") from None
 
     def describe_session(self, session_id: str, *, policy: RetryPolicy | None = None) -> Session:
         path = f"/session/{quote_segment(session_id)}"
@@ -272,7 +267,7 @@ class SessionHostClient:
             return parser(payload)
         except PayloadError as exc:
             raise ApiDecodeError(
-                f"{method} {path}: {exc}", body=safe_excerpt(json.dumps(payload)), method=method, path=path
+                f"{method} {path}: {exc}", body=json.dumps(payload), method=method, path=path
             ) from None
 
     def _json(
@@ -303,7 +298,7 @@ class SessionHostClient:
                 return models.decode_json(response.content)
             except PayloadError as exc:
                 raise ApiDecodeError(
-                    f"{method} {path}: {exc}", body=safe_excerpt(response.content), method=method, path=path
+                    f"{method} {path}: {exc}", body=response.content, method=method, path=path
                 ) from None
 
         return self._retrying(attempt, endpoint, policy, retry)
@@ -452,7 +447,7 @@ class SessionHostClient:
             details=info.details,
             identifier=info.identifier,
             violations=[Violation(f, d) for f, d in info.violations],
-            body_excerpt="" if info.message else excerpt(safe_excerpt(body)),
+            body_excerpt="" if info.message else upstream_excerpt(body),
             retry_after=retry_after_seconds(response.headers.get("retry-after")),
             method=request.method,
             path=request_path(request),

@@ -11,7 +11,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as _om_gene
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from archiver.errors import PayloadError, excerpt
+from archiver.errors import PayloadError, upstream_excerpt
 
 #: Longest upstream body we accept: the real service sends a handful of lines; anything this large is
 #: a misrouted response (an HTML page, a log) and would bloat every snapshot.
@@ -66,7 +66,7 @@ def parse_upstream_metrics(body: bytes | str) -> list[MetricFamily]:
         # may quote the line, so only a short excerpt of the body goes into ours.
         what = exc.__class__.__name__
         raise PayloadError(
-            f"metrics body is not Prometheus text ({what}; body starts: {excerpt(text, 80)!r})"
+            f"metrics body is not Prometheus text ({what}; body starts: {upstream_excerpt(text, 80)!r})"
         ) from None
     try:
         render_upstream(families, prefix="x_", openmetrics=False)

@@ -1,5 +1,5 @@
 """The wire-level pieces of the session hosting API client: bearer auth (the token never in a repr),
-streamed bodies, and the helpers that read headers and make error excerpts safe to show."""
+streamed bodies, and the helpers that read headers."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpx
 
 from archiver.credentials import Token
-from archiver.errors import EXCERPT_LIMIT, ApiTransportError
+from archiver.errors import ApiTransportError
 
 
 class BearerAuth(httpx.Auth):
@@ -93,15 +93,6 @@ def retry_after_seconds(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
-
-
-def safe_excerpt(body: bytes | bytearray | str) -> bytes:
-    """The start of a bad body for an error message, cut before the first `labels`/`env`:
-    the container env holds callers' secrets, which must never reach an error message."""
-    raw = body.encode("utf-8", "replace") if isinstance(body, str) else body
-    head = bytes(raw[:EXCERPT_LIMIT])
-    cut = min((i for i in (head.find(b"labels"), head.find(b"env")) if i >= 0), default=len(head))
-    return head[:cut]
 
 
 def quote_segment(value: str) -> str:

@@ -13,6 +13,16 @@ from archiver.archive.state.schema import DB_NAME, MIGRATE_1_TO_2, SCHEMA, SCHEM
 from archiver.errors import StateError
 
 
+def _version_problem(path: Path, version: int) -> str:
+    """What a state DB of another schema means, and what to do about it."""
+    if version > SCHEMA_VERSION:
+        return (
+            f"state DB {path} was written by a newer archiver (schema {version}; this one reads "
+            f"{SCHEMA_VERSION}): run the newer archiver, or use a new --state-dir (downgrades are not supported)"
+        )
+    return f"state DB {path} has schema version {version}, this archiver uses {SCHEMA_VERSION}"
+
+
 class Connection:
     """One open state DB: the writer and reader connections and their transactions (shared by the repositories)."""
 
@@ -36,9 +46,17 @@ class Connection:
             self._reader = connect(path, readonly=readonly)
             version = self._reader.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.DatabaseError as exc:
-            raise StateError(f"state DB {path} cannot be opened: {exc}") from None
+            self._close_quietly()
+            raise StateError(
+                f"state DB {path} cannot be opened ({exc}): move it aside and start again; the store keeps "
+                "what is archived, and reconciliation finds the sessions the upstream still holds"
+            ) from None
+        except StateError:
+            self._close_quietly()
+            raise
         if version != SCHEMA_VERSION:
-            raise StateError(f"state DB {path} has schema version {version}, this archiver uses {SCHEMA_VERSION}")
+            self._close_quietly()
+            raise StateError(_version_problem(path, version))
 
     @classmethod
     def open(cls, state_dir: Path) -> Self:
@@ -53,6 +71,13 @@ class Connection:
             raise StateError(f"no state DB at {path} (has `archiver run` used this --state-dir?)")
         return cls(path, readonly=True)
 
+    def _close_quietly(self) -> None:
+        for name in ("_reader", "_conn"):
+            conn = getattr(self, name, None)
+            if conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.close()
+
     def close(self) -> None:
         with self._write_lock, self._read_lock:
             self._reader.close()
@@ -64,10 +89,7 @@ class Connection:
         if version == SCHEMA_VERSION:
             return
         if version > SCHEMA_VERSION:
-            raise StateError(
-                f"state DB {self.path} was written by a newer archiver (schema {version}); "
-                f"this one reads schema {SCHEMA_VERSION}"
-            )
+            raise StateError(_version_problem(self.path, version))
         if version == 1:
             with self.write() as db:
                 for statement in MIGRATE_1_TO_2.split(";"):
