@@ -280,7 +280,8 @@ def run_forever(settings: Settings) -> None:
     """The `archiver run` entry point: logs, signals, start, wait, graceful stop."""
     crashpoints.check_environment()
     tune_allocator()
-    secrets = [settings.api_token.reveal()] if settings.api_token else []
+    # Every value the token has held, asked per line: a rotated token file adds one.
+    secrets = settings.api_token.known_values if settings.api_token else ()
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
     daemon = Daemon(settings)
 
@@ -303,7 +304,8 @@ def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -
     Meant for when no daemon runs on the same state dir (SQLite has one writer).
     """
     crashpoints.check_environment()
-    secrets = [settings.api_token.reveal()] if settings.api_token else []
+    # Every value the token has held, asked per line: a rotated token file adds one.
+    secrets = settings.api_token.known_values if settings.api_token else ()
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
     api_url, token = settings.require_api()
     settings.require_store()

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 #: Attributes every LogRecord has; anything else passed via `extra=` is emitted as a field.
@@ -18,19 +18,29 @@ class Redactor(logging.Formatter):
     fields and tracebacks alike. Defence in depth: no code path is meant to log a secret, but an
     upstream echoing the token in an error must still not reach a log."""
 
-    def __init__(self, inner: logging.Formatter, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, inner: logging.Formatter, secrets: Iterable[str] | Callable[[], Sequence[str]] = ()) -> None:
         super().__init__()
         self._inner = inner
-        forms: set[str] = set()
-        for secret in secrets:
-            if len(secret) >= 4:
-                forms.add(secret)
-                forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])  # as it appears inside JSON
-        self._forms = tuple(sorted(forms, key=len, reverse=True))
+        # A callable is asked on every line (a rotated token file adds a value); a fixed list once.
+        self._source = secrets if callable(secrets) else (lambda fixed=tuple(secrets): fixed)
+        self._seen: Sequence[str] | None = None
+        self._forms: tuple[str, ...] = ()
+
+    def _current_forms(self) -> tuple[str, ...]:
+        secrets = self._source()
+        if secrets != self._seen:
+            forms: set[str] = set()
+            for secret in secrets:
+                if len(secret) >= 4:
+                    forms.add(secret)
+                    forms.add(json.dumps(secret, ensure_ascii=False)[1:-1])  # as it appears inside JSON
+            self._forms = tuple(sorted(forms, key=len, reverse=True))
+            self._seen = secrets
+        return self._forms
 
     def format(self, record: logging.LogRecord) -> str:
         line = self._inner.format(record)
-        for form in self._forms:
+        for form in self._current_forms():
             line = line.replace(form, "***")
         return line
 
@@ -65,7 +75,12 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure(fmt: str = "text", level: str = "info", secrets: Iterable[str] = (), stream: Any = None) -> None:
+def configure(
+    fmt: str = "text",
+    level: str = "info",
+    secrets: Iterable[str] | Callable[[], Sequence[str]] = (),
+    stream: Any = None,
+) -> None:
     """Install one handler on the root logger (idempotent: replaces a previous one of ours)."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(Redactor(JsonFormatter() if fmt == "json" else TextFormatter(), secrets))

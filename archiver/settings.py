@@ -530,7 +530,7 @@ def _load_token(token_file: str | None, env: Mapping[str, str]) -> Token | None:
     try:
         if token_file:
             try:
-                return Token(Path(token_file).read_text(encoding="utf-8"))
+                return Token.from_file(Path(token_file))
             except OSError as exc:
                 raise ConfigError(f"--api-token-file {token_file}: {exc.strerror}") from None
         if env.get(TOKEN_ENV):

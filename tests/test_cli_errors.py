@@ -137,9 +137,7 @@ def test_a_user_mistake_is_one_error_line_and_a_non_zero_exit_as_a_process(
     if setup:
         setup(tmp_path)
     env = {**_clean_env(), "ARCHIVER_API_TOKEN": "t0ken-value", "ARCHIVER_STATE_DIR": str(tmp_path / "s")}
-    result = subprocess.run(
-        [ARCHIVER, *_argv(argv, tmp_path)], capture_output=True, text=True, timeout=60, env=env
-    )
+    result = subprocess.run([ARCHIVER, *_argv(argv, tmp_path)], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == code
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], result.stderr

@@ -181,6 +181,11 @@ class FakeService:
             detail = "; ".join(f"{v.field}: {v.description}" for v in problem.violations) or problem.message
             raise FakeConfigError(f"cannot seed the session: {detail}") from None
 
+    def rotate_token(self, old: str, new: str) -> None:
+        """Rotate an organisation's token: `new` works from the next request on, `old` is refused
+        with 401 (as when a Kubernetes Secret is rotated upstream first)."""
+        self.state.rotate_token(old, new)
+
     def end_session(self, token: str, session_id: str, status: str | None = None) -> None:
         """End an active session as if its container exited (``exited``) or crashed (``dead``);
         by default as the session was seeded (``crashed``). UnknownSessionError otherwise."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from archiver.fake.catalogue import Catalogue, PortSpec
 from archiver.fake.clock import FakeClock
 from archiver.fake.content import FileSpec, seed_for, session_files
-from archiver.fake.errors import HttpProblem, UnknownSessionError, UnknownTokenError
+from archiver.fake.errors import FakeConfigError, HttpProblem, UnknownSessionError, UnknownTokenError
 from archiver.fake.faults import FaultTable
 from archiver.fake.logs import DEFAULT_BODY_LINES, LINE_INTERVAL, LogLine, session_log
 from archiver.fake.quirks import Quirks
@@ -172,6 +172,15 @@ class ServiceState:
         if org is None:
             raise UnknownTokenError("the token is not one of this fake service's organisations")
         return org
+
+    def rotate_token(self, old: str, new: str) -> None:
+        """The organisation of `old` answers to `new` from now on; `old` gets 401 (a revoked token)."""
+        with self.lock:
+            org = self.org(old)
+            if not new or new.strip() != new or " " in new or new in self._orgs:
+                raise FakeConfigError("the new token must be non-empty, without spaces, and not in use")
+            del self._orgs[old]
+            self._orgs[new] = org
 
     def orgs_by_name(self) -> Mapping[str, Org]:
         return self._by_name

@@ -17,14 +17,21 @@ from archiver.errors import ApiTransportError
 
 
 class BearerAuth(httpx.Auth):
-    """Adds the bearer header per request, so the token is never part of the client's default headers."""
+    """Adds the bearer header per request, so the token is never part of the client's default headers.
+
+    The token is asked for on every request (a token file is re-read when it changes); a 401 makes
+    it re-read its file at once, and the request is sent once more if that gave a new token (the
+    Secret was rotated upstream before its file changed here, or within the same mtime tick)."""
 
     def __init__(self, token: Token) -> None:
         self._token = token
 
     def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         request.headers["Authorization"] = f"Bearer {self._token.reveal()}"
-        yield request
+        response = yield request
+        if response.status_code == 401 and self._token.reload():
+            request.headers["Authorization"] = f"Bearer {self._token.reveal()}"
+            yield request
 
     def __repr__(self) -> str:
         return "BearerAuth(***)"
