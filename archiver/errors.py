@@ -62,26 +62,30 @@ def excerpt(body: bytes | str, limit: int = EXCERPT_LIMIT) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-#: Where an upstream excerpt stops: the first byte that may open a string (JSON's `"`, and `'` and
-#: a backtick for bodies that are almost JSON). Every key and value of a JSON body, `labels.env`
-#: included, lies after such a byte, however its name is escaped (`"\u006cabels"`).
-_STRING_OPENERS = frozenset(b"\"'`")
+#: Where an upstream excerpt stops: the first byte that may open a string or a value, or hide one in an
+#: escape: quotes (JSON's `"`, `'`, a backtick), `:` and `=` (a value follows), and `\\`, `&`, `%`
+#: (a backslash escape, an HTML entity, percent-encoding). Every key and value of a JSON body,
+#: `labels.env` included, lies after such a byte however its name is escaped (`"\\u006cabels"`),
+#: and so does every value of a `key=value`, `key: value` or HTML-escaped echo of one.
+_STOPS = frozenset(b"\"'`:=\\&%")
 
 
 def upstream_excerpt(body: bytes | bytearray | str, limit: int = EXCERPT_LIMIT) -> str:
     """A secret-free excerpt of a body from the session hosting service, by construction.
 
-    It holds only the bytes before the first byte that may open a string (printable ASCII, other
-    bytes shown as ``?``), then ``…`` and the body's size when anything follows. No byte of any
-    string (so of no key, env name or env value) can be shown, whatever the body: valid JSON, JSON
-    with escaped key names, truncated, or hostile. Enough remains to tell an HTML error page
-    (``<html><head><title>502 Bad Gateway</title>``) from JSON (``{``) or plain garbage.
+    It holds only the bytes before the first byte that may open a string or a value (see `_STOPS`;
+    printable ASCII, other bytes shown as ``?``), then ``…`` and the body's size when anything
+    follows. No byte of any string (so of no key, env name or env value) can be shown, whatever the
+    body: valid JSON, JSON with escaped key names, truncated, prefixed with a stray quote, or an
+    HTML page echoing it. Nothing is searched for: the cut is made before anything could start.
+    Enough remains to tell an HTML error page (``<html><head><title>502 Bad Gateway</title>``)
+    from JSON (``{``) or plain garbage.
     """
     raw = body.encode("utf-8", "replace") if isinstance(body, str) else body
     size = len(raw)
     head: list[str] = []
     for byte in bytes(raw[:limit]):
-        if byte in _STRING_OPENERS:
+        if byte in _STOPS:
             break
         head.append(chr(byte) if 32 <= byte < 127 else " " if byte in b"\t\n\r" else "?")
     text = " ".join("".join(head).split())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import logging
 import pickle
 import re
 import threading
@@ -255,9 +256,10 @@ def test_the_poller_reuses_unchanged_sessions_across_polls(fake_service: FakeSer
 
 class _CannedHandler(http.server.BaseHTTPRequestHandler):
     canned = b""
+    status = 200
 
     def do_GET(self) -> None:
-        self.send_response(200)
+        self.send_response(self.status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(self.canned)))
         self.end_headers()
@@ -272,7 +274,8 @@ def canned_upstream() -> Iterator[tuple[str, type[_CannedHandler]]]:
     """An upstream on 127.0.0.1 answering every GET with `handler.canned`."""
     handler = type("Handler", (_CannedHandler,), {})
     server = http.server.HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # A short poll interval: shutdown() waits for one, once per test.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_port}", handler
@@ -354,3 +357,39 @@ def test_an_odd_envelope_with_a_lone_surrogate_still_parses_like_the_pure_parser
     listed = SessionListParser().parse(raw)
     assert listed == pure(raw)
     assert [s.id for s in listed.sessions] == ["b"] and [i.session_id for i in listed.invalid] == ["twin"]
+
+
+def _escaped(name: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in name)
+
+
+#: Bodies that put an env value inside the first 200 bytes while hiding the words `labels` and `env`
+#: from a byte search, or that desynchronise a naive quote tracker (a stray leading quote).
+HOSTILE_BODIES = {
+    "escaped keys": f'{{"sessions": {{"{_escaped("labels")}": {{"{_escaped("env")}": {{"K": "{SECRET}"}}}}}}}}',
+    "escaped value": f'{{"sessions": {{"x": {{"{_escaped("env")}": "{_escaped(SECRET)}"}}}}}}',
+    "stray quote": f'"{{"labels":{{"env":{{"K":"{SECRET}"}}}}}}',
+    "single quotes": f"{{'sessions': {{'labels': {{'env': {{'K': '{SECRET}'}}}}}}}}",
+    "truncated": f'{{"sessions": [{{"id": "s", "labels": {{"env": "{{\\"K\\": \\"{SECRET}',
+    "html echo": f"<html><body><pre>labels={{&quot;env&quot;:&quot;{SECRET}&quot;}}</pre>",
+    "text echo": f"upstream error. labels env MATCH_SECRET: {SECRET}",
+    "url echo": f"<html><body>labels%3D%7Benv%7D%22{SECRET}",
+}
+
+
+@pytest.mark.parametrize("status", [200, 502])
+@pytest.mark.parametrize("body", list(HOSTILE_BODIES.values()), ids=list(HOSTILE_BODIES))
+def test_no_hostile_body_puts_an_env_value_into_an_error_or_a_log_line(
+    canned_upstream: tuple[str, type[_CannedHandler]], caplog: pytest.LogCaptureFixture, body: str, status: int
+) -> None:
+    """Excerpts are secret-free by construction (nothing from the first quote on), not by searching
+    the bytes for `labels`/`env`: escaped names, stray quotes and truncations all stay hidden."""
+    url, handler = canned_upstream
+    handler.canned, handler.status = body.encode(), status
+    caplog.set_level(logging.DEBUG)
+    with SessionHostClient(httpx.Client(base_url=url), Token("t"), policy=FAST) as client:
+        result = Poller(client, interval=0.1, on_result=lambda result: None).poll_once()  # short retry waits
+    assert result.sessions is None and set(result.errors) == {"sessions", "metrics"}
+    shown = " ".join(result.errors.values()) + caplog.text
+    assert SECRET not in shown and SECRET[:6] not in shown
+    assert f"({len(body.encode())} bytes)" in shown  # the size is said, for whoever debugs it

@@ -5,16 +5,25 @@ and the scrape rendered from it stays valid for `promtool check metrics`."""
 from __future__ import annotations
 
 import contextlib
+import http.server
 import json
 import math
 import subprocess
+import threading
+from collections.abc import Iterator
 from typing import Any
+
+import httpx
+import pytest
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archiver.errors import PayloadError
+from archiver.credentials import Token
+from archiver.errors import PayloadError, upstream_excerpt
+from archiver.exporter.poller import Poller
 from archiver.exporter.exposition import SnapshotRenderer
+from archiver.upstream.api import SessionHostClient
 from archiver.upstream.models import (
     CREATED_MAX_MS,
     CREATED_MIN_MS,
@@ -122,3 +131,113 @@ def test_the_scrape_of_any_parsed_list_passes_promtool(promtool: str, items: lis
     snapshot = renderer.render(sessions, [], now=1_800_000_000.0)
     checked = subprocess.run([promtool, "check", "metrics"], input=snapshot.text, capture_output=True, timeout=30)
     assert checked.returncode == 0, checked.stderr.decode() + checked.stdout.decode()
+
+
+# --- upstream excerpts: secret-free by construction -----------------------------------------------
+
+PLANTED = "pl4nted-s3cret-value"
+
+
+def _escape_all(text: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" for c in text)
+
+
+@st.composite
+def hostile_bodies(draw: st.DrawFn) -> bytes:
+    """A JSON-ish body with the planted secret in a string somewhere: under `labels.env` with key
+    names escaped or not, the value escaped or not, with junk before it, truncated anywhere."""
+    key = draw(st.sampled_from(["labels", _escape_all("labels"), "\\u006cabels", "x"]))
+    env = draw(st.sampled_from(["env", _escape_all("env"), "e"]))
+    value = draw(st.sampled_from([PLANTED, _escape_all(PLANTED), PLANTED.replace("-", "\\u002d")]))
+    filler = draw(st.text(st.characters(codec="utf-8"), max_size=30))
+    core = f'{{"{key}": {{"{env}": {{"K": "{value}"}}}}, "f": {json.dumps(filler)}}}'
+    prefix = draw(st.sampled_from(["", '"', "'", "{", "[", " \n", "<html>", "]]}", '{"sessions": [']))
+    body = (prefix + core).encode("utf-8", "surrogatepass")
+    cut = draw(st.integers(0, len(body)))
+    return body[: max(cut, len(prefix.encode()) + len(core.encode()) // 2)] if draw(st.booleans()) else body
+
+
+@settings(max_examples=300, deadline=None)
+@given(hostile_bodies(), st.sampled_from([80, 200]))
+def test_an_upstream_excerpt_never_shows_a_planted_value_however_the_body_hides_it(body: bytes, limit: int) -> None:
+    shown = upstream_excerpt(body, limit)
+    assert PLANTED not in shown and PLANTED[:5] not in shown
+    head = shown.rsplit("…", 1)[0]
+    assert not set(head) & set("\"'`:=\\&%")  # nothing from the first quote, value or escape on
+    assert len(shown) <= limit + 40 and shown.isprintable()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_an_upstream_excerpt_of_any_bytes_is_one_printable_line_that_states_the_size(body: bytes) -> None:
+    shown = upstream_excerpt(body)
+    assert shown.isprintable() and "\n" not in shown
+    assert shown.endswith(f"({len(body)} bytes)") or len(shown.encode()) <= len(body)
+
+
+# --- the poll: whatever the upstream sends over a real socket, a result and never an exception -----
+
+
+class _Canned(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with the class's `body` (the session list and /metrics alike)."""
+
+    body = b""
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no delayed-ACK stall between
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def canned_client() -> Iterator[SessionHostClient]:
+    """A client of an upstream on 127.0.0.1 that answers every GET with `_Canned.body`."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Canned)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+    thread.start()
+    try:
+        with SessionHostClient(httpx.Client(base_url=f"http://127.0.0.1:{server.server_port}"), Token("t")) as client:
+            yield client
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+@st.composite
+def upstream_bodies(draw: st.DrawFn) -> bytes:
+    kind = draw(st.sampled_from(["list", "list", "envelope", "bytes", "truncated"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=200))
+    if kind == "envelope":
+        return json.dumps(draw(JSON)).encode()
+    items = draw(st.lists(entries(), max_size=5))
+    body = json.dumps({"sessions": items}).encode()
+    return body[: draw(st.integers(1, len(body)))] if kind == "truncated" else body
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(upstream_bodies())
+def test_any_body_the_upstream_sends_is_a_poll_result_never_an_exception(
+    canned_client: SessionHostClient, body: bytes
+) -> None:
+    """Parsed sessions (passing the edge's checks), quarantined entries, or an error string per
+    endpoint; the env value planted in some entries is in none of them."""
+    _Canned.body = body
+    # A 200 is never retried: each poll is one request per endpoint, whatever the body.
+    result = Poller(canned_client, interval=10.0, on_result=lambda result: None).poll_once()
+    if result.sessions is None:
+        assert result.errors["sessions"]
+    else:
+        for s in result.sessions:
+            _check_session(s)
+        assert all("hunter2" not in bad.reason for bad in result.invalid)
+    assert all("hunter2" not in text for text in result.errors.values())
