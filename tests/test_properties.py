@@ -15,14 +15,13 @@ from typing import Any
 
 import httpx
 import pytest
-
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from archiver.credentials import Token
 from archiver.errors import PayloadError, upstream_excerpt
-from archiver.exporter.poller import Poller
 from archiver.exporter.exposition import SnapshotRenderer
+from archiver.exporter.poller import Poller
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.models import (
     CREATED_MAX_MS,
