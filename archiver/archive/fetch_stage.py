@@ -25,19 +25,26 @@ class FetchStage(Stage):
         """One fetch worker: earliest deadline first, until the pipeline stops."""
         while not self.wake.stop.is_set():
             generation = self.wake.snapshot()
-            item: ItemRow | None = None
-            try:
-                item = self.state.claim_fetch(self._mono())
-                if item is None:
-                    self.wake.wait(generation, self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH)))
-                    continue
-                self._fetch(item)
-            except Exception as exc:  # loop edge: count it, put the item back, keep the worker alive
-                log.exception("fetch worker failed")
-                self.metrics.error("fetch")
-                if item is not None:
-                    self._release(item, f"internal error: {type(exc).__name__}: {exc}")
-                self.wake.stop.wait(1.0)
+            idle = self.work_once()
+            if idle is not None:
+                self.wake.wait(generation, idle)
+
+    def work_once(self) -> float | None:
+        """Fetch the due item with the earliest deadline; None when one was taken, else how long to
+        wait. Every exception is handled here, the worker's edge."""
+        item: ItemRow | None = None
+        try:
+            item = self.state.claim_fetch(self._mono())
+            if item is None:
+                return self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH))
+            self._fetch(item)
+        except Exception as exc:  # loop edge: count it, put the item back, keep the worker alive
+            log.exception("fetch worker failed")
+            self.metrics.error("fetch")
+            if item is not None:
+                self._release(item, f"internal error: {type(exc).__name__}: {exc}")
+            self.wake.stop.wait(1.0)
+        return None
 
     def _release(self, item: ItemRow, error: str) -> None:
         with contextlib.suppress(Exception):

@@ -114,54 +114,59 @@ class UploadStage(Stage):
         """One upload worker: manifests of complete sessions first, then spooled items, until the pipeline stops."""
         while not self.wake.stop.is_set():
             generation = self.wake.snapshot()
-            item: ItemRow | None = None
-            try:
-                paused = self._paused_for()
-                if paused > 0:
-                    self.wake.wait(generation, paused)
-                    continue
-                if self._orphan_sweep_needed and self._mono() >= self._next_sweep and self._sweep_lock.acquire(False):
-                    try:
-                        self.sweep_orphans()
-                    finally:
-                        self._sweep_lock.release()
-                if self._finalize_one():
-                    continue
-                item = self.state.claim_upload(self._mono())
-                if item is None:
-                    gates = [
-                        g for g in (self.state.next_gate(ItemStatus.SPOOLED), self.state.next_finalize_wake()) if g
-                    ]
-                    self.wake.wait(generation, self.wake.until(min(gates) if gates else None))
-                    continue
-                self._upload(item)
-                self._store_ok()
-            except InvalidKeyError as exc:
-                # The key itself is refused (never for ids escaped by keys.py): this item can never
-                # be stored, which says nothing about the store; the others go on.
-                log.error("item %s of %r cannot be stored: %s", item.kind if item else "?",
-                          item.session_id if item else "?", exc)  # fmt: skip
-                self.metrics.error("upload")
-                if item is not None:
-                    # The fetched bytes are evidence all the same: kept beside conflicts, not swept.
-                    kept = self._keep_conflicting(Path(item.spool_path)) if item.spool_path else None
-                    self.finish(item, Outcome.FAILED, error=str(exc), spool_path=str(kept) if kept else None)
-            except StoreError as exc:
-                if item is not None:
-                    self.state.retry_item(item.id, status=ItemStatus.SPOOLED, not_before=0.0, error=str(exc))
-                self._store_failed(exc)
-            except Exception as exc:  # loop edge
-                log.exception("upload worker failed")
-                self.metrics.error("upload")
-                if item is not None:
-                    with contextlib.suppress(Exception):
-                        self.state.retry_item(
-                            item.id,
-                            status=ItemStatus.SPOOLED,
-                            not_before=self._mono() + self.tuning.upload_backoff_max,
-                            error=f"internal error: {type(exc).__name__}: {exc}",
-                        )
-                self.wake.stop.wait(1.0)
+            paused = self._paused_for()
+            if paused > 0:
+                self.wake.wait(generation, paused)
+                continue
+            idle = self.work_once()
+            if idle is not None:
+                self.wake.wait(generation, idle)
+
+    def work_once(self) -> float | None:
+        """One unit of work (a due sweep, then one manifest or one spooled item); None when something
+        was done, else how long to wait. Every exception is handled here, the worker's edge."""
+        item: ItemRow | None = None
+        try:
+            if self._orphan_sweep_needed and self._mono() >= self._next_sweep and self._sweep_lock.acquire(False):
+                try:
+                    self.sweep_orphans()
+                finally:
+                    self._sweep_lock.release()
+            if self._finalize_one():
+                return None
+            item = self.state.claim_upload(self._mono())
+            if item is None:
+                gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), self.state.next_finalize_wake()) if g]
+                return self.wake.until(min(gates) if gates else None)
+            self._upload(item)
+            self._store_ok()
+        except InvalidKeyError as exc:
+            # The key itself is refused (never for ids escaped by keys.py): this item can never
+            # be stored, which says nothing about the store; the others go on.
+            log.error("item %s of %r cannot be stored: %s", item.kind if item else "?",
+                      item.session_id if item else "?", exc)  # fmt: skip
+            self.metrics.error("upload")
+            if item is not None:
+                # The fetched bytes are evidence all the same: kept beside conflicts, not swept.
+                kept = self._keep_conflicting(Path(item.spool_path)) if item.spool_path else None
+                self.finish(item, Outcome.FAILED, error=str(exc), spool_path=str(kept) if kept else None)
+        except StoreError as exc:
+            if item is not None:
+                self.state.retry_item(item.id, status=ItemStatus.SPOOLED, not_before=0.0, error=str(exc))
+            self._store_failed(exc)
+        except Exception as exc:  # loop edge
+            log.exception("upload worker failed")
+            self.metrics.error("upload")
+            if item is not None:
+                with contextlib.suppress(Exception):
+                    self.state.retry_item(
+                        item.id,
+                        status=ItemStatus.SPOOLED,
+                        not_before=self._mono() + self.tuning.upload_backoff_max,
+                        error=f"internal error: {type(exc).__name__}: {exc}",
+                    )
+            self.wake.stop.wait(1.0)
+        return None
 
     def _upload(self, item: ItemRow) -> None:
         result = self.uploader.upload(item)
