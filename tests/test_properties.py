@@ -8,6 +8,7 @@ import contextlib
 import http.server
 import json
 import math
+import re
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -120,15 +121,30 @@ def test_any_json_envelope_is_a_list_or_a_payload_error(payload: Any) -> None:
             parse(body)
 
 
+#: The metric name at the start of a HELP, TYPE or sample line of the text format.
+_METRIC_NAME = re.compile(rb"^(# (?:HELP|TYPE) )?([a-zA-Z_:][a-zA-Z0-9_:]*)", re.M)
+
+
+def _renamed(text: bytes, fleet: int) -> bytes:
+    """The scrape with every family renamed `f{fleet}_...`: many fleets' scrapes concatenate into one
+    valid text (no family twice), so one promtool run checks them all."""
+    return _METRIC_NAME.sub(lambda m: (m.group(1) or b"") + b"f%d_" % fleet + m.group(2), text)
+
+
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
 )
-@given(st.lists(entries(), min_size=1, max_size=8))
-def test_the_scrape_of_any_parsed_list_passes_promtool(promtool: str, items: list[Any]) -> None:
-    sessions = SessionListParser().parse(json.dumps({"sessions": items}).encode()).sessions
+@given(st.lists(st.lists(entries(), min_size=1, max_size=8), min_size=1, max_size=25))
+def test_the_scrape_of_any_parsed_list_passes_promtool(promtool: str, fleets: list[list[Any]]) -> None:
+    """Up to 25 generated fleets per promtool run (each fleet's families renamed apart), few runs."""
     renderer = SnapshotRenderer(max_sessions=5, label_allowlist=("mode",))
-    snapshot = renderer.render(sessions, [], now=1_800_000_000.0)
-    checked = subprocess.run([promtool, "check", "metrics"], input=snapshot.text, capture_output=True, timeout=30)
+    texts = []
+    for number, items in enumerate(fleets):
+        sessions = SessionListParser().parse(json.dumps({"sessions": items}).encode()).sessions
+        texts.append(_renamed(renderer.render(sessions, [], now=1_800_000_000.0).text, number))
+    combined = b"".join(texts)
+    assert combined.count(b"# TYPE ") == len(fleets) * texts[0].count(b"# TYPE ")  # every family, every fleet
+    checked = subprocess.run([promtool, "check", "metrics"], input=combined, capture_output=True, timeout=60)
     assert checked.returncode == 0, checked.stderr.decode() + checked.stdout.decode()
 
 
