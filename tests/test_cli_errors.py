@@ -14,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from archiver import errors
+from archiver.archive.state import StateDB
 from archiver.cli import main
 
 ARCHIVER = str(Path(sys.executable).with_name("archiver"))
@@ -60,6 +61,16 @@ def _corrupt_db(state_dir: Path) -> None:
     (state_dir / "state.db").write_bytes(b"this is not an SQLite file\n" * 200)
 
 
+def _damaged_db(state_dir: Path) -> None:
+    """A state DB whose first page (header, schema version) is intact and every other page garbage:
+    the damage shows only when a query reads a table."""
+    (state_dir / "store").mkdir(parents=True)
+    StateDB.open(state_dir).close()
+    data = bytearray((state_dir / "state.db").read_bytes())
+    data[4096:] = b"Z" * (len(data) - 4096)
+    (state_dir / "state.db").write_bytes(bytes(data))
+
+
 def _newer_db(state_dir: Path) -> None:
     (state_dir / "store").mkdir(parents=True)
     with contextlib.closing(sqlite3.connect(state_dir / "state.db")) as conn:
@@ -80,6 +91,8 @@ _BACKFILL = ["archive", "--api-url", "http://127.0.0.1:9", "--store", "file:///{
 MISTAKES = [
     ("corrupt DB, status", ["status", "--state-dir", "{d}"], _corrupt_db, 1, "move it aside"),
     ("corrupt DB, backfill", _BACKFILL, _corrupt_db, 1, "move it aside"),
+    ("damaged DB, status", ["status", "--state-dir", "{d}"], _damaged_db, 1, "move it aside"),
+    ("damaged DB, backfill", _BACKFILL, _damaged_db, 1, "move it aside"),
     ("newer DB, status", ["status", "--state-dir", "{d}"], _newer_db, 1, "run the newer archiver"),
     ("newer DB, backfill", _BACKFILL, _newer_db, 1, "run the newer archiver"),
     ("config not UTF-8", ["check", "--config", "{d}/bad.toml"], _not_utf8_config, 2, "is not UTF-8"),

@@ -239,7 +239,7 @@ def upstream_bodies(draw: st.DrawFn) -> bytes:
     return body[: draw(st.integers(1, len(body)))] if kind == "truncated" else body
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(upstream_bodies())
 def test_any_body_the_upstream_sends_is_a_poll_result_never_an_exception(
     canned_client: SessionHostClient, body: bytes

@@ -13,6 +13,14 @@ from archiver.archive.state.schema import DB_NAME, MIGRATE_1_TO_2, SCHEMA, SCHEM
 from archiver.errors import StateError
 
 
+def _corrupt_problem(path: Path, exc: sqlite3.DatabaseError) -> str:
+    """What a damaged state DB means, and what to do about it."""
+    return (
+        f"state DB {path} is unusable ({exc}): move it aside and start again; the store keeps what is "
+        "archived, and reconciliation finds the ended sessions the upstream still holds"
+    )
+
+
 def _version_problem(path: Path, version: int) -> str:
     """What a state DB of another schema means, and what to do about it."""
     if version > SCHEMA_VERSION:
@@ -47,10 +55,7 @@ class Connection:
             version = self._reader.execute("PRAGMA user_version").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             self._close_quietly()
-            raise StateError(
-                f"state DB {path} cannot be opened ({exc}): move it aside and start again; the store keeps "
-                "what is archived, and reconciliation finds the sessions the upstream still holds"
-            ) from None
+            raise StateError(_corrupt_problem(path, exc)) from None
         except StateError:
             self._close_quietly()
             raise
@@ -115,7 +120,7 @@ class Connection:
         """One write transaction, committed (durable) when the block ends, rolled back on error."""
         if self.readonly:
             raise StateError("the state DB is open read-only")
-        with self._write_lock:
+        with self._write_lock, self._corruption_is_a_state_error():
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
@@ -127,9 +132,20 @@ class Connection:
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
         """A consistent read snapshot on the reader connection."""
-        with self._read_lock:
+        with self._read_lock, self._corruption_is_a_state_error():
             self._reader.execute("BEGIN")
             try:
                 yield self._reader
             finally:
                 self._reader.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def _corruption_is_a_state_error(self) -> Iterator[None]:
+        """A file damaged past its header shows only when a page is read: a StateError saying what to
+        do (locks and I/O errors, OperationalError, and programming errors stay what they are)."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            if type(exc) is not sqlite3.DatabaseError:
+                raise
+            raise StateError(_corrupt_problem(self.path, exc)) from None
