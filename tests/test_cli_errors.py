@@ -196,3 +196,17 @@ def test_every_exception_class_of_the_package_is_under_the_root_or_documented_in
     assert outside == INTERNAL_CONTROL_FLOW
     doc = errors.__doc__ or ""
     assert [name for name, cls in found.items() if cls.__name__ not in doc] == []
+
+
+@pytest.mark.parametrize("setup", [_damaged_db, _newer_db], ids=["damaged DB", "newer DB"])
+def test_the_daemon_refuses_an_unusable_state_db_with_one_line(tmp_path: Path, setup: Callable[[Path], None]) -> None:
+    """`archiver run` as a process (its logging and signal handlers are process-wide): one line, exit 1,
+    nothing left running."""
+    setup(tmp_path)
+    argv = _argv(["run", *_BACKFILL[1:-1], "--listen", "127.0.0.1:0"], tmp_path)
+    env = {**_clean_env(), "ARCHIVER_API_TOKEN": "t0ken-value"}
+    result = subprocess.run([ARCHIVER, *argv], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: state DB {tmp_path / 'state.db'} "), result.stderr
+    assert "t0ken-value" not in result.stderr
