@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import signal
 import sys
 import threading
@@ -81,9 +82,9 @@ def options_from_cli(
     """Options from the command line's raw strings, every one validated (FakeConfigError says which)."""
     host, port = parse_listen(listen)
     token_list = tuple(tokens) or ("test-token",)
-    if time_scale < 0:
-        raise FakeConfigError(f"--time-scale must be >= 0, got {time_scale}")
-    if traffic_rate <= 0:
+    if not 0 <= time_scale < math.inf:  # NaN fails too
+        raise FakeConfigError(f"--time-scale must be >= 0 and finite, got {time_scale}")
+    if not 0 < traffic_rate < math.inf:
         raise FakeConfigError(f"--traffic-rate must be > 0, got {traffic_rate}")
     quirk_map = dict(parse_quirk(q) for q in quirks)
     with_flags(Quirks(), quirk_map)  # validates the combination now, not at start-up
