@@ -51,7 +51,12 @@ class Token:
     def from_file(cls, path: Path) -> Token:
         """The token in `path` (OSError if unreadable, ValueError if empty or malformed)."""
         signature = _signature(path)
-        token = cls(path.read_text(encoding="utf-8"))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            # Not str(exc): it would quote a byte of the token.
+            raise ValueError("the API token file is not UTF-8") from None
+        token = cls(text)
         token._path = path
         token._signature = signature
         return token

@@ -84,6 +84,11 @@ def _not_utf8_config(state_dir: Path) -> None:
     (state_dir / "bad.toml").write_bytes(b'store = "file:///tmp/\xff\xfe"\n')
 
 
+def _not_utf8_token(state_dir: Path) -> None:
+    state_dir.mkdir(parents=True, exist_ok=True)
+    (state_dir / "token").write_bytes(b"\xfft0ken-value")
+
+
 #: Backfill needs a token, an API URL and a store before it opens the state DB (read-write).
 _BACKFILL = ["archive", "--api-url", "http://127.0.0.1:9", "--store", "file:///{d}/store", "--state-dir", "{d}", "x"]
 
@@ -96,6 +101,7 @@ MISTAKES = [
     ("newer DB, status", ["status", "--state-dir", "{d}"], _newer_db, 1, "run the newer archiver"),
     ("newer DB, backfill", _BACKFILL, _newer_db, 1, "run the newer archiver"),
     ("config not UTF-8", ["check", "--config", "{d}/bad.toml"], _not_utf8_config, 2, "is not UTF-8"),
+    ("token not UTF-8", ["check", "--api-token-file", "{d}/token"], _not_utf8_token, 2, "token file is not UTF-8"),
     ("absurd duration", ["check", "--retention", "99999999999999999999h"], None, 2, "duration too long"),
     ("huge duration", ["check", "--prune-after", "9" * 400 + "h"], None, 2, "duration too long"),
     ("absurd float duration", ["check", "--poll-interval", "1e308"], None, 2, "duration too long"),
