@@ -9,7 +9,7 @@ import math
 import operator
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -391,8 +391,12 @@ class SessionListParser:
     one in place.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, owns: Callable[[str | None], bool] | None = None) -> None:
         self._by_digest: dict[bytes, Session] = {}
+        #: Sharding (`archiver.sharding.Shard.owns`): entries of other shards' sessions are left out
+        #: before their full parse (one small decode of the id when new, nothing when unchanged).
+        self._owns = owns
+        self._foreign: set[bytes] = set()
 
     def parse(self, body: bytes | bytearray) -> SessionList:
         """The sessions of one list body, and its entries that failed parsing or a range check (left
@@ -406,17 +410,22 @@ class SessionListParser:
             if raws is None:
                 # Not the usual shape, or JSON only Python's json accepts: the pure path decides, so
                 # the result or the error message is exactly the one parse_session_list gives.
-                return parse_session_list(decode_json(body))
+                return _only_owned(parse_session_list(decode_json(body)), self._owns)
         previous = self._by_digest
         current: dict[bytes, Session] = {}
         sessions: list[Session] = []
         invalid: list[InvalidEntry] = []
         append = sessions.append
+        owns, was_foreign = self._owns, self._foreign
+        foreign: set[bytes] = set()
         for index, digest in enumerate(_digests(raws)):
             session = previous.get(digest)
             if session is None:
                 session = current.get(digest)  # a duplicated entry within this body
                 if session is None:
+                    if owns is not None and (digest in was_foreign or not owns(_brief_id(raws[index]))):
+                        foreign.add(digest)
+                        continue
                     # Only new or changed entries get here, so the range checks cost nothing on
                     # the unchanged majority.
                     entry = loads_json(bytes(raws[index]))
@@ -428,7 +437,26 @@ class SessionListParser:
             current[digest] = session
             append(session)
         self._by_digest = current
+        self._foreign = foreign
         return SessionList(sessions, tuple(invalid))
+
+
+def _brief_id(raw: msgspec.Raw | bytes) -> str | None:
+    """The `id` of a list entry without parsing the rest (None when it has no string id)."""
+    try:
+        sid = _decode_brief(raw).id
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return None
+    return sid if isinstance(sid, str) and sid else None
+
+
+def _only_owned(listed: SessionList, owns: Callable[[str | None], bool] | None) -> SessionList:
+    """The sessions and left-out entries of a list that belong to this shard (all without sharding)."""
+    if owns is None:
+        return listed
+    return SessionList(
+        [s for s in listed.sessions if owns(s.id)], tuple(e for e in listed.invalid if owns(e.session_id))
+    )
 
 
 class _Brief(msgspec.Struct):
