@@ -1,0 +1,186 @@
+"""A fleet of 3 shards x 2 replicas (in-process daemons) against one fake and one directory store:
+each replica group exports every active session exactly once, every ended session is archived
+exactly once with the upstream's bytes, and losing a replica of each pair, then going from 3 to 4
+shards mid-run, loses nothing and produces no conflict."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from archiver.archive.pipeline import Pipeline
+from archiver.archive.state import StateDB
+from archiver.credentials import Token
+from archiver.daemon import Daemon
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.fake import FakeService
+from archiver.layout.manifest import parse_index_entry, parse_manifest
+from archiver.settings import Settings
+from archiver.sharding import Shard, shard_of
+from archiver.store import open_store
+from archiver.upstream.api import SessionHostClient
+from tests.fixtures_pipeline import FAST, FAST_POLICY, REPLAY, TOKEN
+
+_SESSION_INFO = re.compile(r'^sessionhost_session_info\{[^}]*session_id="([^"]+)"', re.MULTILINE)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeService]:
+    with FakeService((TOKEN,)) as service:
+        yield service
+
+
+class Fleet:
+    """In-process daemons sharing one fake and one store, each with its own state dir."""
+
+    def __init__(self, fake: FakeService, root: Path) -> None:
+        self.fake = fake
+        self.root = root
+        self.store_dir = root / "archive"
+        self.store_dir.mkdir()
+        self.daemons: dict[tuple[int, int, int], Daemon] = {}
+
+    def start(self, shard: Shard, replicas: int, state_dir: str) -> Daemon:
+        settings = Settings(
+            api_url=self.fake.base_url,
+            api_token=Token(TOKEN),
+            store=self.store_dir.as_uri(),
+            listen=("127.0.0.1", 0),
+            state_dir=self.root / state_dir,
+            poll_interval=0.25,
+            reconcile_interval=1.0,
+            artifact_paths=(REPLAY,),
+            fetch_workers=2,
+            upload_workers=1,
+            shard=shard,
+            replicas_per_shard=replicas,
+        )
+
+        def pipeline(s: Settings, client: SessionHostClient, metrics: SelfMetrics) -> Pipeline:
+            store = open_store(s.require_store())
+            return Pipeline(s, client, store, StateDB.open(s.state_dir), metrics, policy=FAST_POLICY, tuning=FAST)
+
+        client = SessionHostClient.connect(self.fake.base_url, Token(TOKEN), policy=FAST_POLICY)
+        daemon = Daemon(settings, client=client, pipeline_factory=pipeline)
+        daemon.start()
+        self.daemons[(shard.index, shard.total, shard.replica)] = daemon
+        return daemon
+
+    def stop(self, key: tuple[int, int, int]) -> None:
+        self.daemons.pop(key).stop(10.0)
+
+    def stop_all(self) -> None:
+        for key in list(self.daemons):
+            self.stop(key)
+
+    def exported_ids(self, daemon: Daemon) -> list[str]:
+        body = httpx.get(f"{daemon.server.url}/metrics", timeout=10).text
+        return _SESSION_INFO.findall(body)
+
+    def total(self, name: str, labels: dict[str, str] | None = None) -> float:
+        return sum(d.registry.get_sample_value(name, labels or {}) or 0.0 for d in self.daemons.values())
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)  # the polling interval of a deadline loop
+
+
+def archived_ids(store_dir: Path) -> dict[str, int]:
+    """Session id → number of index entries (an instance archived twice would show two)."""
+    counts: dict[str, int] = {}
+    for path in (store_dir / "index").rglob("*.json"):
+        entry = parse_index_entry(path.read_bytes())
+        counts[entry.session_id] = counts.get(entry.session_id, 0) + 1
+    return counts
+
+
+def check_archives(fake: FakeService, store_dir: Path, ended: set[str]) -> None:
+    """Exactly one archive per ended session, each holding the fake's very bytes."""
+    counts = archived_ids(store_dir)
+    assert counts == dict.fromkeys(ended, 1)
+    for sid in ended:
+        (manifest_path,) = (store_dir / "sessions" / sid).glob("*/manifest.json")
+        manifest = parse_manifest(manifest_path.read_bytes())
+        outcomes = {(i.kind, i.outcome) for i in manifest.items}
+        assert outcomes == {("logs", "archived"), ("artifact", "archived")}, (sid, outcomes)
+        (artifact,) = [i for i in manifest.items if i.kind == "artifact"]
+        assert artifact.key is not None
+        stored = (store_dir / artifact.key).read_bytes()
+        assert stored == b"".join(fake.artifact_bytes(TOKEN, sid, REPLAY))
+
+
+def test_three_shards_of_two_replicas_export_once_archive_once_and_survive_losses_and_a_reshard(
+    fake: FakeService, tmp_path: Path
+) -> None:
+    fleet = Fleet(fake, tmp_path)
+    live = {fake.add_session(TOKEN, id=f"match-{n}", files={REPLAY: 2000}) for n in range(24)}
+    try:
+        for index in range(3):
+            for replica in range(2):
+                fleet.start(Shard(index, 3, replica), 2, f"state-{index}-{replica}")
+
+        # Exported once per replica group: the shards of one replica split the sessions exactly.
+        def exports_match() -> bool:
+            for replica in range(2):
+                ids = [sid for i in range(3) for sid in fleet.exported_ids(fleet.daemons[(i, 3, replica)])]
+                if sorted(ids) != sorted(live):
+                    return False
+            return True
+
+        wait_for("every replica group to export every active session once", exports_match)
+        assert fleet.total("archiver_shard_info", {"shard": "2", "total_shards": "3", "replica": "1"}) == 1.0
+
+        ended: set[str] = set()
+        for sid in sorted(live)[:8]:
+            fake.end_session(TOKEN, sid)
+            ended.add(sid)
+        live -= ended
+        wait_for("the first wave archived", lambda: set(archived_ids(fleet.store_dir)) == ended)
+        # Both replicas of a pair ended each session: one archived it, the other recognised that.
+        wait_for("the other replicas to recognise the archives",
+                 lambda: fleet.total("archiver_archives_recognised_total") == len(ended))  # fmt: skip
+
+        # One replica of each pair dies for good; sessions keep ending.
+        for index in range(3):
+            fleet.stop((index, 3, 1))
+        wave = set(sorted(live)[:6])
+        for sid in wave:
+            fake.end_session(TOKEN, sid)
+        live -= wave
+        ended |= wave
+        moved = {sid for sid in wave | live if shard_of(sid, 3) != shard_of(sid, 4)}
+        assert moved & wave and moved & live  # the reshard moves in-flight and running sessions
+        # Reshard mid-run, without waiting for that wave: 3 → 4 shards, the old state dirs kept.
+        for index in range(3):
+            fleet.stop((index, 3, 0))
+        for index in range(4):
+            fleet.start(Shard(index, 4, 0), 1, f"state-{index}-0")
+        late = {fake.add_session(TOKEN, id=f"late-{n}", files={REPLAY: 1000}) for n in range(6)}
+        live |= late
+        wait_for(
+            "the 4 shards to export every active session once",
+            lambda: sorted(sid for d in fleet.daemons.values() for sid in fleet.exported_ids(d)) == sorted(live),
+        )
+        rest = set(sorted(live)[:10])
+        for sid in rest:
+            fake.end_session(TOKEN, sid)
+        ended |= rest
+        wait_for("every ended session archived", lambda: set(archived_ids(fleet.store_dir)) == ended, timeout=40)
+        check_archives(fake, fleet.store_dir, ended)
+        for index in range(4):
+            wait_for("idle", lambda: fleet.daemons[(index, 4, 0)].pipeline.run_until_idle(0.1))  # type: ignore[union-attr]
+        assert fleet.total("archiver_items_total", {"kind": "artifact", "outcome": "conflict"}) == 0
+        assert fleet.total("archiver_errors_total", {"where": "manifest"}) == 0
+        assert not list(tmp_path.glob("state-*/conflicts/*"))
+        # At most fetched twice (both replicas, or old and new owner), never more.
+        assert fake.request_count("GET /artifacts") <= 2 * len(ended)
+    finally:
+        fleet.stop_all()
