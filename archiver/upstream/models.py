@@ -9,7 +9,7 @@ import math
 import operator
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -396,7 +396,7 @@ class SessionListParser:
         #: Sharding (`archiver.sharding.Shard.owns`): entries of other shards' sessions are left out
         #: before their full parse (one small decode of the id when new, nothing when unchanged).
         self._owns = owns
-        self._foreign: set[bytes] = set()
+        self._owners: dict[str | None, bool] = {}
 
     def parse(self, body: bytes | bytearray) -> SessionList:
         """The sessions of one list body, and its entries that failed parsing or a range check (left
@@ -416,19 +416,20 @@ class SessionListParser:
         sessions: list[Session] = []
         invalid: list[InvalidEntry] = []
         append = sessions.append
-        owns, was_foreign = self._owns, self._foreign
-        foreign: set[bytes] = set()
-        for index, digest in enumerate(_digests(raws)):
+        indices: Sequence[int] = range(len(raws))
+        if self._owns is not None:
+            # Sharded: other shards' entries are dropped before they are even hashed.
+            indices = self._owned_indices(body, raws)
+            raws = [raws[i] for i in indices]
+        for n, digest in enumerate(_digests(raws)):
+            index = indices[n]
             session = previous.get(digest)
             if session is None:
                 session = current.get(digest)  # a duplicated entry within this body
                 if session is None:
-                    if owns is not None and (digest in was_foreign or not owns(_brief_id(raws[index]))):
-                        foreign.add(digest)
-                        continue
                     # Only new or changed entries get here, so the range checks cost nothing on
                     # the unchanged majority.
-                    entry = loads_json(bytes(raws[index]))
+                    entry = loads_json(bytes(raws[n]))
                     try:
                         session = parse_session(entry, what=_entry_name(index), with_env_keys=False)
                     except PayloadError as exc:
@@ -437,8 +438,32 @@ class SessionListParser:
             current[digest] = session
             append(session)
         self._by_digest = current
-        self._foreign = foreign
         return SessionList(sessions, tuple(invalid))
+
+    def _owned_indices(self, body: bytes | bytearray, raws: Sequence[msgspec.Raw | bytes]) -> list[int]:
+        """Indices of the entries this shard owns. The ids come from one more pass of msgspec over
+        the body (in C, ~3x cheaper than hashing every entry); each id's owner is remembered while
+        the id stays listed, so a poll computes the hash of new ids only."""
+        assert self._owns is not None
+        ids: Sequence[str | None]
+        try:
+            ids = [b.id if isinstance(b.id, str) and b.id else None for b in _decode_ids(body).sessions]
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            ids = []
+        if len(ids) != len(raws):  # an entry that is not an object, a lone surrogate: one at a time
+            ids = [_brief_id(raw) for raw in raws]
+        known, owns = self._owners, self._owns
+        owners: dict[str | None, bool] = {}
+        kept: list[int] = []
+        for index, sid in enumerate(ids):
+            mine = known.get(sid)
+            if mine is None:
+                mine = owns(sid)
+            owners[sid] = mine
+            if mine:
+                kept.append(index)
+        self._owners = owners
+        return kept
 
 
 def _brief_id(raw: msgspec.Raw | bytes) -> str | None:
@@ -468,6 +493,19 @@ class _Brief(msgspec.Struct):
 
 
 _decode_brief = msgspec.json.Decoder(_Brief).decode
+
+
+class _IdOnly(msgspec.Struct):
+    id: Any = None
+
+
+class _IdEnvelope(msgspec.Struct):
+    """`{"sessions": [{"id": ...}, ...]}`: the ids alone (sharding decides on them)."""
+
+    sessions: list[_IdOnly]
+
+
+_decode_ids = msgspec.json.Decoder(_IdEnvelope).decode
 
 
 @dataclass(frozen=True, slots=True)
