@@ -184,3 +184,22 @@ def test_three_shards_of_two_replicas_export_once_archive_once_and_survive_losse
         assert fake.request_count("GET /artifacts") <= 2 * len(ended)
     finally:
         fleet.stop_all()
+
+
+def test_the_fake_enforces_a_list_rate_limit_per_minute() -> None:
+    """Every pod of a fleet polls the list: the fake answers 429 (the API's error body) beyond its
+    limit per organisation and virtual minute, and serves lists again once the minute has passed."""
+    from archiver.fake.clock import FakeClock
+
+    with FakeService((TOKEN,), clock=FakeClock(time_scale=0)) as service:
+        service.set_list_rate_limit(3)
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.Client(base_url=service.base_url, headers=headers, timeout=10) as client:
+            assert [client.get("/session").status_code for _ in range(3)] == [200, 200, 200]
+            refused = client.get("/session")
+            assert refused.status_code == 429 and refused.json()["code"] == "TOO_MANY_REQUESTS"
+            assert client.get("/session/nope").status_code == 404  # other endpoints are not limited
+            service.advance(61)
+            assert client.get("/session").status_code == 200
+            service.set_list_rate_limit(None)
+            assert [client.get("/session").status_code for _ in range(5)] == [200] * 5

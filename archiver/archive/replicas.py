@@ -75,11 +75,12 @@ class ArchiveCheck:
             return False
         if found is None:
             return False
-        spooled = self._state.archived_elsewhere(item.session_key, manifest_key, self._clock())
+        now = self._clock()
+        spooled = self._state.archived_elsewhere(item.session_key, manifest_key, now)
         if spooled is None:
             return False
         for path in spooled:
             self._remove(Path(path))
-        self._metrics.archive_recognised()
+        self._metrics.archive_recognised(now)
         log.info("session %r is archived already (another replica or shard): %s", item.session_id, manifest_key)
         return True

@@ -352,9 +352,14 @@ class SelfMetrics:
         self._shard_info.clear()
         self._shard_info.labels(str(shard), str(total_shards), str(replica)).set(1)
 
-    def archive_recognised(self, count: int = 1) -> None:
-        """A session another replica (or an earlier owner) had archived already: success, nothing written."""
-        self._recognised.inc(count)
+    def archive_recognised(self, now: float | None = None) -> None:
+        """A session another replica (or an earlier owner) had archived already: success, nothing
+        written. Given `now` (found before fetching: no manifest of ours follows), it is also this
+        daemon's last archive success, so a replica that mostly finds its partner's archives is not
+        taken for stuck."""
+        self._recognised.inc()
+        if now is not None:
+            self._last_archive_success.set(now)
 
     def set_detection_up(self, up: bool) -> None:
         self._detection_up.set(1 if up else 0)
