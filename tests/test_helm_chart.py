@@ -428,7 +428,7 @@ def test_basic_auth_switches_probes_to_tcp(chart: helm.Chart) -> None:
 def rule_groups(chart: helm.Chart, values: dict[str, Any]) -> dict[str, Doc]:
     """The rendered PrometheusRule's alerts by name."""
     rule = one(render(chart, values), "PrometheusRule")
-    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
 
 
 def test_prometheus_rule_with_defaults_is_the_standalone_rules_file(chart: helm.Chart) -> None:
