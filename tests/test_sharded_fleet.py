@@ -19,12 +19,14 @@ from archiver.credentials import Token
 from archiver.daemon import Daemon
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
+from archiver.layout import keys
 from archiver.layout.manifest import parse_index_entry, parse_manifest
 from archiver.settings import Settings
 from archiver.sharding import Shard, shard_of
 from archiver.store import open_store
+from archiver.store.file import FileStore
 from archiver.upstream.api import SessionHostClient
-from tests.fixtures_pipeline import FAST, FAST_POLICY, REPLAY, TOKEN
+from tests.fixtures_pipeline import FAST, FAST_POLICY, MISSING, REPLAY, TOKEN, Harness
 
 _SESSION_INFO = re.compile(r'^sessionhost_session_info\{[^}]*session_id="([^"]+)"', re.MULTILINE)
 
@@ -203,3 +205,54 @@ def test_the_fake_enforces_a_list_rate_limit_per_minute() -> None:
             assert client.get("/session").status_code == 200
             service.set_list_rate_limit(None)
             assert [client.get("/session").status_code for _ in range(5)] == [200] * 5
+
+
+def test_a_replica_that_finds_its_partners_archive_before_fetching_fetches_nothing(
+    fake: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    """Replica B saw the session alive and sees it end, but replica A archived it first: B records it
+    archived from the store's manifest, with no describe-to-fetch traffic and no second index entry."""
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    sid = fake.add_session(TOKEN, id="pair-match", files={REPLAY: 3000})
+    a = harness_factory(fake, store, state_dir=tmp_path / "a", replicas_per_shard=2, artifact_paths=(REPLAY,))
+    b = harness_factory(fake, store, state_dir=tmp_path / "b", replicas_per_shard=2, artifact_paths=(REPLAY,),
+                        reconcile=False)  # fmt: skip
+    a.poll()
+    b.poll()
+    fake.end_session(TOKEN, sid)
+    a.poll()
+    assert a.pipeline.run_until_idle(20)
+    fetched = fake.request_count("GET /artifacts"), fake.request_count("GET /logs")
+    b.poll()
+    assert b.pipeline.run_until_idle(20)
+    row = b.state.latest(sid)
+    assert row is not None and row.state == "archived"
+    assert row.manifest_key == keys.manifest_key("", sid, a.instance(sid))
+    assert (fake.request_count("GET /artifacts"), fake.request_count("GET /logs")) == fetched
+    assert b.registry.get_sample_value("archiver_archives_recognised_total") == 1.0
+    assert b.registry.get_sample_value("archiver_last_archive_success_timestamp_seconds")
+    assert archived_ids(tmp_path / "store") == {sid: 1}
+
+
+def test_a_manifest_with_other_evidence_is_still_a_conflict(
+    fake: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    """Recognition is not blind: an archiver whose items differ (another artifact path) from the
+    manifest already in the store gets the conflict it always got, and recognises nothing."""
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    sid = fake.add_session(TOKEN, id="odd-match", files={REPLAY: 3000})
+    a = harness_factory(fake, store, state_dir=tmp_path / "a", artifact_paths=(REPLAY,))
+    b = harness_factory(fake, store, state_dir=tmp_path / "b", artifact_paths=(REPLAY, MISSING), reconcile=False)
+    a.poll()
+    b.poll()
+    fake.end_session(TOKEN, sid)
+    a.poll()
+    assert a.pipeline.run_until_idle(20)
+    b.poll()
+    assert b.pipeline.run_until_idle(20)
+    assert b.registry.get_sample_value("archiver_errors_total", {"where": "manifest"}) == 1.0
+    assert not b.registry.get_sample_value("archiver_archives_recognised_total")
+    manifest = parse_manifest((tmp_path / "store" / keys.manifest_key("", sid, a.instance(sid))).read_bytes())
+    assert {i.path for i in manifest.items} == {None, REPLAY}  # A's archive stands
