@@ -236,7 +236,7 @@ def test_existing_secret_is_mounted_and_no_secret_is_created(chart: helm.Chart) 
     assert token_volume["secret"]["secretName"] == "team-archiver-token"
 
 
-@pytest.mark.parametrize("key", ["api_token", "api_token_file", "web_config_file"])
+@pytest.mark.parametrize("key", ["api_token", "api_token_file", "web_config_file", "shard", "total_shards"])
 def test_token_and_chart_managed_keys_are_refused_in_config(chart: helm.Chart, key: str) -> None:
     """The token never goes into the ConfigMap: the schema rejects such keys before rendering."""
     values = {**MINIMAL, "config": {**MINIMAL["config"], key: TOKEN}}
@@ -274,13 +274,16 @@ def test_config_toml_parses_back_to_the_config_values(chart: helm.Chart, overrid
 
 
 def test_chart_config_keys_are_the_daemon_options() -> None:
-    """The schema allows exactly the TOML keys archiver.settings accepts, minus the file flags the
-    chart sets itself (--api-token-file, --web-config-file)."""
+    """The schema allows exactly the TOML keys archiver.settings accepts, minus the flags the chart
+    sets itself (--api-token-file, --web-config-file, and the shard options from `shards` and
+    `replicasPerShard`: a shard count in the file that disagrees with the pod count would leave
+    sessions without an owner)."""
     from archiver.settings import OPTIONS
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     chart_keys = set(schema["properties"]["config"]["properties"])
-    daemon_keys = {opt.key for opt in OPTIONS} - {"api_token_file", "web_config_file"} | {"images"}
+    chart_set = {"api_token_file", "web_config_file", "shard", "total_shards", "replicas_per_shard"}
+    daemon_keys = {opt.key for opt in OPTIONS} - chart_set | {"images"}
     assert chart_keys == daemon_keys
 
 
