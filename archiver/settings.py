@@ -171,7 +171,10 @@ def _shard_index(value: Any) -> int | str:
     """A shard index (0, 1, ...) or `auto` (from the StatefulSet pod name)."""
     if isinstance(value, str) and value.strip().lower() == "auto":
         return "auto"
-    index = _as_int(value)
+    try:
+        index = _as_int(value)
+    except ValueError:
+        index = -1
     if index < 0:
         raise ValueError(f"expected a shard index (0, 1, ...) or auto, got {value!r}")
     return index
