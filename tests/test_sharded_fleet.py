@@ -5,6 +5,7 @@ shards mid-run, loses nothing and produces no conflict."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,8 @@ from archiver.store.file import FileStore
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_pipeline import FAST, FAST_POLICY, MISSING, REPLAY, TOKEN, Harness
 
+#: Replica 1 gives replica 0 a second's head start before a session's first fetch.
+STAGGERED = dataclasses.replace(FAST, replica_stagger=1.0)
 _SESSION_INFO = re.compile(r'^sessionhost_session_info\{[^}]*session_id="([^"]+)"', re.MULTILINE)
 
 
@@ -65,7 +68,8 @@ class Fleet:
 
         def pipeline(s: Settings, client: SessionHostClient, metrics: SelfMetrics) -> Pipeline:
             store = open_store(s.require_store())
-            return Pipeline(s, client, store, StateDB.open(s.state_dir), metrics, policy=FAST_POLICY, tuning=FAST)
+            state = StateDB.open(s.state_dir)
+            return Pipeline(s, client, store, state, metrics, policy=FAST_POLICY, tuning=STAGGERED)
 
         client = SessionHostClient.connect(self.fake.base_url, Token(TOKEN), policy=FAST_POLICY)
         daemon = Daemon(settings, client=client, pipeline_factory=pipeline)
@@ -256,3 +260,29 @@ def test_a_manifest_with_other_evidence_is_still_a_conflict(
     assert not b.registry.get_sample_value("archiver_archives_recognised_total")
     manifest = parse_manifest((tmp_path / "store" / keys.manifest_key("", sid, a.instance(sid))).read_bytes())
     assert {i.path for i in manifest.items} == {None, REPLAY}  # A's archive stands
+
+
+def test_a_healthy_pair_fetches_each_session_once(
+    fake: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    """Both replicas see the end in the same poll; replica 1 waits out its head start, finds replica
+    0's manifest and fetches nothing: the pair costs the upstream one fetch per item."""
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    ids = [fake.add_session(TOKEN, id=f"pair-{n}", files={REPLAY: 2000}) for n in range(3)]
+    pair = [
+        harness_factory(fake, store, state_dir=tmp_path / f"r{r}", replicas_per_shard=2, artifact_paths=(REPLAY,),
+                        shard=Shard(0, 1, r), tuning=dataclasses.replace(FAST, replica_stagger=3.0))
+        for r in range(2)
+    ]  # fmt: skip
+    for h in pair:
+        h.poll()
+    for sid in ids:
+        fake.end_session(TOKEN, sid)
+    for h in pair:
+        h.poll()
+    for h in pair:
+        assert h.pipeline.run_until_idle(30)
+    assert fake.request_count("GET /artifacts") == len(ids)
+    assert pair[1].registry.get_sample_value("archiver_archives_recognised_total") == len(ids)
+    assert archived_ids(tmp_path / "store") == dict.fromkeys(ids, 1)

@@ -101,3 +101,20 @@ def test_two_replicas_manifests_with_other_timestamps_are_the_same_archive() -> 
         items=(dataclasses.replace(theirs.items[0], sha256="b" * 64),),  # type: ignore[attr-defined]
     )
     assert not same_archive(ours, other_bytes)  # type: ignore[arg-type]
+
+
+def test_a_later_replica_waits_its_head_start_once_and_never_near_the_deadline() -> None:
+    from archiver.archive.replicas import Stagger, head_start_left
+    from archiver.archive.state import ItemRow
+
+    window = 4 * 3600.0 - 600.0
+    ended = 1_000_000.0
+    item = ItemRow(id=1, session_key="k", session_id="s", instance="i", kind="logs", path="", status="fetching",
+                   outcome=None, attempts=1, last_error=None, deadline=ended + window, source="", key=None,
+                   spool_path=None, size=None, sha256=None, content_type=None, fetched_at=None)  # fmt: skip
+    replica1 = Stagger(delay=60.0, window=window)
+    assert head_start_left(item, ended + 10, replica1) == 50.0
+    assert head_start_left(item, ended + 61, replica1) == 0.0
+    assert head_start_left(item, ended + 10, Stagger(0.0, window)) == 0.0  # replica 0 never waits
+    assert head_start_left(dataclasses.replace(item, attempts=2), ended + 10, replica1) == 0.0  # once
+    assert head_start_left(item, item.deadline - 200, replica1) == 0.0  # the deadline comes first

@@ -19,13 +19,14 @@ class FetchStage(Stage):
     and give it an outcome (spooled, too_large, source_gone, expired) or a retry gate."""
 
     def __init__(
-        self, fetcher: Fetcher, parts: StageParts, *, archived_elsewhere: Callable[[ItemRow], bool] | None = None
+        self, fetcher: Fetcher, parts: StageParts, *, skip_fetch: Callable[[ItemRow], bool] | None = None
     ) -> None:
         super().__init__(parts)
         self.fetcher = fetcher
         #: Several daemons may archive this session (replicas, resharding): asked before each fetch
-        #: (`replicas.ArchiveCheck`); True means another one finished it and nothing is to be fetched.
-        self._archived_elsewhere = archived_elsewhere
+        #: (`replicas.ArchiveCheck`); True means it took care of the item (archived by another
+        #: daemon, or put back for this replica's head start): nothing is fetched now.
+        self._skip_fetch = skip_fetch
 
     def run(self) -> None:
         """One fetch worker: earliest deadline first, until the pipeline stops."""
@@ -53,7 +54,7 @@ class FetchStage(Stage):
             )
 
     def _fetch(self, item: ItemRow) -> None:
-        if self._archived_elsewhere is not None and self._archived_elsewhere(item):
+        if self._skip_fetch is not None and self._skip_fetch(item):
             self.wake.notify()
             return
         remaining = item.deadline - self.clock()

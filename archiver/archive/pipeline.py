@@ -36,7 +36,7 @@ from archiver.archive.deadline import deadline_for
 from archiver.archive.detector import key_id, observe
 from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
 from archiver.archive.fetch_stage import FetchStage
-from archiver.archive.replicas import ArchiveCheck
+from archiver.archive.replicas import ArchiveCheck, Stagger
 from archiver.archive.stage import Clock, StageParts, Tuning, Wakeups
 from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key, session_key_of
 from archiver.archive.store_health import check_store, probe_store
@@ -116,8 +116,15 @@ class Pipeline:
         # Others may archive the same sessions (replicas of this shard, owners before a reshard):
         # check the store before fetching, and take a manifest with the same evidence for ours.
         several = not self.shard.whole or settings.replicas_per_shard > 1
-        check = ArchiveCheck(store, state, metrics, clock, self.spool.remove) if several else None
-        self._fetches = FetchStage(self.fetcher, parts, archived_elsewhere=check.archived_elsewhere if check else None)
+        stagger = Stagger(
+            self.shard.replica * self.tuning.replica_stagger, settings.retention - settings.deadline_margin
+        )
+        check = (
+            ArchiveCheck(store, state, metrics, clock, self.spool.remove, stagger=stagger, monotonic=monotonic)
+            if several
+            else None
+        )
+        self._fetches = FetchStage(self.fetcher, parts, skip_fetch=check.skip_fetch if check else None)
         self.uploader.on_recognised = metrics.archive_recognised
         self._uploads = UploadStage(store, self.uploader, self.spool, settings.state_dir / "conflicts", parts)
 
