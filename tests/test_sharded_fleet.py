@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -175,6 +176,11 @@ def test_three_shards_of_two_replicas_export_once_archive_once_and_survive_losse
             "the 4 shards to export every active session once",
             lambda: sorted(sid for d in fleet.daemons.values() for sid in fleet.exported_ids(d)) == sorted(live),
         )
+        # The old owners handed their still-active sessions of other shards over (rows forgotten).
+        for index in range(3):
+            with sqlite3.connect(tmp_path / f"state-{index}-0" / "state.db") as db:
+                active = [r[0] for r in db.execute("SELECT id FROM sessions WHERE state = 'active'")]
+            assert active and all(shard_of(sid, 4) == index for sid in active)
         rest = set(sorted(live)[:10])
         for sid in rest:
             fake.end_session(TOKEN, sid)
