@@ -23,12 +23,12 @@ from archiver.archive import crashpoints
 from archiver.durable import StateDirLock
 from archiver.exporter.exposition import Snapshot, SnapshotRenderer
 from archiver.exporter.httpserver import MetricsServer
-from archiver.exporter.poller import ENDPOINTS, Poller, PollResult
+from archiver.exporter.poller import ENDPOINTS, SESSIONS, Poller, PollResult
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.exporter.webconfig import load_web_config
 from archiver.settings import Settings
 from archiver.upstream.api import SessionHostClient
-from archiver.upstream.models import Session
+from archiver.upstream.models import Session, SessionListParser
 
 log = logging.getLogger("archiver.daemon")
 
@@ -86,6 +86,8 @@ class Daemon:
         self.registry = CollectorRegistry()
         self.metrics = SelfMetrics(self.registry, version=__version__, endpoints=ENDPOINTS)
         self.metrics.set_retention(settings.retention)
+        shard = settings.shard
+        self.metrics.set_shard(shard.index, shard.total, shard.replica)
         if client is None:
             api_url, token = settings.require_api()
             client = SessionHostClient.connect(
@@ -101,7 +103,15 @@ class Daemon:
         self._detection_error: str | None = None
         self.last_poll_summary = PollSummary()
         self._stop = threading.Event()
-        self.poller = Poller(client, interval=settings.poll_interval, on_result=self._on_poll, clock=clock)
+        self.poller = Poller(
+            client,
+            interval=settings.poll_interval,
+            on_result=self._on_poll,
+            clock=clock,
+            # Sharded: other shards' entries are skipped before their parse; shard 0 re-exposes /metrics.
+            parser=SessionListParser(owns=None if shard.whole else shard.owns),
+            upstream_metrics=shard.index == 0,
+        )
         self._poll_thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
         self._probe_thread = threading.Thread(target=self._probe_store, name="store-probe", daemon=True)
         #: Created by start() (which takes the state dir's lock first): None until then, and when exporting only.
@@ -201,7 +211,7 @@ class Daemon:
         if self.pipeline is not None:
             self._detect(result)
         self.metrics.upstream_invalid_entries(len(result.invalid))  # quarantined list entries (0: no-op)
-        for endpoint in ENDPOINTS:
+        for endpoint in ENDPOINTS if self.poller.upstream_metrics else (SESSIONS,):
             self.metrics.poll_result(
                 endpoint,
                 ok=endpoint not in result.errors,

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from archiver.credentials import Token
 from archiver.errors import ConfigError
+from archiver.sharding import Shard, ordinal_from_pod_name, pod_name, shard_from_ordinal
 
 ENV_PREFIX = "ARCHIVER_"
 TOKEN_ENV = "ARCHIVER_API_TOKEN"
@@ -192,6 +193,19 @@ def _store_url(value: Any) -> str:
     return text
 
 
+def _shard_index(value: Any) -> int | str:
+    """A shard index (0, 1, ...) or `auto` (from the StatefulSet pod name)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    try:
+        index = _as_int(value)
+    except ValueError:
+        index = -1
+    if index < 0:
+        raise ValueError(f"expected a shard index (0, 1, ...) or auto, got {value!r}")
+    return index
+
+
 def _positive(convert: Callable[[Any], float]) -> Callable[[Any], float]:
     def wrapped(value: Any) -> float:
         result = convert(value)
@@ -334,6 +348,21 @@ OPTIONS: tuple[Option, ...] = (
         _as_str,
         metavar="PATH",
     ),
+    Option(
+        "shard",
+        "This daemon's shard (0..total-shards - 1), or auto: from the StatefulSet pod name in POD_NAME or HOSTNAME.",
+        "0",
+        _shard_index,
+        metavar="I|auto",
+    ),
+    Option("total-shards", "How many shards split the sessions (by a stable hash of the id).", 1, _as_int, metavar="N"),
+    Option(
+        "replicas-per-shard",
+        "Redundant daemons per shard; with --shard auto, pod ordinal o is shard o // R, replica o % R.",
+        1,
+        _as_int,
+        metavar="R",
+    ),
 )
 OPTIONS_BY_KEY: Mapping[str, Option] = {opt.key: opt for opt in OPTIONS}
 #: Option scopes per kind of command: retrieval (ls/show/logs/get/verify), `status`, the daemon's.
@@ -371,6 +400,9 @@ class Settings:
     log_format: str = "text"
     log_level: str = "info"
     web_config_file: Path | None = None
+    #: This daemon's shard and replica (the default owns every session).
+    shard: Shard = field(default_factory=Shard)
+    replicas_per_shard: int = 1
 
     def artifact_paths_for(self, image: str) -> tuple[str, ...]:
         """Global paths plus the image's own, without duplicates, in a stable order."""
@@ -499,6 +531,7 @@ def build_settings(
     if values["prune_after"] < 2 * values["retention"]:
         # A pruned row whose session the upstream still lists as ended would be archived again.
         raise ConfigError("prune-after must be at least twice --retention")
+    shard = _resolve_shard(values["shard"], values["total_shards"], values["replicas_per_shard"], env)
     return Settings(
         api_url=values["api_url"],
         api_token=token,
@@ -523,7 +556,27 @@ def build_settings(
         log_format=values["log_format"],
         log_level=values["log_level"],
         web_config_file=Path(values["web_config_file"]) if values["web_config_file"] else None,
+        shard=shard,
+        replicas_per_shard=values["replicas_per_shard"],
     )
+
+
+def _resolve_shard(index: int | str, total: int, replicas: int, env: Mapping[str, str]) -> Shard:
+    """The daemon's (shard, replica): given, or from the pod name's ordinal with `--shard auto`."""
+    if total < 1 or replicas < 1:
+        raise ConfigError("total-shards and replicas-per-shard must be at least 1")
+    if index == "auto":
+        name = pod_name(env)
+        if name is None:
+            raise ConfigError("--shard auto needs the pod name in POD_NAME or HOSTNAME (e.g. archiver-3)")
+        try:
+            return shard_from_ordinal(ordinal_from_pod_name(name), total, replicas)
+        except ValueError as exc:
+            raise ConfigError(f"--shard auto: {exc}") from None
+    assert isinstance(index, int)
+    if not 0 <= index < total:
+        raise ConfigError(f"--shard must be within 0..{total - 1} (--total-shards {total}), got {index}")
+    return Shard(index, total, 0)
 
 
 def _load_token(token_file: str | None, env: Mapping[str, str]) -> Token | None:

@@ -87,7 +87,13 @@ def harness_factory(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
     made: list[Harness] = []
 
     def make(
-        fake: FakeService, store: ObjectStore, *, start: bool = True, reconcile: bool = True, **overrides: Any
+        fake: FakeService,
+        store: ObjectStore,
+        *,
+        start: bool = True,
+        reconcile: bool = True,
+        tuning: Tuning = FAST,
+        **overrides: Any,
     ) -> Harness:
         settings = Settings(
             state_dir=tmp_path / "state",
@@ -109,7 +115,7 @@ def harness_factory(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
             SelfMetrics(registry),
             clock=fake.clock.now,
             policy=FAST_POLICY,
-            tuning=FAST,
+            tuning=tuning,
         )
         h = Harness(fake, store, settings, client, state, registry, pipeline)
         made.append(h)

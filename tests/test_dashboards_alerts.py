@@ -84,6 +84,13 @@ EXPECTED_ALERTS = {
     "ArchiverNoRecentArchive",
     "ArchiverSessionsDropped",
 }
+#: Recording rules that count a sharded, redundant fleet once (README, "Scaling and high availability").
+EXPECTED_RECORDS = {
+    "archiver:sessionhost_sessions:sum",
+    "archiver:sessionhost_players:sum",
+    "archiver:sessions_ended:rate5m",
+    "archiver:shard_replicas_up:count",
+}
 # PromQL words that look like metric names but are not.
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
                    "unless", "bool", "offset", "inf", "nan"}  # fmt: skip
@@ -117,9 +124,10 @@ def test_metric_name_extraction() -> None:
     assert metric_names(expr) == {"a_total", "b_info", "c_bucket"}
 
 
-def load_rules() -> list[dict[str, Any]]:
+def load_rules(kind: str = "alert") -> list[dict[str, Any]]:
+    """The alerting rules of the rules file (or, with kind="record", its recording rules)."""
     groups = yaml.safe_load(RULES.read_text())["groups"]
-    return [rule for group in groups for rule in group["rules"]]
+    return [rule for group in groups for rule in group["rules"] if kind in rule]
 
 
 def dashboard_exprs(board: dict[str, Any]) -> list[str]:
@@ -163,7 +171,7 @@ def run_promtool(promtool: str, *args: str | Path) -> subprocess.CompletedProces
 def test_alert_rules_pass_promtool_check(promtool: str) -> None:
     result = run_promtool(promtool, "check", "rules", RULES)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(EXPECTED_ALERTS)} rules found" in result.stdout
+    assert f"SUCCESS: {len(EXPECTED_ALERTS) + len(EXPECTED_RECORDS)} rules found" in result.stdout
 
 
 def test_alert_rules_unit_tests_pass(promtool: str) -> None:
@@ -193,7 +201,7 @@ BROKEN_RULES = {
 def test_alert_unit_tests_catch_a_broken_rule(promtool: str, tmp_path: Path, alert: str, broken: str) -> None:
     """The unit tests are not vacuous: a rule with a wrong expression makes them fail."""
     document = yaml.safe_load(RULES.read_text())
-    (rule,) = [r for g in document["groups"] for r in g["rules"] if r["alert"] == alert.split("/")[0]]
+    (rule,) = [r for g in document["groups"] for r in g["rules"] if r.get("alert") == alert.split("/")[0]]
     rule["expr"] = broken
     (tmp_path / RULES.name).write_text(yaml.safe_dump(document))
     shutil.copy(RULES_TEST, tmp_path / RULES_TEST.name)
@@ -241,6 +249,15 @@ def test_alert_expressions_use_only_design_metric_names() -> None:
         names = metric_names(rule["expr"])
         assert names, rule["alert"]
         assert names <= KNOWN_METRICS, f"{rule['alert']}: unknown {names - KNOWN_METRICS}"
+
+
+def test_recording_rules_count_the_fleet_from_design_metric_names() -> None:
+    records = load_rules("record")
+    assert {r["record"] for r in records} == EXPECTED_RECORDS
+    for rule in records:
+        names = metric_names(rule["expr"])
+        assert "archiver_shard_info" in names, rule["record"]
+        assert names <= KNOWN_METRICS | {"up"}, f"{rule['record']}: unknown {names - KNOWN_METRICS}"
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=[p.name for p in DASHBOARDS])
@@ -393,8 +410,8 @@ def test_chart_rules_with_custom_settings_pass_promtool_check(promtool: str, tmp
     rules_file.write_text(yaml.safe_dump({"groups": groups}))
     result = run_promtool(promtool, "check", "rules", rules_file)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(EXPECTED_ALERTS) - 1} rules found" in result.stdout
-    rules = {r["alert"]: r for g in groups for r in g["rules"]}
+    assert f"SUCCESS: {len(EXPECTED_ALERTS) - 1 + len(EXPECTED_RECORDS)} rules found" in result.stdout
+    rules = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
     assert rules["ArchiverSpoolLarge"]["expr"] == f"archiver_spool_bytes > {int(0.9 * 200 * 1024**3)}"
     assert (
         rules["ArchiverFetchDeadlineNear"]["expr"].endswith("< 2700")

@@ -236,7 +236,7 @@ def test_existing_secret_is_mounted_and_no_secret_is_created(chart: helm.Chart) 
     assert token_volume["secret"]["secretName"] == "team-archiver-token"
 
 
-@pytest.mark.parametrize("key", ["api_token", "api_token_file", "web_config_file"])
+@pytest.mark.parametrize("key", ["api_token", "api_token_file", "web_config_file", "shard", "total_shards"])
 def test_token_and_chart_managed_keys_are_refused_in_config(chart: helm.Chart, key: str) -> None:
     """The token never goes into the ConfigMap: the schema rejects such keys before rendering."""
     values = {**MINIMAL, "config": {**MINIMAL["config"], key: TOKEN}}
@@ -274,13 +274,16 @@ def test_config_toml_parses_back_to_the_config_values(chart: helm.Chart, overrid
 
 
 def test_chart_config_keys_are_the_daemon_options() -> None:
-    """The schema allows exactly the TOML keys archiver.settings accepts, minus the file flags the
-    chart sets itself (--api-token-file, --web-config-file)."""
+    """The schema allows exactly the TOML keys archiver.settings accepts, minus the flags the chart
+    sets itself (--api-token-file, --web-config-file, and the shard options from `shards` and
+    `replicasPerShard`: a shard count in the file that disagrees with the pod count would leave
+    sessions without an owner)."""
     from archiver.settings import OPTIONS
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     chart_keys = set(schema["properties"]["config"]["properties"])
-    daemon_keys = {opt.key for opt in OPTIONS} - {"api_token_file", "web_config_file"} | {"images"}
+    chart_set = {"api_token_file", "web_config_file", "shard", "total_shards", "replicas_per_shard"}
+    daemon_keys = {opt.key for opt in OPTIONS} - chart_set | {"images"}
     assert chart_keys == daemon_keys
 
 
@@ -331,6 +334,57 @@ def test_more_than_one_replica_is_refused(chart: helm.Chart) -> None:
     assert one(paused, "StatefulSet")["spec"]["replicas"] == 0
 
 
+def test_shards_and_replicas_run_one_statefulset_with_a_pdb_and_spread_pods(chart: helm.Chart) -> None:
+    """3 shards x 2 replicas: six pods told to take their shard from their ordinal, a PDB, a spread
+    over nodes; every manifest validates. The default (1 x 1) has none of it."""
+    sharded = {**MINIMAL, "shards": 3, "replicasPerShard": 2}
+    report = helm.lint(CHART, sharded, strict=True)
+    assert report["errors"] == [] and not [m for m in report["messages"] if m["severity"] >= 2], report
+    docs = render(chart, sharded)
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["replicas"] == 6
+    args = container(docs)["args"]
+    assert args[args.index("--shard") + 1] == "auto"
+    assert args[args.index("--total-shards") + 1] == "3" and args[args.index("--replicas-per-shard") + 1] == "2"
+    env = {e["name"]: e for e in container(docs)["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    (spread,) = sts["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "kubernetes.io/hostname"
+    assert spread["labelSelector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": sts["spec"]["selector"]}
+    for doc in docs:
+        if (doc["apiVersion"], doc["kind"]) not in CRD_SCHEMAS:
+            for version in K8S_VERSIONS:
+                kubernetes_validate.validate(doc, version, strict=True)
+    single = render(chart, MINIMAL)
+    assert not [d for d in single if d["kind"] == "PodDisruptionBudget"]
+    assert "--shard" not in container(single)["args"]
+    assert "topologySpreadConstraints" not in one(single, "StatefulSet")["spec"]["template"]["spec"]
+    paused = render(chart, {**MINIMAL, "shards": 2, "replicaCount": 0})
+    assert one(paused, "StatefulSet")["spec"]["replicas"] == 0
+
+
+def test_a_sharded_pod_name_gives_the_daemon_its_shard(chart: helm.Chart, tmp_path: Path) -> None:
+    """The rendered config plus the chart's args and the pod name `arch-archiver-3`, read by
+    archiver.settings as `archiver run` does: shard 1 of 2, replica 1."""
+    from archiver.settings import load_settings
+    from archiver.sharding import Shard
+
+    docs = render(chart, {**MINIMAL, "shards": 2, "replicasPerShard": 2})
+    config_file = tmp_path / "config.toml"
+    config_file.write_text(one(docs, "ConfigMap", "arch-archiver")["data"]["config.toml"])
+    args = container(docs)["args"]
+    flags = {args[i][2:].replace("-", "_"): args[i + 1] for i in range(len(args) - 1) if args[i] in (
+        "--shard", "--total-shards", "--replicas-per-shard")}  # fmt: skip
+    settings = load_settings(
+        {**flags, "total_shards": int(flags["total_shards"]), "replicas_per_shard": int(flags["replicas_per_shard"])},
+        env={"ARCHIVER_API_TOKEN": TOKEN, "POD_NAME": "arch-archiver-3"},
+        config_file=config_file,
+    )
+    assert settings.shard == Shard(1, 2, 1)
+
+
 def test_persistence_settings(chart: helm.Chart) -> None:
     sized = render(chart, {**MINIMAL, "persistence": {"size": "50Gi", "storageClass": "gp3"}})
     (claim,) = one(sized, "StatefulSet")["spec"]["volumeClaimTemplates"]
@@ -377,7 +431,7 @@ def test_basic_auth_switches_probes_to_tcp(chart: helm.Chart) -> None:
 def rule_groups(chart: helm.Chart, values: dict[str, Any]) -> dict[str, Doc]:
     """The rendered PrometheusRule's alerts by name."""
     rule = one(render(chart, values), "PrometheusRule")
-    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"] if "alert" in r}
 
 
 def test_prometheus_rule_with_defaults_is_the_standalone_rules_file(chart: helm.Chart) -> None:

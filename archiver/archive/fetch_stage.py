@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 
 from archiver.archive.fetch import Fetcher, Finished, Retry, Spooled
 from archiver.archive.stage import Stage, StageParts, backoff
@@ -17,9 +18,15 @@ class FetchStage(Stage):
     """Fetch workers: claim the pending item with the earliest deadline, stream it into the spool,
     and give it an outcome (spooled, too_large, source_gone, expired) or a retry gate."""
 
-    def __init__(self, fetcher: Fetcher, parts: StageParts) -> None:
+    def __init__(
+        self, fetcher: Fetcher, parts: StageParts, *, skip_fetch: Callable[[ItemRow], bool] | None = None
+    ) -> None:
         super().__init__(parts)
         self.fetcher = fetcher
+        #: Several daemons may archive this session (replicas, resharding): asked before each fetch
+        #: (`replicas.ArchiveCheck`); True means it took care of the item (archived by another
+        #: daemon, or put back for this replica's head start): nothing is fetched now.
+        self._skip_fetch = skip_fetch
 
     def run(self) -> None:
         """One fetch worker: earliest deadline first, until the pipeline stops."""
@@ -54,6 +61,9 @@ class FetchStage(Stage):
             )
 
     def _fetch(self, item: ItemRow) -> None:
+        if self._skip_fetch is not None and self._skip_fetch(item):
+            self.wake.notify()
+            return
         remaining = item.deadline - self.clock()
         if remaining <= 0 and item.attempts > 1:
             self.finish(item, Outcome.EXPIRED, error=f"fetch deadline passed; last error: {item.last_error}")

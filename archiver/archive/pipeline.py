@@ -36,6 +36,7 @@ from archiver.archive.deadline import deadline_for
 from archiver.archive.detector import key_id, observe
 from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
 from archiver.archive.fetch_stage import FetchStage
+from archiver.archive.replicas import ArchiveCheck, Stagger
 from archiver.archive.stage import Clock, StageParts, Tuning, Wakeups
 from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key, session_key_of
 from archiver.archive.store_health import check_store, probe_store
@@ -111,7 +112,20 @@ class Pipeline:
         self._gauges_at = float("-inf")
         refresh = functools.partial(self._refresh_gauges, force=False)
         parts = StageParts(state, metrics, self.tuning, self._wake, clock, monotonic, refresh)
-        self._fetches = FetchStage(self.fetcher, parts)
+        self.shard = settings.shard
+        # Others may archive the same sessions (replicas of this shard, owners before a reshard):
+        # check the store before fetching, and take a manifest with the same evidence for ours.
+        several = not self.shard.whole or settings.replicas_per_shard > 1
+        stagger = Stagger(
+            self.shard.replica * self.tuning.replica_stagger, settings.retention - settings.deadline_margin
+        )
+        check = (
+            ArchiveCheck(store, state, metrics, clock, self.spool.remove, stagger=stagger, monotonic=monotonic)
+            if several
+            else None
+        )
+        self._fetches = FetchStage(self.fetcher, parts, skip_fetch=check.skip_fetch if check else None)
+        self.uploader.on_recognised = metrics.archive_recognised
         self._uploads = UploadStage(store, self.uploader, self.spool, settings.state_dir / "conflicts", parts)
 
     @classmethod
@@ -157,7 +171,15 @@ class Pipeline:
         # Multipart uploads in the journal are resumed by put_file itself; everything else under
         # our prefix is an orphan of a crash between CreateMultipartUpload and the journal commit.
         self._uploads.sweep_orphans()
-        self._known = dict.fromkeys(self.state.active_session_keys())
+        active = self.state.active_session_keys()
+        foreign = [key for key in active if not self.shard.owns(key_id(key))]
+        if foreign:
+            # The shard count changed: another shard archives these when they end. Work already
+            # under way here (ended sessions) is finished here.
+            handed = self.state.hand_over(foreign)
+            log.info("%d active sessions belong to other shards now (shard %d of %d); handed over",
+                     handed, self.shard.index, self.shard.total)  # fmt: skip
+        self._known = dict.fromkeys(key for key in active if self.shard.owns(key_id(key)))
         self._last_seen.clear()
         self.metrics.set_retention(self.settings.retention)
         self.metrics.restore_last_archive_success(self.state.last_archived_at())
@@ -391,6 +413,8 @@ class Pipeline:
         (`deadline_for`). Also prunes old terminal rows. Returns the number of sessions queued.
         """
         scanned = self.client.list_ended_sessions(policy=self._policy)
+        if not self.shard.whole:
+            scanned = [e for e in scanned if self.shard.owns(e.session_id)]
         now = self.clock()
         by_key = {session_key(e.session_id, e.created_ms): e for e in scanned}
         states = self.state.states_of(by_key)

@@ -52,6 +52,9 @@ class Tuning:
     permission_backoff: float = 300.0
     #: A sweep of orphaned multipart uploads that failed (store down) is tried again after this long.
     orphan_sweep_retry: float = 300.0
+    #: Replica r of a shard waits r times this before a session's first fetch, so a healthy pair
+    #: fetches once (the later replica finds the first one's manifest; archive/replicas.py).
+    replica_stagger: float = 60.0
     #: Longest a worker sleeps before looking at the DB again even without a notification.
     idle_wait: float = 5.0
     #: Minimum interval between gauge refreshes triggered by workers.

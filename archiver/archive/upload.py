@@ -8,13 +8,14 @@ after the row that no longer needs them is committed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from archiver.archive.crashpoints import crashpoint
+from archiver.archive.replicas import same_archive
 from archiver.archive.state import ItemRow, SessionRow
-from archiver.errors import ObjectConflictError, SourceFileError, StoreUnavailableError
+from archiver.errors import ManifestError, ObjectConflictError, SourceFileError, StoreUnavailableError
 from archiver.layout import keys
 from archiver.layout.manifest import (
     Manifest,
@@ -23,6 +24,7 @@ from archiver.layout.manifest import (
     index_entry_for,
     index_entry_to_bytes,
     manifest_to_bytes,
+    parse_manifest,
 )
 from archiver.store.base import MultipartJournal, ObjectStore, PutOutcome
 from archiver.vocabulary import Outcome
@@ -111,6 +113,8 @@ class Uploader:
     def __init__(self, store: ObjectStore, journal: MultipartJournal) -> None:
         self.store = store
         self._journal = journal
+        #: Called when a manifest found at our key records the same archive (another replica's).
+        self.on_recognised: Callable[[], None] | None = None
 
     def upload(self, item: ItemRow) -> UploadResult:
         """Store the item's spool file at its key and verify it with a HEAD."""
@@ -157,7 +161,20 @@ class Uploader:
         prefix = self.store.prefix
         instance = session.instance or None  # '' = a row migrated mid-way keeps the legacy layout
         manifest_key = keys.manifest_key(prefix, session.id, instance)
-        self.store.put_bytes(manifest_key, manifest_to_bytes(manifest), content_type=JSON_CONTENT_TYPE)
+        try:
+            self.store.put_bytes(manifest_key, manifest_to_bytes(manifest), content_type=JSON_CONTENT_TYPE)
+        except ObjectConflictError:
+            theirs = self._existing_manifest(manifest_key)
+            if theirs is None or not same_archive(manifest, theirs):
+                raise
+            # Another replica (or the session's earlier owner) won the create-once race with the
+            # same evidence: that is success. Its index entry is ours to ensure (same bytes as its
+            # own, so a no-op unless it died between the two writes).
+            manifest = theirs
+            if self.on_recognised is not None:
+                self.on_recognised()
+            log.info("session %r: the same archive is in the store already (another replica): %s",
+                     session.id, manifest_key)  # fmt: skip
         crashpoint("after_manifest")
         entry = index_entry_for(manifest, manifest_key)
         self.store.put_bytes(
@@ -166,3 +183,10 @@ class Uploader:
             content_type=JSON_CONTENT_TYPE,
         )
         return manifest_key
+
+    def _existing_manifest(self, key: str) -> Manifest | None:
+        """The manifest at `key`, None when it cannot be read as one (then the conflict stands)."""
+        try:
+            return parse_manifest(b"".join(self.store.iter_bytes(key)))
+        except ManifestError:
+            return None

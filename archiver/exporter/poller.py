@@ -63,8 +63,11 @@ class Poller:
         on_result: Callable[[PollResult], None],
         clock: Callable[[], float] = time.time,
         parser: SessionListParser | None = None,
+        upstream_metrics: bool = True,
     ) -> None:
         self._client = client
+        #: False on every shard but 0: the upstream's /metrics is re-exposed once per fleet.
+        self.upstream_metrics = upstream_metrics
         # One parser across polls: entries unchanged since the last poll come back as the same
         # Session objects, which spares their decode here and their re-render in the exposition.
         self._parser = SessionListParser() if parser is None else parser
@@ -97,6 +100,8 @@ class Poller:
             self._transition(SESSIONS, True, None)
         durations[SESSIONS] = time.perf_counter() - t0
 
+        if not self.upstream_metrics:
+            return PollResult(started, sessions, [], durations, errors, invalid)
         families: list[MetricFamily] | None = None
         t0 = time.perf_counter()
         try:

@@ -253,6 +253,19 @@ class SelfMetrics:
             "Ended sessions found by reconciliation (GET /session?all=true) that the polls had missed.",
             registry=registry,
         )
+        self._recognised = Counter(
+            "archiver_archives_recognised",
+            "Sessions whose archive another replica or shard had written already (same items, same bytes): "
+            "counted as archived, nothing written.",
+            registry=registry,
+        )
+        self._shard_info = Gauge(
+            "archiver_shard_info",
+            "This daemon's shard of total_shards and its replica within the shard, always 1 (sum by shard "
+            "with max over replicas to count a fleet once).",
+            ["shard", "total_shards", "replica"],
+            registry=registry,
+        )
         # Absent until the first store operation or probe: export-only mode (no store) must not
         # show a store that is "down", and 0 before the first probe would claim a failure.
         self._store_up = _OptionalGauge(
@@ -334,6 +347,19 @@ class SelfMetrics:
     def set_store_up(self, up: bool) -> None:
         """The outcome of the latest store operation or probe (absent until the first one)."""
         self._store_up.set(1 if up else 0)
+
+    def set_shard(self, shard: int, total_shards: int, replica: int) -> None:
+        self._shard_info.clear()
+        self._shard_info.labels(str(shard), str(total_shards), str(replica)).set(1)
+
+    def archive_recognised(self, now: float | None = None) -> None:
+        """A session another replica (or an earlier owner) had archived already: success, nothing
+        written. Given `now` (found before fetching: no manifest of ours follows), it is also this
+        daemon's last archive success, so a replica that mostly finds its partner's archives is not
+        taken for stuck."""
+        self._recognised.inc()
+        if now is not None:
+            self._last_archive_success.set(now)
 
     def set_detection_up(self, up: bool) -> None:
         self._detection_up.set(1 if up else 0)

@@ -245,6 +245,13 @@ class FakeService:
         )  # fmt: skip
         self.state.faults.set(endpoint, spec)
 
+    def set_list_rate_limit(self, per_minute: int | None) -> None:
+        """Answer 429 to an organisation's `GET /session` beyond `per_minute` lists per virtual
+        minute (None: unlimited), as a rate-limited service does."""
+        if per_minute is not None and per_minute < 1:
+            raise FakeConfigError(f"the list rate limit must be at least 1 per minute, got {per_minute}")
+        self.state.list_rate_per_min = per_minute
+
     def clear_faults(self, endpoint: str | None = None) -> None:
         """Remove one endpoint's fault, or all."""
         self.state.faults.clear(endpoint)

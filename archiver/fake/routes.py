@@ -114,6 +114,7 @@ def create_session(ctx: Context, req: Request) -> Response:
 
 
 def list_sessions(ctx: Context, req: Request) -> Response:
+    ctx.state.admit_list(req.org)
     labels = {k[len("filter[") : -1]: v[0] for k, v in req.query.items() if k.startswith("filter[") and k.endswith("]")}
     flt = ListFilter(
         labels=labels,

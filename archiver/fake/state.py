@@ -89,6 +89,8 @@ class Org:
     injected_list_entries: list[object] = field(default_factory=list)
     started_total: int = 0
     recent_starts: deque[float] = field(default_factory=deque)
+    #: When the last `GET /session` lists were answered (virtual), for `list_rate_per_min`.
+    recent_lists: deque[float] = field(default_factory=deque)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,9 @@ class ServiceState:
         self.catalogue = catalogue
         self.retention = retention
         self.start_rate_per_min = start_rate_per_min
+        #: The service's rate limit on `GET /session` per organisation and virtual minute (429
+        #: beyond it); None: unlimited. Every archiver pod polls the list: see README, Scaling.
+        self.list_rate_per_min: int | None = None
         self.log_body_lines = log_body_lines
         self.quirks = Quirks()
         self.faults = FaultTable(seed)
@@ -281,6 +286,21 @@ class ServiceState:
             org.recent_starts.popleft()
         if self.start_rate_per_min is not None and len(org.recent_starts) >= self.start_rate_per_min:
             raise HttpProblem(420, "TOO_MANY_STARTS", "Too many sessions were started in a short period; try later.")
+
+    def admit_list(self, org: Org) -> None:
+        """Count one `GET /session` of `org`; HttpProblem 429 when it exceeds `list_rate_per_min`."""
+        if self.list_rate_per_min is None:
+            return
+        now = self.clock.now()
+        with self.lock:
+            while org.recent_lists and org.recent_lists[0] <= now - 60:
+                org.recent_lists.popleft()
+            if len(org.recent_lists) >= self.list_rate_per_min:
+                raise HttpProblem(
+                    429, "TOO_MANY_REQUESTS", "Too many requests; try again later.",
+                    f"At most {self.list_rate_per_min} session lists per minute.",
+                )  # fmt: skip
+            org.recent_lists.append(now)
 
     def active_in(self, location: str) -> int:
         """Active sessions in a location, every organisation together (capacity is per location)."""

@@ -125,6 +125,43 @@ class SessionRepo(Connection):
         with self.read() as db:
             return [r[0] for r in db.execute("SELECT key FROM sessions WHERE state = 'active'")]
 
+    def hand_over(self, session_keys: Iterable[str]) -> int:
+        """Forget these sessions while still `active` (another shard owns them now: it archives them
+        when they end). Rows already ended stay: their work is finished here."""
+        removed = 0
+        with self.write() as db:
+            for chunk in chunks(list(session_keys), 500):
+                marks = ",".join("?" * len(chunk))
+                removed += db.execute(
+                    f"DELETE FROM sessions WHERE state = 'active' AND key IN ({marks})", chunk
+                ).rowcount
+        return removed
+
+    def archived_elsewhere(self, key: str, manifest_key: str, now: float) -> list[str] | None:
+        """Another replica (or the session's earlier owner) wrote this instance's manifest: the
+        session is archived by it, and its items still open here are closed without fetching.
+        Returns the spool files no longer needed, or None when the session is no longer ended here
+        (finalized or re-opened meanwhile)."""
+        with self.write() as db:
+            changed = db.execute(
+                "UPDATE sessions SET state = 'archived', manifest_key = ?, archived_at = COALESCE(archived_at, ?), "
+                "done_at = ?, wake_at = 0, last_error = NULL WHERE key = ? AND state IN ('ended', 'finalizing')",
+                (manifest_key, now, now, key),
+            ).rowcount
+            if not changed:
+                return None
+            spooled = db.execute(
+                "SELECT spool_path FROM items WHERE session_key = ? AND status != 'done' AND spool_path IS NOT NULL",
+                (key,),
+            ).fetchall()
+            db.execute(
+                "UPDATE items SET status = 'done', outcome = COALESCE(outcome, 'archived'), "
+                "last_error = 'archived by another replica', spool_path = NULL "
+                "WHERE session_key = ? AND status != 'done'",
+                (key,),
+            )
+        return [r[0] for r in spooled]
+
     def states_of(self, session_keys: Iterable[str]) -> dict[str, str]:
         """key → state of those of `session_keys` the DB knows."""
         found: dict[str, str] = {}

@@ -210,4 +210,35 @@ The rule groups (a YAML list), with disabled rules left out.
           series (sessionhost_session_*) of {{ $value }} sessions are dropped. Aggregates
           (sessionhost_sessions, sessionhost_players) stay exact and archiving is unaffected.`}}
     {{- end }}{{ end }}
+# Sharded and redundant fleets (shards x replicasPerShard pods): every pod exports its own shard's
+# sessions, and the replicas of a shard export the same ones. These series count each session once:
+# join archiver_shard_info for the shard, take the max over a shard's replicas, sum over shards.
+# One pod (the default) has shard="0": the same numbers as summing the pod's own series.
+- name: session-archiver-fleet
+  rules:
+    - record: archiver:sessionhost_sessions:sum
+      expr: |-
+        sum by (job, location, image, tag, status) (
+          max by (job, shard, location, image, tag, status) (
+            sessionhost_sessions * on (job, instance) group_left (shard) archiver_shard_info
+          )
+        )
+    - record: archiver:sessionhost_players:sum
+      expr: |-
+        sum by (job, location, image, tag) (
+          max by (job, shard, location, image, tag) (
+            sessionhost_players * on (job, instance) group_left (shard) archiver_shard_info
+          )
+        )
+    - record: archiver:sessions_ended:rate5m
+      expr: |-
+        sum by (job) (
+          max by (job, shard) (
+            rate(archiver_sessions_ended_total[5m]) * on (job, instance) group_left (shard) archiver_shard_info
+          )
+        )
+    # Pods up per shard: 0 means a shard's sessions are neither exported nor archived.
+    - record: archiver:shard_replicas_up:count
+      expr: |-
+        count by (job, shard, total_shards) (archiver_shard_info * on (job, instance) group_left () (up == 1))
 {{- end -}}

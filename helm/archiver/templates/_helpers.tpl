@@ -223,3 +223,10 @@ ConfigMap, and the token / web-config file flags are set by the chart.
 {{- end }}
 {{- include "archiver.toml.table" (dict "path" (list) "table" $cfg) | trimPrefix "\n" }}
 {{- end -}}
+
+{{/*
+Pods of the StatefulSet when running: shards x replicasPerShard (ordinal o = shard o / R, replica o % R).
+*/}}
+{{- define "archiver.pods" -}}
+{{- mul (int .Values.shards) (int .Values.replicasPerShard) -}}
+{{- end -}}
