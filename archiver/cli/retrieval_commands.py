@@ -25,6 +25,19 @@ from archiver.errors import ConfigError
 from archiver.settings import STORE_SCOPES
 
 
+def _session_filters(
+    since: str | None, until: str | None, labels: tuple[str, ...], now: float
+) -> tuple[float, float | None, dict[str, str]]:
+    """The --since/--until range and the --label pairs of `ls` and `grep`; a usage error when malformed."""
+    from archiver.retrieval import retrieve
+
+    try:
+        start, end = retrieve.parse_time_range(since, until, now)
+        return start, end, dict(retrieve.parse_label(value) for value in labels)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 @main.command("ls")
 @click.option("--since", metavar="TIME", help=f"Ended at or after TIME: {_TIME_HELP}. [default: 24h]")
 @click.option("--until", metavar="TIME", help="Ended at or before TIME (same forms). [default: no bound]")
@@ -54,11 +67,7 @@ def ls_command(
 
     settings = resolve(kwargs)
     now = time.time()
-    try:
-        start, end = retrieve.parse_time_range(since, until, now)
-        wanted = dict(retrieve.parse_label(value) for value in labels)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    start, end, wanted = _session_filters(since, until, labels, now)
     store = store_for(settings)
     try:
         entries = retrieve.list_sessions(
@@ -235,11 +244,7 @@ def grep(
         matcher = Matcher(pattern, fixed=fixed, ignore_case=ignore_case)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="PATTERN") from None
-    try:
-        start, end = retrieve.parse_time_range(since, until, now)
-        wanted = dict(retrieve.parse_label(value) for value in labels)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    start, end, wanted = _session_filters(since, until, labels, now)
     store = store_for(settings)
     escape = sys.stdout.isatty()
     try:
