@@ -102,40 +102,56 @@ class _Cancelled(Exception):
 # --- searching one session's text ---------------------------------------------------------------
 
 
-def _text_lines(chunks: Iterable[bytes], counted: list[int]) -> Iterator[str]:
-    """Decoded text of whole lines (each piece ends with a newline); bytes counted in ``counted[0]``."""
+#: ``(text, start, end)``: ``text[start:end]`` is whole lines, each ending with a newline.
+_Piece = tuple[str, int, int]
+
+
+def _text_pieces(chunks: Iterable[bytes], counted: list[int]) -> Iterator[_Piece]:
+    """Decoded text in pieces of whole lines; bytes counted in ``counted[0]``.
+
+    A decoded chunk is searched where it lies (no copy of a megabyte per chunk): only the line
+    cut by the chunk's end is carried over and joined to the start of the next one.
+    """
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     carry = ""
     for raw in chunks:
         counted[0] += len(raw)
-        text = carry + decoder.decode(raw)
-        cut = text.rfind("\n") + 1
-        if cut:
-            carry = text[cut:]
-            yield text[:cut]
-        elif len(text) > MAX_LINE:
-            carry = ""
-            yield text + "\n"  # a line without end in sight: searched in pieces, memory stays bounded
-        else:
-            carry = text
+        text = decoder.decode(raw)
+        first = text.find("\n") + 1
+        if not first:
+            carry += text
+            if len(carry) > MAX_LINE:  # a line without end in sight: searched in pieces, memory stays bounded
+                yield carry + "\n", 0, len(carry) + 1
+                carry = ""
+            continue
+        start = 0
+        if carry:
+            head = carry + text[:first]
+            yield head, 0, len(head)
+            start = first
+        last = text.rfind("\n") + 1
+        if last > start:
+            yield text, start, last
+        carry = text[last:]
     tail = carry + decoder.decode(b"", final=True)
     if tail:
-        yield tail + "\n"
+        yield tail + "\n", 0, len(tail) + 1
 
 
-def _chunk_hits(text: str, matcher: Matcher) -> Iterator[str]:
-    """The lines of ``text`` (newline-terminated) that match, found with one search per hit, not per line."""
-    if "\r" in text:
-        text = _CR_RE.sub("\n", text)  # lines lose their CRs as `archiver logs` prints them
+def _piece_hits(piece: _Piece, matcher: Matcher) -> Iterator[str]:
+    """The lines of a piece that match, found with one search per hit, not one per line."""
+    text, pos, end = piece
+    if text.find("\r", pos, end) >= 0:
+        text = _CR_RE.sub("\n", text[pos:end])  # lines lose their CRs as `archiver logs` prints them
+        pos, end = 0, len(text)
     search = matcher.regex.search
-    pos = 0
-    end = len(text)
     while pos < end:
-        found = search(text, pos)
+        found = search(text, pos, end)
         if found is None or found.start() == end:
             return  # at the very end: the empty "line" after the last newline is no line
-        start = text.rfind("\n", 0, found.start()) + 1
-        stop = text.find("\n", found.start())
+        at = found.start()
+        start = max(pos, text.rfind("\n", pos, at) + 1)
+        stop = text.find("\n", at, end)
         if stop < 0:
             stop = end
         line = text[start:stop].rstrip("\r")
@@ -146,15 +162,15 @@ def _chunk_hits(text: str, matcher: Matcher) -> Iterator[str]:
 
 
 def _search_text(chunks: Iterable[bytes], matcher: Matcher, counted: list[int]) -> Iterator[tuple[str | None, str]]:
-    for text in _text_lines(chunks, counted):
-        for line in _chunk_hits(text, matcher):
+    for piece in _text_pieces(chunks, counted):
+        for line in _piece_hits(piece, matcher):
             yield None, line
 
 
 def _search_ndjson(chunks: Iterable[bytes], matcher: Matcher, counted: list[int]) -> Iterator[tuple[str | None, str]]:
     # Candidate raw lines first (the plain string is there verbatim), then only those are parsed.
-    for text in _text_lines(chunks, counted):
-        for raw in _chunk_hits(text, matcher):
+    for piece in _text_pieces(chunks, counted):
+        for raw in _piece_hits(piece, matcher):
             entry = logformat.ndjson_line(raw)
             if entry is not None and matcher.matches(entry.text):
                 yield entry.stream, entry.text

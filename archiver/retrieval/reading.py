@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import re
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TextIO
+
+# ISA-L's inflate (already the exporter's deflate): the zlib API at 2-3 times zlib's speed, which
+# is most of what `archiver grep` spends its CPU on.
+from isal import isal_zlib
 
 from archiver.errors import (
     ArchiveIntegrityError,
@@ -32,6 +35,8 @@ from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
 from archiver.vocabulary import Outcome
 
+#: What ISA-L raises for data that is not valid gzip (its stub calls it an instance, not a class).
+_INFLATE_ERROR: type[Exception] = isal_zlib.error  # type: ignore[assignment]
 #: Most decompressed bytes one step yields: memory stays flat however well the logs compress.
 MAX_DECOMPRESSED_CHUNK = 1024 * 1024
 
@@ -43,7 +48,7 @@ def _gunzip(chunks: Iterable[bytes], key: str, max_out: int = MAX_DECOMPRESSED_C
     A stream cut inside a member yields what could be decoded, then raises: for forensics the
     readable start of a damaged log is still worth seeing.
     """
-    decoder = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    decoder = isal_zlib.decompressobj(isal_zlib.MAX_WBITS | 16)
     in_member = False
     for chunk in chunks:
         data = chunk
@@ -52,19 +57,19 @@ def _gunzip(chunks: Iterable[bytes], key: str, max_out: int = MAX_DECOMPRESSED_C
             in_member = True
             try:
                 out = decoder.decompress(data, max_out)
-            except zlib.error as exc:
+            except _INFLATE_ERROR as exc:
                 raise ArchiveIntegrityError(f"{printable(key)} is not valid gzip ({exc})") from None
             if out:
                 yield out
             if decoder.eof:
                 # Concatenated gzip members are one valid stream (`cat a.gz b.gz`).
                 data = decoder.unused_data
-                decoder = zlib.decompressobj(zlib.MAX_WBITS | 16)
+                decoder = isal_zlib.decompressobj(isal_zlib.MAX_WBITS | 16)
                 in_member = False
                 drain = False
             else:
                 data = decoder.unconsumed_tail
-                # Output cut at max_out may leave decoded bytes inside zlib with no input left.
+                # Output cut at max_out may leave decoded bytes inside the inflater with no input left.
                 drain = len(out) == max_out
     if in_member:
         tail = decoder.flush()
