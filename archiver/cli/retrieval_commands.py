@@ -236,12 +236,11 @@ def grep(
     """
     from archiver.errors import ArchiverError
     from archiver.retrieval import retrieve
-    from archiver.retrieval.grep import Matcher, grep_sessions
 
     settings = resolve(kwargs)
     now = time.time()
     try:
-        matcher = Matcher(pattern, fixed=fixed, ignore_case=ignore_case)
+        matcher = retrieve.Matcher(pattern, fixed=fixed, ignore_case=ignore_case)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="PATTERN") from None
     start, end, wanted = _session_filters(since, until, labels, now)
@@ -251,12 +250,12 @@ def grep(
         entries = retrieve.list_sessions(
             store, since=start, until=end, image=image, location=location, labels=wanted, now=now, player=player
         )
+        options: dict[str, Any] = {"fmt": fmt, "escape": escape, "workers": workers}
         if sys.stderr.isatty() if progress is None else progress:
             with click.progressbar(length=len(entries), label="searching", file=sys.stderr) as bar:
-                report = grep_sessions(store, entries, matcher, sys.stdout, fmt=fmt, escape=escape, workers=workers,
-                                       progress=bar.update)  # fmt: skip
+                report = retrieve.grep_sessions(store, entries, matcher, sys.stdout, progress=bar.update, **options)
         else:
-            report = grep_sessions(store, entries, matcher, sys.stdout, fmt=fmt, escape=escape, workers=workers)
+            report = retrieve.grep_sessions(store, entries, matcher, sys.stdout, **options)
         sys.stdout.flush()
     except ArchiverError as exc:
         # grep's convention: 2 for trouble (not 1, which means "nothing found").
@@ -278,14 +277,14 @@ def index_players_command(checkpoint: Path | None, **kwargs: Any) -> None:
     """Write the player index (`ls --player`) of archives made before it existed; safe to run again."""
     import os
 
-    from archiver.retrieval.reindex import ReindexReport, index_players
+    from archiver.retrieval import retrieve
 
     start_after = ""
     if checkpoint is not None and checkpoint.exists():
         start_after = checkpoint.read_text(encoding="utf-8").strip()
         click.echo(f"resuming after {start_after}", err=True)
 
-    def remember(report: ReindexReport) -> None:
+    def remember(report: retrieve.ReindexReport) -> None:
         if checkpoint is not None and report.last_key is not None:
             partial = checkpoint.with_name(checkpoint.name + ".partial")
             partial.write_text(report.last_key + "\n", encoding="utf-8")
@@ -293,7 +292,7 @@ def index_players_command(checkpoint: Path | None, **kwargs: Any) -> None:
 
     store = store_for(resolve(kwargs))
     try:
-        report = index_players(store, start_after=start_after, on_batch=remember)
+        report = retrieve.index_players(store, start_after=start_after, on_batch=remember)
     finally:
         store.close()
     click.echo(report.line())
