@@ -219,3 +219,19 @@ def test_the_report_counts_decompressed_bytes(file_store: ObjectStore) -> None:
     entries = retrieve.list_sessions(file_store, since=NOW - HOUR, now=NOW)
     report = grep_sessions(file_store, entries, Matcher("nothing"), io.StringIO())
     assert (report.bytes, report.hits) == (len(body), 0)
+
+
+def test_a_damaged_log_shows_its_readable_hits_then_a_problem(file_store: ObjectStore) -> None:
+    """A truncated log: the hits before the cut are printed, then the problem is reported (exit 2 in the CLI)."""
+    body = b"".join(b"line %06d speedhack detected\n" % i for i in range(200_000))
+    put_session(file_store, "cut", ended_at=NOW - 60, logs=body)
+    key = keys.logs_key(file_store.prefix, "cut", "txt")
+    stored = b"".join(file_store.iter_bytes(key))
+    _overwrite(file_store, key, stored[: len(stored) // 2])
+    entries = retrieve.list_sessions(file_store, since=NOW - HOUR, now=NOW)
+    out = io.StringIO()
+    warnings: list[str] = []
+    report = grep_sessions(file_store, entries, Matcher(NEEDLE), out, warn=warnings.append)
+    lines = out.getvalue().splitlines()
+    assert 1000 < len(lines) < 200_000 and lines[0] == "cut  -  line 000000 speedhack detected"
+    assert len(report.problems) == 1 and "truncated" in warnings[0]

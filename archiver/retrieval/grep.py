@@ -1,8 +1,8 @@
 """`archiver grep`: the archived logs of many sessions searched at once, in parallel and in bounded memory.
 
 Sessions come from the index (`ls`'s filters); each one's logs are streamed from the store,
-decompressed a megabyte at a time and searched by a bounded pool of threads (zlib and the store's
-I/O release the GIL). Plain-text logs are searched a whole decoded chunk at a time with one
+decompressed a megabyte at a time and searched by a bounded pool of threads (ISA-L's inflate and
+the store's I/O release the GIL). Plain-text logs are searched a whole decoded chunk at a time with one
 ``re`` call per hit, not per line; a hit is then confirmed on its own line, so the result is
 exactly that of searching line by line. Hits are printed in the order of the sessions (newest
 first), each session's hits together; a session's hits wait in a small bounded queue until its
@@ -233,23 +233,27 @@ class _Outbox:
 
 def _search_session(store: ObjectStore, entry: IndexEntry, matcher: Matcher, outbox: _Outbox) -> _Searched:
     counted = [0]
+    problem: str | None = None
     try:
+        loaded = load_listed_archive(store, entry)
         try:
-            loaded = load_listed_archive(store, entry)
             opened = open_logs(store, loaded)
         except SessionNotArchivedError:
-            return _Searched(0, has_logs=False)
-        for stream, text in search_chunks(opened.chunks, opened.shape, matcher, counted):
-            outbox.add(Hit(entry.session_id, entry.instance, stream, text))
+            return _Searched(0, has_logs=False)  # its logs expired or were gone: nothing to search
+        try:
+            for stream, text in search_chunks(opened.chunks, opened.shape, matcher, counted):
+                outbox.add(Hit(entry.session_id, entry.instance, stream, text))
+            opened.check()
+        except ArchiverError as exc:  # corrupt, truncated or altered: what was found before still shows
+            problem = f"{printable(entry.session_id)}: {exc}"
         outbox.flush()
-        opened.check()
     except ArchiverError as exc:  # one unreadable archive must not end the search of the others
-        return _Searched(counted[0], problem=f"{printable(entry.session_id)}: {exc}")
+        problem = f"{printable(entry.session_id)}: {exc}"
     except _Cancelled:
         pass
     finally:
         outbox.close()
-    return _Searched(counted[0])
+    return _Searched(counted[0], problem=problem)
 
 
 def format_hit(hit: Hit, fmt: str, *, escape: bool) -> str:

@@ -70,7 +70,7 @@ def ndjson_line(raw: str) -> LogLine | None:
         return None
     try:
         entry = _entry(json.loads(raw))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         entry = None
     return entry if entry is not None else LogLine(raw)
 

@@ -399,8 +399,10 @@ def _load_ref(store: ObjectStore, sid: str, ref: ArchiveRef) -> LoadedArchive:
 def load_listed_archive(store: ObjectStore, entry: IndexEntry) -> LoadedArchive:
     """The archive an index entry lists, read from its re-derived manifest key (never the entry's own key).
 
-    One read, no listing; errors as :func:`load_archive`.
+    One read, no listing; errors as :func:`load_archive` (an entry with an empty session id too).
     """
+    if not entry.session_id:
+        raise ArchiveIntegrityError("an index entry names an empty session id; not reading it")
     ref = ArchiveRef(entry.instance, keys.manifest_key(store.prefix, entry.session_id, entry.instance))
     return _load_ref(store, entry.session_id, ref)
 
