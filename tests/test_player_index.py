@@ -107,27 +107,27 @@ def test_ls_player_over_10000_sessions_costs_one_listing_and_one_read_per_match(
 def test_ls_player_on_s3_lists_from_since_with_start_after(
     s3_bucket: tuple[str, str], s3_client: Callable[..., Any]
 ) -> None:
-    """On S3 (moto) --since becomes StartAfter: 150 sessions of a player, 20 in range, 10 keys a
-    page: 2 or 3 list pages and 20 reads, not the 15 pages of the player's whole history."""
+    """On S3 (moto) --since becomes StartAfter: 60 sessions of a player, 10 in range, 4 keys a
+    page: at most 4 list pages and 10 reads, not the 15 pages of the player's whole history."""
     _endpoint, bucket = s3_bucket
-    store = S3Store(s3_client(), bucket, "archive/", list_page_size=10)
-    for n in range(150):
-        sid, when = f"m{n:03d}", NOW - (150 - n) * HOUR + 1
+    store = S3Store(s3_client(), bucket, "archive/", list_page_size=4)
+    for n in range(60):
+        sid, when = f"m{n:03d}", NOW - (60 - n) * HOUR + 1
         store.put_bytes(
             keys.player_key(store.prefix, "busy", when, sid),
             index_entry_to_bytes(_entry(sid, when)),
             content_type="application/json",
         )
     store.requests_made.reset()
-    found = retrieve.list_sessions(store, player="busy", since=NOW - 20 * HOUR, now=NOW)
-    assert [e.session_id for e in found] == [f"m{n:03d}" for n in range(149, 129, -1)]
-    assert store.requests_made["GetObject"] == 20
-    assert store.requests_made["ListObjectsV2"] <= 3
-    # --until stops the listing at the first entry past it.
+    found = retrieve.list_sessions(store, player="busy", since=NOW - 10 * HOUR, now=NOW)
+    assert [e.session_id for e in found] == [f"m{n:03d}" for n in range(59, 49, -1)]
+    assert store.requests_made["GetObject"] == 10
+    assert store.requests_made["ListObjectsV2"] <= 4
+    # --until stops the listing at the first entry past it (in the second page).
     store.requests_made.reset()
-    window = retrieve.list_sessions(store, player="busy", since=NOW - 20 * HOUR, until=NOW - 15 * HOUR, now=NOW)
-    assert [e.session_id for e in window] == [f"m{n:03d}" for n in range(134, 129, -1)]
-    assert store.requests_made.snapshot() == {"ListObjectsV2": 1, "GetObject": 5}
+    window = retrieve.list_sessions(store, player="busy", since=NOW - 10 * HOUR, until=NOW - 5 * HOUR, now=NOW)
+    assert [e.session_id for e in window] == [f"m{n:03d}" for n in range(54, 49, -1)]
+    assert store.requests_made.snapshot() == {"ListObjectsV2": 2, "GetObject": 5}
     store.close()
 
 
