@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import pty
 import random
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -235,3 +239,30 @@ def test_a_damaged_log_shows_its_readable_hits_then_a_problem(file_store: Object
     lines = out.getvalue().splitlines()
     assert 1000 < len(lines) < 200_000 and lines[0] == "cut  -  line 000000 speedhack detected"
     assert len(report.problems) == 1 and "truncated" in warnings[0]
+
+
+def test_on_a_terminal_grep_shows_a_progress_bar_and_clears_it_for_each_hit(file_store: ObjectStore) -> None:
+    """stdout and stderr on one terminal (a real pty): the bar is drawn on stderr, each hit line
+    first clears the bar's line, and control characters in a log line are escaped."""
+    put_session(file_store, "tty", ended_at=NOW - 60, logs=b"boot\n\x1b]0;owned\x07 speedhack detected\n")
+    master, slave = pty.openpty()
+    argv = [sys.executable, "-m", "archiver.cli", "grep", NEEDLE, "--since", SINCE, "--store", file_store.url]
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, timeout=60, check=False)
+        os.close(slave)
+        shown = b""
+        while chunk := _read_pty(master):
+            shown += chunk
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, shown
+    assert b"searching" in shown and b"100%" in shown
+    assert b"\r\x1b[Ktty  -  \\x1b]0;owned\\x07 speedhack detected" in shown
+    assert b"Traceback" not in shown
+
+
+def _read_pty(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: the other side is closed and everything was read
+        return b""

@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 import click
 
@@ -206,6 +206,22 @@ def verify(
     sys.exit(0 if report.ok else 1)
 
 
+class _BelowBar:
+    """stdout that clears the progress bar's line on stderr before each write, both being one terminal."""
+
+    def __init__(self, out: TextIO, bar: TextIO) -> None:
+        self._out = out
+        self._bar = bar
+
+    def write(self, text: str) -> int:
+        self._bar.write("\r\x1b[K")
+        self._bar.flush()
+        return self._out.write(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
 @main.command()
 @click.argument("pattern")
 @click.option("--since", metavar="TIME", help=f"Sessions that ended at or after TIME: {_TIME_HELP}. [default: 24h]")
@@ -252,8 +268,10 @@ def grep(
         )
         options: dict[str, Any] = {"fmt": fmt, "escape": escape, "workers": workers}
         if sys.stderr.isatty() if progress is None else progress:
+            # Hits on the bar's terminal first clear its line (the bar redraws below them).
+            out = cast(TextIO, _BelowBar(sys.stdout, sys.stderr)) if escape and sys.stderr.isatty() else sys.stdout
             with click.progressbar(length=len(entries), label="searching", file=sys.stderr) as bar:
-                report = retrieve.grep_sessions(store, entries, matcher, sys.stdout, progress=bar.update, **options)
+                report = retrieve.grep_sessions(store, entries, matcher, out, progress=bar.update, **options)
         else:
             report = retrieve.grep_sessions(store, entries, matcher, sys.stdout, **options)
         sys.stdout.flush()
