@@ -26,6 +26,7 @@ from archiver.layout.manifest import (
     manifest_to_bytes,
     parse_manifest,
 )
+from archiver.layout.players import player_entries
 from archiver.store.base import MultipartJournal, ObjectStore, PutOutcome
 from archiver.vocabulary import Outcome
 
@@ -152,7 +153,8 @@ class Uploader:
             )
 
     def write_manifest(self, session: SessionRow, items: Sequence[ItemRow]) -> str:
-        """Manifest (create-once, after every object of the session), then the index entry.
+        """Manifest (create-once, after every object of the session), then the index entry, then
+        one player index entry per player.
 
         Returns the manifest key. A different manifest already at the key raises
         ObjectConflictError.
@@ -182,6 +184,7 @@ class Uploader:
             index_entry_to_bytes(entry),
             content_type=JSON_CONTENT_TYPE,
         )
+        self._write_player_entries(manifest, manifest_key)
         return manifest_key
 
     def _existing_manifest(self, key: str) -> Manifest | None:
@@ -190,3 +193,13 @@ class Uploader:
             return parse_manifest(b"".join(self.store.iter_bytes(key)))
         except ManifestError:
             return None
+
+    def _write_player_entries(self, manifest: Manifest, manifest_key: str) -> None:
+        """One entry per player under ``players/`` (after the index entry), so `ls --player` needs no scan."""
+        for key, body in player_entries(self.store.prefix, manifest, manifest_key):
+            try:
+                self.store.put_bytes(key, body, content_type=JSON_CONTENT_TYPE)
+            except ObjectConflictError as exc:
+                # Other bytes under this archive's own entry (an older archiver's format): keep
+                # them, the archive itself is complete; the others are still written.
+                log.warning("player index entry not replaced: %s", exc)

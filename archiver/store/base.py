@@ -199,8 +199,9 @@ class ObjectStore(Protocol):
         """The object's bytes, streamed; ``ObjectNotFoundError`` at once when absent."""
         ...
 
-    def list_keys(self, prefix: str) -> Iterator[str]:
-        """Every key starting with ``prefix``, in lexicographic order, paginated lazily."""
+    def list_keys(self, prefix: str, *, start_after: str = "") -> Iterator[str]:
+        """Every key starting with ``prefix`` (and greater than ``start_after``, when given: S3's
+        ``StartAfter``), in lexicographic order, paginated lazily."""
         ...
 
     def probe_conditional_writes(self) -> bool:

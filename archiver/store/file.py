@@ -151,13 +151,14 @@ class FileStore:
         finally:
             f.close()
 
-    def list_keys(self, prefix: str) -> Iterator[str]:
-        """Keys under ``prefix`` in the lexicographic order S3 uses; hidden entries and symlinks skipped."""
+    def list_keys(self, prefix: str, *, start_after: str = "") -> Iterator[str]:
+        """Keys under ``prefix`` (after ``start_after``) in the lexicographic order S3 uses; hidden
+        entries and symlinks skipped."""
         validate_prefix(prefix)
         self.requests_made.add("ListObjectsV2")
-        return self._walk(prefix[: prefix.rfind("/") + 1], prefix)
+        return self._walk(prefix[: prefix.rfind("/") + 1], prefix, start_after)
 
-    def _walk(self, rel_dir: str, prefix: str) -> Iterator[str]:
+    def _walk(self, rel_dir: str, prefix: str, start_after: str = "") -> Iterator[str]:
         try:
             with os.scandir(self.root / rel_dir if rel_dir else self.root) as it:
                 entries = []
@@ -176,9 +177,11 @@ class FileStore:
         for name, is_dir in sorted(entries):
             rel = rel_dir + name
             if is_dir:
-                if rel.startswith(prefix) or prefix.startswith(rel):
-                    yield from self._walk(rel, prefix)
-            elif rel.startswith(prefix):
+                # A directory sorting before start_after (and not leading to it) holds only earlier keys.
+                skipped = rel < start_after and not start_after.startswith(rel)
+                if (rel.startswith(prefix) or prefix.startswith(rel)) and not skipped:
+                    yield from self._walk(rel, prefix, start_after)
+            elif rel.startswith(prefix) and rel > start_after:
                 yield rel
 
     # --- create-once writes -------------------------------------------------------------------

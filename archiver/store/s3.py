@@ -259,11 +259,13 @@ class S3Store(MultipartUploads):
         finally:
             body.close()
 
-    def list_keys(self, prefix: str) -> Iterator[str]:
+    def list_keys(self, prefix: str, *, start_after: str = "") -> Iterator[str]:
         validate_prefix(prefix)
         token: str | None = None
         while True:
             params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": self._page_size}
+            if start_after:
+                params["StartAfter"] = start_after
             if token:
                 params["ContinuationToken"] = token
             response = self._call("ListObjectsV2", prefix, **params)
