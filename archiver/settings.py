@@ -129,6 +129,20 @@ def _as_int(value: Any) -> int:
     return number
 
 
+#: `--upload-workers auto` is stored as 0; the pipeline sizes it to the store (`auto_upload_workers`).
+AUTO_WORKERS = 0
+
+
+def _as_workers(value: Any) -> int:
+    """A worker count, or `auto` (AUTO_WORKERS)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return AUTO_WORKERS
+    count = _as_int(value)
+    if count < 1:
+        raise ValueError(f"expected `auto` or an integer of at least 1, got {value!r}")
+    return count
+
+
 def _as_str(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string, got {value!r}")
@@ -338,7 +352,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SIZE",
     ),
     Option("fetch-workers", "Parallel fetches from the upstream.", 4, _as_int, metavar="N"),
-    Option("upload-workers", "Parallel uploads to the store.", 2, _as_int, metavar="N"),
+    Option(
+        "upload-workers",
+        "Parallel uploads to the store (`auto`: sized to the store, 4 for S3, 2 for a directory).",
+        "auto",
+        _as_workers,
+        metavar="N|auto",
+    ),
     Option("log-format", "Log line format.", "text", _as_choice("text", "json"), metavar="FORMAT"),
     Option("log-level", "Log level.", "info", _as_choice("debug", "info", "warning", "error"), metavar="LEVEL"),
     Option(
@@ -396,7 +416,8 @@ class Settings:
     max_sessions: int = 10000
     max_artifact_size: int = 110_000_000
     fetch_workers: int = 4
-    upload_workers: int = 2
+    #: AUTO_WORKERS (0): sized to the store by the pipeline.
+    upload_workers: int = AUTO_WORKERS
     log_format: str = "text"
     log_level: str = "info"
     web_config_file: Path | None = None
@@ -516,10 +537,11 @@ def build_settings(
         raise ConfigError(f"artifact-path: {exc}") from None
     image_paths = _image_paths(file_data["images"], file_name) if "images" in file_data else {}
     token = _load_token(values["api_token_file"], env)
-    for key in ("fetch_workers", "upload_workers"):
-        if not 1 <= values[key] <= MAX_WORKERS:
+    for key, low in (("fetch_workers", 1), ("upload_workers", 0)):  # upload_workers 0: auto
+        if not low <= values[key] <= MAX_WORKERS:
             flag = OPTIONS_BY_KEY[key].flag
-            raise ConfigError(f"{flag} must be between 1 and {MAX_WORKERS}, got {values[key]}")
+            auto = " (or auto)" if low == 0 else ""
+            raise ConfigError(f"{flag} must be between 1 and {MAX_WORKERS}{auto}, got {values[key]}")
     if values["max_sessions"] < 0:
         raise ConfigError(f"--max-sessions must be at least 0, got {values['max_sessions']}")
     if values["deadline_margin"] >= values["retention"]:

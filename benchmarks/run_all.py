@@ -9,6 +9,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = [
     "scrape.py",
+    "upload.py",
     "archive.py",
     "reconcile.py",
     "state.py",

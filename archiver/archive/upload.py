@@ -118,7 +118,7 @@ class Uploader:
         self.on_recognised: Callable[[], None] | None = None
 
     def upload(self, item: ItemRow) -> UploadResult:
-        """Store the item's spool file at its key and verify it with a HEAD."""
+        """Store the item's spool file at its key, verified (by the create-once write itself, or a HEAD)."""
         if item.key is None or item.spool_path is None or item.sha256 is None or item.size is None:
             return SpoolBroken(f"item {item.id} is spooled without key/path/sha256/size")
         try:
@@ -134,7 +134,13 @@ class Uploader:
             return Conflict(str(exc))
         except SourceFileError as exc:
             return SpoolBroken(str(exc))
-        self._verify(item.key, item.size, item.sha256)
+        if not (outcome is PutOutcome.CREATED and self.store.conditional_writes):
+            # A create-once write the server accepted already proves the object: it was created by
+            # this very request (If-None-Match held) from bytes the server checked against the
+            # checksum sent with them, so a HEAD would only repeat it (one round trip per object,
+            # a sixth of a small object's upload time). Without enforced If-None-Match, or when
+            # the object was already there, the HEAD is what tells ours from a concurrent writer's.
+            self._verify(item.key, item.size, item.sha256)
         crashpoint("after_upload_complete")
         return Stored(outcome)
 

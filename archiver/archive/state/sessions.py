@@ -367,7 +367,8 @@ class SessionRepo(Connection):
         Ordered by retry gate, so a session whose finalization keeps failing (backed off) never
         keeps the others waiting.
         """
-        with self.write() as db:
+        # The lease lives in wake_at, monotonic and reset at start-up: a crash may lose it.
+        with self.write(durable=False) as db:
             row = db.execute(
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'finalizing' AND wake_at <= ? "
                 "ORDER BY wake_at, archived_at LIMIT 1",
