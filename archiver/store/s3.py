@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import math
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,7 @@ from archiver.store.base import (
     PutOutcome,
     RequestCounter,
     check_sha256,
+    sha256_checksum,
     validate_key,
     validate_prefix,
 )
@@ -169,13 +171,15 @@ class S3Store(MultipartUploads):
         self._page_size = list_page_size
         if checksum_mode is None:
             checksum_mode = getattr(client.meta.config, "request_checksum_calculation", "when_supported")
-        # With "when_supported" botocore sends CRC32 with every part; S3 then wants the upload
-        # created with that algorithm and each part's checksum repeated on completion (as
-        # s3transfer does). With "when_required" (servers that reject checksum headers) we send
-        # Content-MD5 instead, which every S3 implementation verifies.
+        # With "when_supported" we send a SHA-256 checksum with every PUT and part (the server
+        # verifies it on arrival and keeps it); S3 then wants the upload created with that
+        # algorithm and each part's checksum repeated on completion (as s3transfer does). With
+        # "when_required" (servers that reject checksum headers) we send Content-MD5 instead,
+        # which every S3 implementation verifies.
         self._crc32 = checksum_mode == "when_supported"
         self.conditional_writes = True
         self.metadata_supported = True
+        self.keeps_checksums = self._crc32
         self.requests_made = RequestCounter()
 
     # --- plumbing -----------------------------------------------------------------------------
@@ -232,17 +236,39 @@ class S3Store(MultipartUploads):
 
     def head(self, key: str) -> ObjectInfo | None:
         validate_key(key)
+        # ChecksumMode asks for the stored x-amz-checksum-sha256 (not sent where checksum headers
+        # are refused: "when_required" mode).
+        extra = {"ChecksumMode": "ENABLED"} if self._crc32 else {}
         try:
-            response = self._call("HeadObject", key, Key=key)
+            response = self._call("HeadObject", key, Key=key, **extra)
         except ObjectNotFoundError:
             return None
         sha256 = (response.get("Metadata") or {}).get("sha256")
+        checksum = response.get("ChecksumSHA256")
         return ObjectInfo(
             key=key,
             size=int(response["ContentLength"]),
             sha256=sha256 if is_sha256(sha256) else None,
             content_type=response.get("ContentType"),
+            checksum_sha256=str(checksum) if checksum else None,
         )
+
+    def store_checksum(self, key: str, *, sha256: str, size: int) -> str | None:
+        """The SHA-256 checksum the server verified on arrival: derived from ``sha256`` for an
+        object sent with one PUT (no request), the composite the server keeps (one HEAD) for a
+        multipart one; None in "when_required" mode, where no checksum header is sent."""
+        if not self._crc32:
+            return None
+        if size < self._threshold:
+            return sha256_checksum(bytes.fromhex(check_sha256(sha256)))
+        info = self.head(key)
+        if info is None or info.checksum_sha256 is None:
+            return None
+        if "-" in info.checksum_sha256:
+            return info.checksum_sha256
+        # Some servers (moto) answer a composite without its "-N": add the part count the upload
+        # used, so the manifest always tells a composite from a whole-object checksum.
+        return f"{info.checksum_sha256}-{math.ceil(size / self._part_size_for(size))}"
 
     def iter_bytes(self, key: str, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
         validate_key(key)
@@ -312,7 +338,12 @@ class S3Store(MultipartUploads):
             # Sent even in HEAD-before-PUT mode: harmless where ignored, decisive where honoured.
             "IfNoneMatch": "*",
         }
-        if not self._crc32:
+        if self._crc32:
+            # The server re-hashes the body and refuses it unless it matches: integrity proved on
+            # arrival, and the checksum kept for `archiver verify` without a download.
+            params["ChecksumAlgorithm"] = "SHA256"
+            params["ChecksumSHA256"] = sha256_checksum(bytes.fromhex(sha256))
+        else:
             params["ContentMD5"] = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
         try:
             self._call("PutObject", key, **params)

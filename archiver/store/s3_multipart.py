@@ -14,7 +14,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from archiver.errors import SourceFileError, StoreError
-from archiver.store.base import MAX_PARTS, JournalEntry, MultipartJournal, ObjectInfo, PutOutcome, validate_prefix
+from archiver.store.base import (
+    MAX_PARTS,
+    JournalEntry,
+    MultipartJournal,
+    ObjectInfo,
+    PutOutcome,
+    sha256_checksum,
+    validate_prefix,
+)
 
 log = logging.getLogger("archiver.store.s3")  # one logger for the S3 store, as before the split
 
@@ -89,7 +97,7 @@ class MultipartUploads:
                 return self._resolve_existing(key, sha256, size, info)
             params: dict[str, Any] = {"Key": key, "ContentType": content_type, "Metadata": {"sha256": sha256}}
             if self._crc32:
-                params["ChecksumAlgorithm"] = "CRC32"
+                params["ChecksumAlgorithm"] = "SHA256"
             upload_id = str(self._call("CreateMultipartUpload", key, **params)["UploadId"])
             if journal is not None:
                 journal.start(key, upload_id, sha256=sha256, part_size=part_size)
@@ -228,7 +236,8 @@ class MultipartUploads:
             "ContentLength": len(chunk),
         }
         if self._crc32:
-            params["ChecksumAlgorithm"] = "CRC32"
+            params["ChecksumAlgorithm"] = "SHA256"
+            params["ChecksumSHA256"] = sha256_checksum(hashlib.sha256(chunk).digest())
         else:
             params["ContentMD5"] = base64.b64encode(hashlib.md5(chunk, usedforsecurity=False).digest()).decode()
         response = self._call("UploadPart", key, **params)
