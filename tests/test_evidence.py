@@ -1,5 +1,6 @@
 """Evidence-grade archives: integrity the store proves (SHA-256 checksums verified on arrival and
-checked by `verify` without a download), against moto and SeaweedFS."""
+checked by `verify` without a download), against moto and SeaweedFS; the evidence settings
+(encryption, storage class, tags, Object Lock retention, legal holds) and `archiver check` on them."""
 
 from __future__ import annotations
 
@@ -7,13 +8,18 @@ import hashlib
 import io
 import json
 import os
+import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.exceptions import ClientError
 
+from archiver import doctor
+from archiver.errors import ConfigError, ObjectConflictError
+from archiver.evidence import Evidence
 from archiver.layout import keys
 from archiver.layout.manifest import (
     Manifest,
@@ -26,8 +32,11 @@ from archiver.layout.manifest import (
 )
 from archiver.retrieval import retrieve
 from archiver.retrieval.verify import checksum_verdict
+from archiver.settings import Settings, load_settings
 from archiver.store import S3Store, make_s3_client, open_store
 from archiver.store.base import composite_checksum, sha256_checksum
+from tests.fixtures_s3 import SeaweedServer
+from tests.test_retrieve import archive_from_fake  # noqa: F401  (a fixture: the real pipeline into `store`)
 
 MIB = 1024 * 1024
 NOW = 1_795_000_000.0
@@ -225,4 +234,151 @@ def test_verify_cli_proves_without_download(s3_store: S3Store, tmp_path: Path, s
     assert (doc["ok"], doc["proved"], doc["unproven"], doc["bytes"]) == (True, 1, 0, 0)
 
 
-Factory = Callable[..., Any]
+# --- evidence settings ------------------------------------------------------------------------------
+
+LOCKED = Evidence(
+    sse="AES256", storage_class="STANDARD_IA", tags={"case": "c-42", "team": "anti cheat"},
+    lock_mode="GOVERNANCE", lock_days=2,
+)  # fmt: skip
+
+
+@pytest.fixture
+def lock_bucket(moto_endpoint: str) -> str:
+    """A moto bucket created with Object Lock enabled (versioned, as S3 requires)."""
+    return fresh_bucket(moto_endpoint, ObjectLockEnabledForBucket=True)
+
+
+@pytest.fixture
+def store(moto_endpoint: str, lock_bucket: str) -> S3Store:
+    """The store `archive_from_fake` archives into: the Object Lock bucket, every evidence setting on."""
+    opened = open_store(f"s3://{lock_bucket}/ev/", s3_endpoint_url=moto_endpoint, evidence=LOCKED)
+    assert isinstance(opened, S3Store)
+    return opened
+
+
+def test_an_object_locked_archive_cannot_be_deleted_or_overwritten(
+    store: S3Store, request: pytest.FixtureRequest, moto_endpoint: str
+) -> None:
+    """The pipeline writes every object with retention, SSE, storage class and tags, and records them
+    in the manifest; deleting a locked version is refused, an overwrite leaves the original version
+    (and `verify` reports the forged current one)."""
+    m = request.getfixturevalue("archive_from_fake")(shape="text")
+    assert m.evidence == {
+        "sse": "AES256", "storage_class": "STANDARD_IA", "tags": "case=c-42&team=anti%20cheat",
+        "object_lock_mode": "GOVERNANCE", "object_lock_days": "2",
+    }  # fmt: skip
+    client = make_s3_client(endpoint_url=moto_endpoint)
+    bucket = store._bucket
+    archived = [i for i in m.items if i.outcome == "archived"]
+    object_keys = [i.key for i in archived] + [keys.manifest_key(store.prefix, m.session_id, m.instance)]
+    for key in object_keys:
+        head = client.head_object(Bucket=bucket, Key=key)
+        assert head["ObjectLockMode"] == "GOVERNANCE"
+        assert head["ObjectLockRetainUntilDate"].timestamp() > time.time() + 86400
+        assert (head["ServerSideEncryption"], head["StorageClass"]) == ("AES256", "STANDARD_IA")
+        tags = client.get_object_tagging(Bucket=bucket, Key=key)["TagSet"]
+        assert {t["Key"]: t["Value"] for t in tags} == {"case": "c-42", "team": "anti cheat"}
+        version = head["VersionId"]
+        with pytest.raises(ClientError, match="AccessDenied"):
+            client.delete_object(Bucket=bucket, Key=key, VersionId=version)
+
+    target = archived[0]
+    assert target.key is not None
+    original = b"".join(store.iter_bytes(target.key))
+    with pytest.raises(ObjectConflictError):
+        store.put_bytes(target.key, b"forged", content_type="application/gzip")
+    version = client.head_object(Bucket=bucket, Key=target.key)["VersionId"]
+    forged = bytes(len(original))
+    client.put_object(Bucket=bucket, Key=target.key, Body=forged)  # a new version, beside the locked one
+    assert client.get_object(Bucket=bucket, Key=target.key, VersionId=version)["Body"].read() == original
+    report = retrieve.verify(store, session_ids=[m.session_id], now=time.time(), deep=False)
+    assert [(p.kind, p.key) for p in report.problems] == [("checksum_mismatch", target.key)]
+
+
+def test_hold_and_release_every_object_of_an_archive(
+    store: S3Store, request: pytest.FixtureRequest, moto_endpoint: str, tmp_path: Path
+) -> None:
+    """`archiver hold ID` puts a legal hold on the archive's objects, manifest and index entry;
+    `release` clears it; a bucket without Object Lock refuses with one line, no traceback."""
+    from click.testing import CliRunner
+
+    from archiver.cli import main
+
+    m = request.getfixturevalue("archive_from_fake")(shape="text")
+    base = ["--store", store.url, "--s3-endpoint-url", moto_endpoint]
+    result = CliRunner().invoke(main, ["hold", m.session_id, *base])
+    assert result.exit_code == 0, result.output
+    archived = [i.key for i in m.items if i.outcome == "archived"]
+    held = [
+        *archived,
+        keys.manifest_key(store.prefix, m.session_id, m.instance),
+        keys.index_key(store.prefix, m.ended_at, m.session_id, m.instance),
+    ]
+    assert f"legal hold placed on {len(held)} object(s) of {m.session_id} ({m.instance})" in result.output
+    assert all(store.legal_hold(str(k)) for k in held)
+    assert CliRunner().invoke(main, ["release", m.session_id, "--instance", str(m.instance), *base]).exit_code == 0
+    assert not any(store.legal_hold(str(k)) for k in held)
+
+    plain = open_store(f"s3://{fresh_bucket(moto_endpoint)}/", s3_endpoint_url=moto_endpoint)
+    assert isinstance(plain, S3Store)
+    archive_files(plain, tmp_path, "unlocked", {"/srv/a": b"abc"})
+    result = CliRunner().invoke(main, ["hold", "unlocked", "--store", plain.url, "--s3-endpoint-url", moto_endpoint])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "missing ObjectLockConfiguration" in result.output and len(result.output.splitlines()) == 1
+
+
+def _check(settings: Settings) -> dict[str, tuple[str, str]]:
+    return {r.name: (r.status, r.detail) for r in doctor.check_evidence(settings)}
+
+
+def test_check_reports_object_lock_and_write_settings_against_the_bucket(moto_endpoint: str, lock_bucket: str) -> None:
+    """Object Lock asked for: OK on a bucket that has it, FAIL naming the cause on one that does not;
+    SSE, storage class and tags are written to a probe object and read back."""
+    ok = _check(Settings(store=f"s3://{lock_bucket}/ev/", s3_endpoint_url=moto_endpoint, evidence=LOCKED))
+    assert ok["object lock"] == ("OK", "enabled: every archived object is kept GOVERNANCE for 2 day(s)")
+    assert ok["evidence settings"][0] == "OK"
+    plain = Settings(store=f"s3://{fresh_bucket(moto_endpoint)}/", s3_endpoint_url=moto_endpoint, evidence=LOCKED)
+    status, detail = _check(plain)["object lock"]
+    assert status == "FAIL" and "the bucket has no Object Lock" in detail
+
+
+def test_check_asks_kms_whether_the_key_is_usable(moto_endpoint: str) -> None:
+    """A real moto KMS key passes; a bogus key id fails with KMS's own answer (moto's S3 would accept it)."""
+    kms = boto3.client("kms", endpoint_url=moto_endpoint)
+    key_id = kms.create_key()["KeyMetadata"]["KeyId"]
+    bucket = fresh_bucket(moto_endpoint)
+    for kid, status in ((key_id, "OK"), ("0000dead-beef-0000-0000-000000000000", "FAIL")):
+        evidence = Evidence(sse="aws:kms", kms_key_id=kid)
+        settings = Settings(
+            store=f"s3://{bucket}/", s3_endpoint_url=moto_endpoint, kms_endpoint_url=moto_endpoint, evidence=evidence
+        )
+        assert _check(settings)["kms key"][0] == status
+    assert "NotFoundException" in _check(settings)["kms key"][1]
+
+
+def test_check_says_seaweedfs_refuses_server_side_encryption(seaweed_server: SeaweedServer) -> None:
+    settings = Settings(
+        store=f"s3://{fresh_bucket(seaweed_server.endpoint)}/", s3_endpoint_url=seaweed_server.endpoint,
+        evidence=Evidence(sse="AES256"),
+    )  # fmt: skip
+    status, detail = _check(settings)["evidence settings"]
+    assert status == "FAIL" and "SeaweedFS implement no server-side encryption" in detail
+
+
+def test_evidence_settings_are_validated_once(tmp_path: Path) -> None:
+    """Bad combinations are one ConfigError naming the options; a directory store refuses them."""
+    with pytest.raises(ConfigError, match="Object Lock needs both"):
+        load_settings({"s3_object_lock_mode": "governance"}, env={})
+    with pytest.raises(ConfigError, match="KMS key id needs --s3-sse aws:kms"):
+        load_settings({"s3_sse_kms_key_id": "k"}, env={})
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_settings({"s3_object_tag": ["novalue"]}, env={})
+    loaded = load_settings(
+        {"s3_sse": "aws:kms", "s3_object_tag": ["a=1,b=2"], "s3_object_lock_mode": "compliance",
+         "s3_object_lock_days": "30", "s3_storage_class": "GLACIER_IR"}, env={},
+    )  # fmt: skip
+    assert loaded.evidence == Evidence(
+        sse="aws:kms", tags={"a": "1", "b": "2"}, lock_mode="COMPLIANCE", lock_days=30, storage_class="GLACIER_IR"
+    )
+    with pytest.raises(ConfigError, match="S3 settings"):
+        open_store(tmp_path.as_uri(), evidence=loaded.evidence)

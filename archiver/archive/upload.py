@@ -57,7 +57,10 @@ UploadResult = Stored | Conflict | SpoolBroken
 
 
 def build_session_manifest(
-    session: SessionRow, items: Sequence[ItemRow], checksums: Mapping[int, str | None] | None = None
+    session: SessionRow,
+    items: Sequence[ItemRow],
+    checksums: Mapping[int, str | None] | None = None,
+    evidence: Mapping[str, str] | None = None,
 ) -> Manifest:
     """The manifest of a session whose items all have an outcome (pure: same rows, same bytes).
 
@@ -66,7 +69,8 @@ def build_session_manifest(
 
     Everything comes from the state DB, including `archived_at` (fixed when the last item
     finished), so a manifest re-written after a crash is byte-identical to the first one; so do
-    ``checksums`` (item id → the store's checksum of its object, see ``ObjectStore.store_checksum``).
+    ``checksums`` (item id → the store's checksum of its object, see ``ObjectStore.store_checksum``)
+    and ``evidence`` (the store's evidence settings, ``Evidence.manifest_doc``).
     """
     if session.archived_at is None:
         raise ValueError(f"session {session.id!r} is not finalizing (no archived_at)")
@@ -106,6 +110,7 @@ def build_session_manifest(
         archived_at=session.archived_at,
         items=entries,
         instance=session.instance or None,
+        evidence=evidence,
     )
 
 
@@ -162,7 +167,7 @@ class Uploader:
             for item in items
             if item.outcome == Outcome.ARCHIVED and item.key and item.sha256 and item.size is not None
         }
-        manifest = build_session_manifest(session, items, checksums)
+        manifest = build_session_manifest(session, items, checksums, self.store.evidence.manifest_doc())
         prefix = self.store.prefix
         instance = session.instance or None  # '' = a row migrated mid-way keeps the legacy layout
         manifest_key = keys.manifest_key(prefix, session.id, instance)

@@ -203,6 +203,36 @@ def verify(
     sys.exit(0 if report.ok else 1)
 
 
+def _legal_hold(session_id: str, instance: str | None, on: bool, kwargs: dict[str, Any]) -> None:
+    from archiver.retrieval.legalhold import set_legal_hold
+
+    store = store_for(resolve(kwargs))
+    try:
+        click.echo(set_legal_hold(store, session_id, on=on, instance=instance).line())
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_id")
+@instance_option("the newest")
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def hold(session_id: str, instance: str | None, **kwargs: Any) -> None:
+    """Place an S3 legal hold on every object of a session's archive (nobody can delete them until released)."""
+    _legal_hold(session_id, instance, True, kwargs)
+
+
+@main.command()
+@click.argument("session_id")
+@instance_option("the newest")
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def release(session_id: str, instance: str | None, **kwargs: Any) -> None:
+    """Clear the legal hold of every object of a session's archive (their retention, if any, still applies)."""
+    _legal_hold(session_id, instance, False, kwargs)
+
+
 #: Where `archiver browse` listens unless --listen is given on its command line (the daemon's
 #: ARCHIVER_LISTEN / config `listen` name the /metrics address, not this one).
 BROWSE_LISTEN = "127.0.0.1:9878"

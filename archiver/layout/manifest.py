@@ -133,6 +133,9 @@ class Manifest:
     #: ``keys.instance_name`` of the upstream creation time: which session of a reused id this is.
     #: ``None`` for archives in the legacy layout (one archive per id, no instance segment).
     instance: str | None = None
+    #: What every object was written with (``store/evidence.py``: sse, sse_kms_key_id,
+    #: storage_class, tags, object_lock_mode, object_lock_days); empty: nothing set (older archives too).
+    evidence: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.session_id:
@@ -142,6 +145,8 @@ class Manifest:
             _check_time(name, getattr(self, name))
         if any(not isinstance(k, str) or not isinstance(v, str) for k, v in self.labels.items()):
             raise ValueError("manifest labels must map strings to strings")
+        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in self.evidence.items()):
+            raise ValueError("manifest evidence must map strings to strings")
 
     @property
     def ended_at(self) -> float:
@@ -177,6 +182,7 @@ def build_manifest(
     items: Iterable[ManifestItem],
     archiver_version: str = __version__,
     instance: str | None = None,
+    evidence: Mapping[str, str] | None = None,
 ) -> Manifest:
     """A validated manifest; ``labels`` are caller labels only (never ``labels.env``), times epoch seconds.
 
@@ -205,6 +211,7 @@ def build_manifest(
         items=items,
         archiver_version=archiver_version,
         instance=instance,
+        evidence=dict(sorted((evidence or {}).items())),
     )
 
 
@@ -269,6 +276,8 @@ def manifest_to_bytes(m: Manifest) -> bytes:
     if m.instance is not None:
         # Only when set: a legacy manifest re-written after a crash stays byte-identical.
         doc["instance"] = m.instance
+    if m.evidence:
+        doc["evidence"] = dict(m.evidence)  # only when set: older manifests keep their bytes
     _with_times(
         doc,
         created=m.created,
@@ -408,6 +417,7 @@ def parse_manifest(data: bytes) -> Manifest:
             items=tuple(items),
             archiver_version=r.text("archiver_version"),
             instance=r.opt_text("instance"),
+            evidence=r.str_map("evidence"),
         )
     except ValueError as exc:
         raise r.fail(str(exc)) from None

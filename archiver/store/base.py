@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from archiver.errors import InvalidKeyError
+from archiver.evidence import Evidence
 from archiver.layout.manifest import is_sha256
 
 #: Files below this size are sent with one create-once PUT; larger ones as a multipart upload.
@@ -179,6 +180,8 @@ class ObjectStore(Protocol):
     #: True when the store verifies a SHA-256 checksum on arrival and keeps it (``store_checksum``),
     #: so `archiver verify` can prove an object without reading it.
     keeps_checksums: bool
+    #: Encryption, storage class, tags and retention applied to every write (recorded in manifests).
+    evidence: Evidence
     requests_made: RequestCounter
 
     def put_file(
@@ -206,6 +209,10 @@ class ObjectStore(Protocol):
         """The checksum the store itself verified on arrival and keeps for the object ``put_file``
         stored at ``key`` (what the manifest records for a verify without download), or None when
         this store keeps none (a directory, a server that rejects checksum headers)."""
+        ...
+
+    def set_legal_hold(self, key: str, on: bool) -> None:
+        """Place or clear a legal hold on the object (StoreUnsupportedError where there are none)."""
         ...
 
     def iter_bytes(self, key: str, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:

@@ -6,6 +6,7 @@ import base64
 import hashlib
 import logging
 import math
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +32,7 @@ from archiver.errors import (
     StoreUnsupportedError,
     excerpt,
 )
+from archiver.evidence import NO_EVIDENCE, Evidence
 from archiver.layout.manifest import is_sha256
 from archiver.retry import STORE, RetryPolicy
 from archiver.store.base import (
@@ -156,6 +158,7 @@ class S3Store(MultipartUploads):
         part_concurrency: int = DEFAULT_PART_CONCURRENCY,
         list_page_size: int = 1000,
         checksum_mode: str | None = None,
+        evidence: Evidence = NO_EVIDENCE,
     ) -> None:
         if part_size < MIN_PART_SIZE:
             raise ValueError(f"part size must be at least {MIN_PART_SIZE} bytes (S3's minimum)")
@@ -180,6 +183,8 @@ class S3Store(MultipartUploads):
         self.conditional_writes = True
         self.metadata_supported = True
         self.keeps_checksums = self._crc32
+        #: Encryption, storage class, tags and Object Lock retention of every archived object.
+        self.evidence = evidence
         self.requests_made = RequestCounter()
 
     # --- plumbing -----------------------------------------------------------------------------
@@ -337,6 +342,7 @@ class S3Store(MultipartUploads):
             "Metadata": {"sha256": sha256},
             # Sent even in HEAD-before-PUT mode: harmless where ignored, decisive where honoured.
             "IfNoneMatch": "*",
+            **self.evidence.put_params(time.time()),
         }
         if self._crc32:
             # The server re-hashes the body and refuses it unless it matches: integrity proved on
@@ -431,6 +437,56 @@ class S3Store(MultipartUploads):
             log.warning("%s drops user metadata: sha256 comparisons will re-read objects", self.url)
         return enforced
 
+    # --- evidence -----------------------------------------------------------------------------
+
+    def set_legal_hold(self, key: str, on: bool) -> None:
+        """Place (``on``) or clear a legal hold on the object at ``key`` (needs Object Lock on the bucket)."""
+        validate_key(key)
+        self._call("PutObjectLegalHold", key, Key=key, LegalHold={"Status": "ON" if on else "OFF"})
+
+    def legal_hold(self, key: str) -> bool:
+        """Whether the object at ``key`` is under a legal hold."""
+        validate_key(key)
+        try:
+            response = self._call("GetObjectLegalHold", key, Key=key)
+        except StoreError as exc:
+            if "NoSuchObjectLockConfiguration" in str(exc):
+                return False  # never held
+            raise
+        return bool(response.get("LegalHold", {}).get("Status") == "ON")
+
+    def object_lock_enabled(self) -> bool:
+        """Whether the bucket has Object Lock enabled (StoreUnsupportedError: the server has no Object Lock)."""
+        try:
+            response = self._call("GetObjectLockConfiguration", None)
+        except StoreError as exc:
+            if "ObjectLockConfigurationNotFound" in str(exc):
+                return False
+            raise
+        return bool(response.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") == "Enabled")
+
+    def probe_evidence(self) -> dict[str, str]:
+        """Write a probe object with the evidence settings (retention aside: a locked probe could not be
+        deleted), read back what the server applied, delete it; the HEAD's answer as strings."""
+        key = f"{self.prefix}_probe/{uuid.uuid4().hex}"
+        body = b"archiver evidence probe\n"
+        params = self.evidence.put_params(time.time(), retention=False)
+        try:
+            self._call("PutObject", key, Key=key, Body=body, ContentType="text/plain", **params)
+            response = self._call("HeadObject", key, Key=key)
+            return {
+                "sse": str(response.get("ServerSideEncryption") or ""),
+                "sse_kms_key_id": str(response.get("SSEKMSKeyId") or ""),
+                # HEAD omits the class for STANDARD.
+                "storage_class": str(response.get("StorageClass") or "STANDARD"),
+                "tags": str(response.get("TagCount") or 0),
+            }
+        finally:
+            try:
+                self._call("DeleteObject", key, Key=key)
+            except StoreError as exc:
+                log.warning("could not delete evidence probe object %s: %s", key, exc)
+
     def close(self) -> None:
         self._client.close()
 
@@ -442,10 +498,13 @@ _SNAKE = {
     "CreateMultipartUpload": "create_multipart_upload",
     "DeleteObject": "delete_object",
     "GetObject": "get_object",
+    "GetObjectLegalHold": "get_object_legal_hold",
+    "GetObjectLockConfiguration": "get_object_lock_configuration",
     "HeadObject": "head_object",
     "ListMultipartUploads": "list_multipart_uploads",
     "ListObjectsV2": "list_objects_v2",
     "ListParts": "list_parts",
     "PutObject": "put_object",
+    "PutObjectLegalHold": "put_object_legal_hold",
     "UploadPart": "upload_part",
 }

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Set
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from archiver.errors import SourceFileError, StoreError
+from archiver.evidence import Evidence
 from archiver.store.base import (
     MAX_PARTS,
     JournalEntry,
@@ -60,6 +62,7 @@ class MultipartUploads:
     _crc32: bool
     _part_size: int
     conditional_writes: bool
+    evidence: Evidence
 
     # Provided by S3Store (declared here so this half type-checks on its own).
     def _call(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
@@ -95,7 +98,12 @@ class MultipartUploads:
             info = self.head(key)
             if info is not None:
                 return self._resolve_existing(key, sha256, size, info)
-            params: dict[str, Any] = {"Key": key, "ContentType": content_type, "Metadata": {"sha256": sha256}}
+            params: dict[str, Any] = {
+                "Key": key,
+                "ContentType": content_type,
+                "Metadata": {"sha256": sha256},
+                **self.evidence.put_params(time.time()),
+            }
             if self._crc32:
                 params["ChecksumAlgorithm"] = "SHA256"
             upload_id = str(self._call("CreateMultipartUpload", key, **params)["UploadId"])
