@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["scrape.py", "archive.py", "reconcile.py", "state.py", "retrieval.py", "browse.py"]
+BENCHMARKS = ["scrape.py", "archive.py", "reconcile.py", "state.py", "retrieval.py", "browse.py", "verify.py"]
 
 
 def main() -> int:
