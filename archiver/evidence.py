@@ -70,6 +70,11 @@ class Evidence:
     def active(self) -> bool:
         return bool(self.sse or self.storage_class or self.tags or self.lock_mode)
 
+    @property
+    def tagging(self) -> str:
+        """The tags as S3's ``Tagging`` header wants them (URL-encoded ``k=v&k=v``, sorted)."""
+        return "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in sorted(self.tags.items()))
+
     def put_params(self, now: float, *, retention: bool = True) -> dict[str, Any]:
         """Parameters of PutObject / CreateMultipartUpload; ``now`` (epoch seconds) starts the retention."""
         params: dict[str, Any] = {}
@@ -80,7 +85,7 @@ class Evidence:
         if self.storage_class is not None:
             params["StorageClass"] = self.storage_class
         if self.tags:
-            params["Tagging"] = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in self.tags.items())
+            params["Tagging"] = self.tagging
         if retention and self.lock_mode is not None:
             params["ObjectLockMode"] = self.lock_mode
             params["ObjectLockRetainUntilDate"] = datetime.fromtimestamp(now, UTC) + timedelta(days=self.lock_days)
@@ -96,7 +101,7 @@ class Evidence:
         if self.storage_class is not None:
             doc["storage_class"] = self.storage_class
         if self.tags:
-            doc["tags"] = "&".join(f"{quote(k, safe='')}={quote(v, safe='')}" for k, v in sorted(self.tags.items()))
+            doc["tags"] = self.tagging
         if self.lock_mode is not None:
             doc["object_lock_mode"] = self.lock_mode
             doc["object_lock_days"] = str(self.lock_days)

@@ -263,6 +263,10 @@ def test_an_object_locked_archive_cannot_be_deleted_or_overwritten(
     in the manifest; deleting a locked version is refused, an overwrite leaves the original version
     (and `verify` reports the forged current one)."""
     m = request.getfixturevalue("archive_from_fake")(shape="text")
+    shown = io.StringIO()
+    retrieve.show_session(store, m.session_id, shown)
+    assert "Evidence          object_lock_days=2,object_lock_mode=GOVERNANCE,sse=AES256," in shown.getvalue()
+    assert f"checksum     {m.items[0].checksum_sha256}" in shown.getvalue()
     assert m.evidence == {
         "sse": "AES256", "storage_class": "STANDARD_IA", "tags": "case=c-42&team=anti%20cheat",
         "object_lock_mode": "GOVERNANCE", "object_lock_days": "2",
