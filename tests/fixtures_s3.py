@@ -189,7 +189,7 @@ class SeaweedServer:
             return
         self.process.terminate()
         try:
-            self.process.wait(20)
+            self.process.wait(5)  # weed often outlives SIGTERM by far more: do not wait 20 s for it
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
