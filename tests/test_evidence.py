@@ -76,7 +76,9 @@ def s3_store(s3_endpoint: str) -> S3Store:
     return store
 
 
-def archive_files(store: S3Store, tmp_path: Path, sid: str, files: dict[str, bytes]) -> Manifest:
+def archive_files(
+    store: S3Store, tmp_path: Path, sid: str, files: dict[str, bytes], *, ended: float = NOW - 60
+) -> Manifest:
     """Store each file with put_file (as the upload stage does), then the manifest (with the store's
     checksums, as `Uploader.write_manifest` records them) and its index entry."""
     items = []
@@ -95,8 +97,8 @@ def archive_files(store: S3Store, tmp_path: Path, sid: str, files: dict[str, byt
         )  # fmt: skip
     manifest = build_manifest(
         session_id=sid, image="demo-game", tag="1", location="eu", host="h", created=NOW - 600, labels={},
-        players=["ann"], player_count=1, last_status="exited", last_seen_active=NOW - 70, first_seen_ended=NOW - 60,
-        fetch_deadline=NOW + 3600, archived_at=NOW - 30, items=items,
+        players=["ann"], player_count=1, last_status="exited", last_seen_active=ended - 10, first_seen_ended=ended,
+        fetch_deadline=ended + 3600, archived_at=ended + 30, items=items,
     )  # fmt: skip
     write_manifest(store, manifest)
     return manifest
@@ -193,6 +195,30 @@ def test_legacy_archives_are_reported_not_provable_without_deep(s3_store: S3Stor
     retrieve.render_verify(report, out)
     assert "NOT PROVABLE without --deep: 1 object(s) archived without a store checksum" in out.getvalue()
     assert retrieve.verify(s3_store, session_ids=["old"], now=NOW, deep=True).bytes == len(b"legacy bytes")
+
+
+def test_verify_since_reads_only_the_index_entries_of_the_edge_hours(moto_endpoint: str, tmp_path: Path) -> None:
+    """`verify --since` takes each archive from its index entry's name; only the entries of the
+    first and last hour (which may lie outside the range) are read. The same archives are checked
+    as `ls` lists, a forged one among them is found, one that ended before the range is not."""
+    store = open_store(f"s3://{fresh_bucket(moto_endpoint)}/", s3_endpoint_url=moto_endpoint)
+    assert isinstance(store, S3Store)
+    hour_start = NOW - NOW % 3600
+    ends = {f"h{k}": NOW - 1800 - 3600 * k for k in range(6)} | {"now": hour_start + 1, "before": NOW - 21960}
+    manifests = {sid: archive_files(store, tmp_path, sid, {"/srv/a": sid.encode()}, ended=e) for sid, e in ends.items()}
+    forged = manifests["h3"].items[0].key
+    assert forged is not None
+    store._client.put_object(Bucket=store._bucket, Key=forged, Body=b"XX")
+    since = NOW - 6 * 3600
+    listed = {e.session_id for e in retrieve.list_sessions(store, since=since, now=NOW)}
+    assert listed == set(ends) - {"before"}
+    store.requests_made.reset()
+    report = retrieve.verify(store, since=since, now=NOW, deep=False)
+    assert report.sessions == len(listed) and [(p.session_id, p.kind) for p in report.problems] == [
+        ("h3", "checksum_mismatch")
+    ]
+    # 7 manifests, and the entries of the edge hours only: h5 and "before" (oldest hour), "now".
+    assert store.requests_made["GetObject"] == 7 + 3
 
 
 @pytest.mark.parametrize(

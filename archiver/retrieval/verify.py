@@ -16,14 +16,14 @@ from archiver.errors import (
     StoreError,
 )
 from archiver.layout import keys
-from archiver.layout.manifest import IndexEntry, ManifestItem
+from archiver.layout.manifest import IndexEntry, ManifestItem, parse_index_entry
 from archiver.retrieval.query import (
+    DEFAULT_SINCE,
     LEGACY,
     Progress,
     Warn,
     find_archives,
     item_key,
-    list_sessions,
     load_archive,
     quiet,
     stderr_warn,
@@ -238,6 +238,72 @@ def _entry_archive(prefix: str, entry: IndexEntry) -> str:
     return LEGACY if entry.instance is None else entry.instance
 
 
+def _target_from_name(stem: str) -> tuple[str, str] | None:
+    """(session id, archive) from an index entry's file name without ``.json``; None when the name
+    cannot say (a shortened id, anything the archiver does not write)."""
+    escaped, dot, instance = stem.partition(".")
+    if keys.is_hashed_session_id(escaped):
+        return None
+    try:
+        sid = keys.unescape_session_id(escaped)
+    except ValueError:
+        return None
+    if not dot:
+        return sid, LEGACY
+    return (sid, instance) if keys.is_instance_name(instance) else None
+
+
+def _index_targets(
+    store: ObjectStore, *, since: float | None, until: float | None, now: float, warn: Warn, workers: int = 16
+) -> list[tuple[str, str]]:
+    """(session id, archive) of every archive the index lists as ended in ``[since, until]``.
+
+    The same archives as ``list_sessions`` finds, for one request less per session: an entry's
+    file name (``{escaped id}[.{instance}].json``) names its archive, and every entry of an hour
+    partition inside the range ended inside it, so only the entries of the two edge hours and
+    those whose name cannot say (a shortened id) are read.
+    """
+    start = now - DEFAULT_SINCE if since is None else since
+    last = max(now, start) if until is None else until
+    partitions = keys.index_partitions(store.prefix, start, last)
+    edges = {partitions[0], partitions[-1]} if partitions else set()
+
+    def from_partition(partition: str) -> tuple[list[tuple[str, str]], list[str]]:
+        named, unnamed = [], []
+        for key in store.list_keys(partition):
+            name = key[len(partition) :]
+            if "/" in name or not name.endswith(".json"):
+                continue
+            target = None if partition in edges else _target_from_name(name[: -len(".json")])
+            if target is None:
+                unnamed.append(key)
+            else:
+                named.append(target)
+        return named, unnamed
+
+    targets: list[tuple[str, str]] = []
+    to_read: list[str] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="verify-index") as pool:
+        for named, unnamed in pool.map(from_partition, reversed(partitions)):
+            targets.extend(named)
+            to_read.extend(unnamed)
+        for entry in pool.map(lambda key: _read_entry(store, key, warn), to_read):
+            if entry is not None and start <= entry.ended_at and (until is None or entry.ended_at <= until):
+                targets.append((entry.session_id, _entry_archive(store.prefix, entry)))
+    return targets
+
+
+def _read_entry(store: ObjectStore, key: str, warn: Warn) -> IndexEntry | None:
+    """The index entry at ``key``; None (with a warning if unreadable) as `ls` skips it."""
+    try:
+        return parse_index_entry(b"".join(store.iter_bytes(key)))
+    except ObjectNotFoundError:
+        return None  # removed between the listing and the read
+    except ManifestError as exc:
+        warn(f"skipping unreadable index entry {printable(key)}: {exc}")
+        return None
+
+
 def verify(
     store: ObjectStore,
     *,
@@ -272,8 +338,7 @@ def verify(
         targets = [(sid, instance) for sid in dict.fromkeys(session_ids)]
         check_index = True
     else:
-        entries = list_sessions(store, since=since, until=until, now=now, warn=warn)
-        targets = list(dict.fromkeys((e.session_id, _entry_archive(store.prefix, e)) for e in entries))
+        targets = list(dict.fromkeys(_index_targets(store, since=since, until=until, now=now, warn=warn)))
         check_index = False
     report = VerifyReport()
 
