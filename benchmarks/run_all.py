@@ -17,6 +17,7 @@ BENCHMARKS = [
     "browse.py",
     "sharded.py",
     "grep.py",
+    "verify.py",
 ]
 
 

@@ -146,7 +146,10 @@ class Pipeline:
         from archiver.store import open_store  # imports botocore: only when a store is configured
 
         store = open_store(
-            settings.require_store(), s3_endpoint_url=settings.s3_endpoint_url, checksum_mode=settings.s3_checksum
+            settings.require_store(),
+            s3_endpoint_url=settings.s3_endpoint_url,
+            checksum_mode=settings.s3_checksum,
+            evidence=settings.evidence,
         )
         return cls(settings, client, store, StateDB.open(settings.state_dir), metrics)
 

@@ -8,7 +8,7 @@ after the row that no longer needs them is committed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,14 +59,21 @@ class SpoolBroken:
 UploadResult = Stored | Conflict | SpoolBroken
 
 
-def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Manifest:
+def build_session_manifest(
+    session: SessionRow,
+    items: Sequence[ItemRow],
+    checksums: Mapping[int, str | None] | None = None,
+    evidence: Mapping[str, str] | None = None,
+) -> Manifest:
     """The manifest of a session whose items all have an outcome (pure: same rows, same bytes).
 
     The row's instance (its creation time, see ``keys.instance_name``) is recorded in the
     manifest; a row migrated mid-way (instance '') writes a legacy-layout manifest.
 
     Everything comes from the state DB, including `archived_at` (fixed when the last item
-    finished), so a manifest re-written after a crash is byte-identical to the first one.
+    finished), so a manifest re-written after a crash is byte-identical to the first one; so do
+    ``checksums`` (item id → the store's checksum of its object, see ``ObjectStore.store_checksum``)
+    and ``evidence`` (the store's evidence settings, ``Evidence.manifest_doc``).
     """
     if session.archived_at is None:
         raise ValueError(f"session {session.id!r} is not finalizing (no archived_at)")
@@ -86,6 +93,7 @@ def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Man
                 content_type=item.content_type if stored else None,
                 path=item.path if item.kind == "artifact" else None,
                 error=None if item.outcome == Outcome.ARCHIVED else item.last_error,
+                checksum_sha256=(checksums or {}).get(item.id) if item.outcome == Outcome.ARCHIVED else None,
             )
         )
     return build_manifest(
@@ -105,6 +113,7 @@ def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Man
         archived_at=session.archived_at,
         items=entries,
         instance=session.instance or None,
+        evidence=evidence,
     )
 
 
@@ -165,7 +174,12 @@ class Uploader:
         Returns the manifest key. A different manifest already at the key raises
         ObjectConflictError.
         """
-        manifest = build_session_manifest(session, items)
+        checksums = {
+            item.id: self.store.store_checksum(item.key, sha256=item.sha256, size=item.size)
+            for item in items
+            if item.outcome == Outcome.ARCHIVED and item.key and item.sha256 and item.size is not None
+        }
+        manifest = build_session_manifest(session, items, checksums, self.store.evidence.manifest_doc())
         prefix = self.store.prefix
         instance = session.instance or None  # '' = a row migrated mid-way keeps the legacy layout
         manifest_key = keys.manifest_key(prefix, session.id, instance)

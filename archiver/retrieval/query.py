@@ -350,6 +350,15 @@ def load_archive(
     """
     if not sid:
         raise SessionNotArchivedError("an empty session id is never archived")
+    if instance is not None and (instance == LEGACY or keys.is_instance_name(instance)):
+        # A named archive is read straight from its key (no listing: `verify --since` does this
+        # once per session); only when it is absent does the listing below explain what exists.
+        named = None if instance == LEGACY else instance
+        direct = ArchiveRef(named, keys.manifest_key(store.prefix, sid, named))
+        try:
+            return _checked_archive(direct, sid, _read_small(store, direct.manifest_key))
+        except ObjectNotFoundError:
+            pass
     refs = find_archives(store, sid)
     if not refs:
         raise SessionNotArchivedError(
@@ -383,6 +392,11 @@ def _load_ref(store: ObjectStore, sid: str, ref: ArchiveRef) -> LoadedArchive:
             f"the archive {ref.name} of session {printable(sid)} is gone from {store.url} "
             f"(no {printable(ref.manifest_key)})"
         ) from None
+    return _checked_archive(ref, sid, data)
+
+
+def _checked_archive(ref: ArchiveRef, sid: str, data: bytes) -> LoadedArchive:
+    """The manifest read for ``ref``, parsed and checked to be this session's and this archive's."""
     manifest = parse_manifest(data)
     if manifest.session_id != sid:
         raise ArchiveIntegrityError(

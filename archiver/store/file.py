@@ -21,7 +21,9 @@ from archiver.errors import (
     StoreError,
     StorePermissionError,
     StoreUnavailableError,
+    StoreUnsupportedError,
 )
+from archiver.evidence import NO_EVIDENCE
 from archiver.store.base import (
     READ_CHUNK,
     MultipartJournal,
@@ -80,6 +82,8 @@ class FileStore:
         self.prefix = ""
         self.conditional_writes = True  # link() is create-once on every POSIX filesystem
         self.metadata_supported = True
+        self.keeps_checksums = False  # see store_checksum
+        self.evidence = NO_EVIDENCE  # encryption, tags, retention: the filesystem's business
         self.requests_made = RequestCounter()
         self._partial_dir = root / PARTIAL_DIR
         self._partial_max_age = partial_max_age
@@ -112,6 +116,15 @@ class FileStore:
         fsync_dir(directory.parent)
 
     # --- reads --------------------------------------------------------------------------------
+
+    def set_legal_hold(self, key: str, on: bool) -> None:
+        """StoreUnsupportedError: a directory has no legal holds (use the filesystem's own immutability)."""
+        raise StoreUnsupportedError(f"{self.url} is a directory: legal holds need an S3 bucket with Object Lock")
+
+    def store_checksum(self, key: str, *, sha256: str, size: int) -> str | None:
+        """None: a directory verifies nothing on arrival and its sha256 xattr is our own word, so
+        proving integrity here means reading the bytes (`archiver verify` re-hashes them)."""
+        return None
 
     def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)
