@@ -36,20 +36,21 @@ MAX_WORKERS: Final = 256
 MAX_COUNT: Final = 2**53
 
 
-def _bounded_duration(seconds: float, value: object) -> float:
-    if seconds > MAX_DURATION:
-        raise ValueError(f"duration too long (at most {int(MAX_DURATION // 86400)}d): {value!r}")
+def _bounded_duration(seconds: float, value: object, limit: float) -> float:
+    if seconds > limit:
+        raise ValueError(f"duration too long (at most {int(limit // 86400)}d): {value!r}")
     return seconds
 
 
-def parse_duration(value: str | float | int) -> float:
-    """Seconds from `90`, `90s`, `10m`, `4h`, `2h30m`, `1d` (a plain number is seconds)."""
+def parse_duration(value: str | float | int, *, limit: float = MAX_DURATION) -> float:
+    """Seconds from `90`, `90s`, `10m`, `4h`, `2h30m`, `1d` (a plain number is seconds), at most
+    `limit` (a setting's bound; the retrieval commands bound the time it leads to instead)."""
     if isinstance(value, bool):
         raise ValueError(f"not a duration: {value!r}")
     if isinstance(value, int | float):
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"not a duration: {value!r}")
-        return _bounded_duration(float(value), value)
+        return _bounded_duration(float(value), value, limit)
     text = value.strip().lower()
     try:
         seconds = float(text)
@@ -62,10 +63,10 @@ def parse_duration(value: str | float | int) -> float:
             pos = match.end()
         if pos != len(text) or not text:
             raise ValueError(f"not a duration (use e.g. 30s, 10m, 4h, 2h30m): {value!r}") from None
-        return _bounded_duration(total, value)
+        return _bounded_duration(total, value, limit)
     if not math.isfinite(seconds) or seconds < 0:  # float() accepts "nan" and "inf"
         raise ValueError(f"not a duration (use e.g. 30s, 10m, 4h, 2h30m): {value!r}")
-    return _bounded_duration(seconds, value)
+    return _bounded_duration(seconds, value, limit)
 
 
 def parse_listen(value: str) -> tuple[str, int]:

@@ -90,7 +90,7 @@ def _parse_time(value: str, now: float) -> float:
             stamp = stamp.replace(tzinfo=UTC)
         return stamp.timestamp()
     try:
-        return now - parse_duration(text)
+        return now - parse_duration(text, limit=math.inf)  # parse_time bounds the time
     except ValueError:
         raise ValueError(
             f"not a time: {value!r} (use a duration before now like 2h, 30m, 7d, "
