@@ -47,6 +47,8 @@ from archiver.store.base import (
     validate_prefix,
 )
 from archiver.store.s3_multipart import (
+    COMPLETION_REFUSED_CODES,
+    CompletionRefusedError,
     MultipartUploads,
     NoSuchUploadError,
     PreconditionFailedError,
@@ -216,6 +218,8 @@ class S3Store(MultipartUploads):
             return PreconditionFailedError(message)
         if code == "NoSuchUpload":
             return NoSuchUploadError(message)
+        if operation == "CompleteMultipartUpload" and code in COMPLETION_REFUSED_CODES:
+            return CompletionRefusedError(message)
         if code == "NoSuchKey" or (
             status == 404 and operation in ("HeadObject", "GetObject") and code != "NoSuchBucket"
         ):
