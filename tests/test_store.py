@@ -503,6 +503,16 @@ def test_probe_passes_on_a_server_honouring_if_none_match(s3_store: S3Store) -> 
     assert s3_store.requests_made["DeleteObject"] == 1
 
 
+def test_a_probe_deletes_the_probe_objects_an_earlier_probe_left_behind(store: ObjectStore) -> None:
+    """A probe cut off between its write and its delete (the store went away, kill -9) leaves a
+    probe object; the next probe removes it and nothing else (found by the chaos run)."""
+    evidence = f"{store.prefix}sessions/s/manifest.json"
+    store.put_bytes(f"{store.prefix}_probe/{'0' * 32}", b"archiver probe: first write\n", content_type="text/plain")
+    store.put_bytes(evidence, b"{}", content_type="application/json")
+    store.probe_conditional_writes()
+    assert list(store.list_keys(store.prefix)) == [evidence]
+
+
 def test_probe_detects_ignored_if_none_match_and_head_before_put_still_refuses(
     s3_bucket: tuple[str, str], s3_client: Callable[..., Any], tmp_path: Path
 ) -> None:

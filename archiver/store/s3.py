@@ -392,6 +392,7 @@ class S3Store(MultipartUploads):
                 self._call("DeleteObject", key, Key=key)
             except StoreError as exc:
                 log.warning("could not delete store probe object %s: %s", key, exc)
+        self._delete_probe_leftovers()
         self.conditional_writes = enforced
         self.metadata_supported = metadata
         if not enforced:
@@ -403,6 +404,16 @@ class S3Store(MultipartUploads):
         if not metadata:
             log.warning("%s drops user metadata: sha256 comparisons will re-read objects", self.url)
         return enforced
+
+    def _delete_probe_leftovers(self) -> None:
+        """Delete the probe objects of earlier probes that could not (the store went away between
+        the write and the delete, or the process was killed): they are not evidence, and one
+        writer owns the prefix."""
+        try:
+            for key in list(self.list_keys(f"{self.prefix}_probe/")):
+                self._call("DeleteObject", key, Key=key)
+        except StoreError as exc:
+            log.warning("could not delete leftover store probe objects under %s_probe/: %s", self.prefix, exc)
 
     def close(self) -> None:
         self._client.close()
