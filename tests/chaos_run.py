@@ -178,6 +178,8 @@ class ChaosReport:
     def table(self) -> str:
         c = self.config
         faults = ", ".join(f"{k} {v}" for k, v in sorted(self.faults.items())) or "none"
+        verified = f"{self.verified_objects} ({self.verified_bytes / MIB:.0f} MiB)"
+        stopped = f"{self.stops} x {c.stop_for:.0f} s, {self.ended_while_stopped} sessions ended meanwhile"
         rows = [
             ("run", f"{self.started}, seed {c.seed}, storm {c.storm:.0f} s, {self.seconds:.0f} s in all"),
             ("sessions ended", str(self.ended)),
@@ -185,13 +187,13 @@ class ChaosReport:
             ("lost", str(len(self.lost))),
             ("duplicates", str(len(self.duplicates))),
             ("incomplete archives / bytes not matching the oracle", f"{len(self.incomplete)} / {len(self.mismatched)}"),
-            ("objects verified against the oracle (sha256)", f"{self.verified_objects} ({self.verified_bytes / MIB:.1f} MiB)"),
+            ("objects verified against the oracle (sha256)", verified),
             ("stray objects / orphaned multipart uploads", f"{len(self.stray)} / {len(self.orphaned_uploads)}"),
             ("session started after the storm archived", "yes" if self.post_storm_archived else "NO"),
             ("kills (SIGKILL) survived", f"{len(self.kills)}, {self.mid_transfer_kills} mid-transfer"),
             ("in-flight items archived after a restart", f"{self.resumed_items} (not: {len(self.not_resumed_items)})"),
             ("multipart uploads resumed / restarted afresh", f"{self.multipart_resumed} / {self.multipart_restarted}"),
-            ("daemon stopped for a while", f"{self.stops} x {c.stop_for:.0f} s, {self.ended_while_stopped} sessions ended meanwhile"),
+            ("daemon stopped for a while", stopped),
             ("store outages", f"{self.store_outages} x {c.store_outage_for:.0f} s"),
             ("upstream faults injected", faults),
         ]  # fmt: skip
@@ -430,7 +432,7 @@ class ChaosRun:
         """(seconds from the start, event) of the whole storm, drawn from the seeded RNG."""
         cfg, rng, storm = self.config, self.rng, self.config.storm
         events: list[tuple[float, str]] = []
-        for n in range(cfg.big_sessions):
+        for _ in range(cfg.big_sessions):
             events.append((rng.uniform(0.5, storm * 0.7), "big_session"))
         t, n = rng.uniform(1.0, 2.0), 0
         while t < storm - 1.0:
