@@ -242,12 +242,22 @@ class StoreGate:
         return f"http://127.0.0.1:{self.port}"
 
     def open(self) -> None:
-        listener = socket.create_server(("127.0.0.1", self.port))
+        until = time.monotonic() + 10.0
+        while True:
+            try:
+                listener = socket.create_server(("127.0.0.1", self.port))
+                break
+            except OSError:
+                if time.monotonic() > until:
+                    raise
+                _pause(0.1)  # the old listener is still being torn down
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), name="gate-accept", daemon=True).start()
 
     def close(self) -> None:
         if self._listener is not None:
+            with contextlib.suppress(OSError):
+                self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked in its thread
             self._listener.close()
             self._listener = None
         with self._lock:
@@ -326,6 +336,8 @@ class ChaosRun:
         self.stopped_windows: list[tuple[float, float]] = []
         self.post_storm_id = f"after-the-storm-{config.seed}"
         self.store_keys: list[str] = []
+        #: Every stored object but artifact bodies, as read by the checks (for the secret search).
+        self.bodies: dict[str, bytes] = {}
         self.outage: threading.Thread | None = None
         self.gate: StoreGate | None = None
         self.window_start = 0
@@ -356,20 +368,29 @@ class ChaosRun:
                 self.s3.create_bucket(Bucket=BUCKET)
                 self.gate = StoreGate(self.store.s3)
                 self.gate.open()
+                self.progress("store up")
                 self._start_daemon()
                 self._storm()
                 self._drain()
                 self._check_archives()
+                self.progress("archives checked")
                 if self.config.scrape_sessions:
                     self._scrape_phase()
+                    self.progress("scrapes done")
                 self._stop_daemon()
+                self.progress("daemon stopped")
                 self._check_resumes()
                 self._check_secrets()
+                self.progress("secrets searched")
             finally:
                 self._kill_daemon()
                 if self.gate is not None:
                     self.gate.close()
-                self.store.stop()
+                if self.store.process is not None:
+                    # Its data is of no use any more: SIGTERM would take SeaweedFS up to 20 s.
+                    self.store.process.kill()
+                    self.store.process.wait()
+                    self.store.process = None
         self.report.seconds = time.monotonic() - started
         return self.report
 
@@ -602,7 +623,7 @@ class ChaosRun:
         by_sid: dict[str, list[tuple[str, Manifest]]] = {}
         for key in all_keys:
             if key.endswith("/manifest.json"):
-                m = parse_manifest(self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+                m = parse_manifest(self._read(key))
                 by_sid.setdefault(m.session_id, []).append((key, m))
         return by_sid
 
@@ -620,7 +641,7 @@ class ChaosRun:
                 if {keys.escape_session_id(s) for s in ended} <= manifests:
                     self.progress("drained")
                     return
-            _pause(1.0)
+            _pause(0.5)
         self.progress("drain timed out")
 
     def _check_archives(self) -> None:
@@ -657,10 +678,17 @@ class ChaosRun:
         report.orphaned_uploads = [u["Key"] for u in uploads]
         self.store_keys = all_keys
 
+    def _read(self, key: str) -> bytes:
+        """An object's bytes; all but artifact bodies are kept for the secret search."""
+        body: bytes = self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        if "/artifacts/" not in key:
+            self.bodies[key] = body
+        return body
+
     def _verify_item(
         self, org: str, sid: str, key: str, sha256: str | None, size: int | None, kind: str, path: str | None
     ) -> bool:
-        body = self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read()
+        body = self._read(key)
         self.report.verified_objects += 1
         self.report.verified_bytes += len(body)
         if hashlib.sha256(body).hexdigest() != sha256 or len(body) != size:
@@ -761,7 +789,7 @@ class ChaosRun:
             search("store keys", key.encode())
             if "/artifacts/" in key:
                 continue  # verified byte for byte against what the upstream served
-            body = self.s3.get_object(Bucket=BUCKET, Key=key)["Body"].read() if self.store.process else b""
+            body = self.bodies[key] if key in self.bodies else self._read(key)
             if key.endswith(".gz"):
                 body = gzip.decompress(body)
             search("manifests" if key.endswith("manifest.json") else "store objects", body)
