@@ -323,7 +323,9 @@ class ChaosRun:
     def __init__(self, config: ChaosConfig, workdir: Path, *, progress: Callable[[str], None] | None = None) -> None:
         self.config = config
         self.workdir = workdir
-        self.rng = random.Random(config.seed)
+        # Not the fake's seed: its traffic generator draws from a Random(seed) of its own, and equal
+        # streams would hand a traffic session the same env value as one planted here.
+        self.rng = random.Random(f"chaos run {config.seed}")
         self.progress = progress or (lambda _msg: None)
         self.token = self._secret()
         self.state_dir = workdir / "state"
