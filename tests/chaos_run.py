@@ -455,8 +455,12 @@ class ChaosRun:
         """(seconds from the start, event) of the whole storm, drawn from the seeded RNG."""
         cfg, rng, storm = self.config, self.rng, self.config.storm
         events: list[tuple[float, str]] = []
-        for _ in range(cfg.big_sessions):
-            events.append((rng.uniform(0.5, storm * 0.7), "big_session"))
+        for n in range(cfg.big_sessions):
+            at = rng.uniform(0.5, storm * 0.7)
+            events.append((at, "big_session"))
+            if n % 2 == 0:
+                # Soon after it ends (fetch slowed): wait for its multipart upload, kill in the middle.
+                events.append((at + 2.0, "kill_multipart"))
         t, n = rng.uniform(1.0, 2.0), 0
         while t < storm - 1.0:
             width = rng.uniform(2.0, 4.0)
@@ -524,8 +528,8 @@ class ChaosRun:
             for endpoint in ("*", "GET /session", "GET /query/log"):
                 self.fake.clear_faults(endpoint)
             self._slow_artifacts()
-        elif name in ("kill", "kill_targeted"):
-            self._kill(targeted=name == "kill_targeted")
+        elif name in ("kill", "kill_targeted", "kill_multipart"):
+            self._kill(targeted=name != "kill", multipart=name == "kill_multipart")
         elif name == "daemon_stop":
             self._stop_daemon()
             self.report.stops += 1
@@ -571,13 +575,14 @@ class ChaosRun:
         elif kind == "reset":
             fake.set_fault("*", kind="reset", rate=rate)
 
-    def _kill(self, *, targeted: bool) -> None:
+    def _kill(self, *, targeted: bool, multipart: bool = False) -> None:
         if self.daemon is None:
             return
         if targeted:
-            # Wait (bounded) until the state DB shows a transfer in flight, then kill at once.
-            until = time.monotonic() + 5.0
-            while time.monotonic() < until and not any(self._in_flight()):
+            # Wait (bounded) until the state DB shows a transfer (or a journaled multipart upload)
+            # in flight, then kill at once.
+            until = time.monotonic() + (10.0 if multipart else 5.0)
+            while time.monotonic() < until and not (self._in_flight()[1] if multipart else any(self._in_flight())):
                 _pause(0.02)
         items, uploads = self._in_flight()
         self._kill_daemon()
@@ -747,14 +752,20 @@ class ChaosRun:
         def scraper() -> None:
             headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
             with httpx.Client(headers=headers, timeout=30.0) as client:
-                for _ in range(cfg.scrapes_each):
+                for n in range(cfg.scrapes_each):
+                    # Request sent -> last (compressed) body byte received, as benchmarks/scrape.py
+                    # times it: decompressing is the scraper's cost, not the server's.
                     begun = time.perf_counter()
                     try:
-                        response = client.get(f"http://127.0.0.1:{self.port}/metrics")
-                        ok = response.status_code == 200 and last.encode() in response.content
+                        with client.stream("GET", f"http://127.0.0.1:{self.port}/metrics") as response:
+                            raw = b"".join(response.iter_raw())
+                        took = (time.perf_counter() - begun) * 1000
+                        ok = response.status_code == 200
+                        if ok and n == 0:  # one body per scraper checked whole
+                            body = gzip.decompress(raw) if response.headers.get("content-encoding") == "gzip" else raw
+                            ok = last.encode() in body
                     except httpx.HTTPError:
-                        ok = False
-                    took = (time.perf_counter() - begun) * 1000
+                        ok, took = False, 0.0
                     with lock:
                         if ok:
                             self.report.scrape_ms.append(took)
