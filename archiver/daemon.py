@@ -189,7 +189,7 @@ class Daemon:
                 log.exception("store probe crashed")
                 return
             if not warned:
-                log.error("STORE UNREACHABLE at start-up (%s): archives wait in the spool; probing every %.0fs",
+                log.error("STORE UNREACHABLE at start-up (%s): archives wait in the spool; probing every %gs",
                           pipeline.store_url, retry_every)  # fmt: skip
                 warned = True
             self._stop.wait(retry_every)

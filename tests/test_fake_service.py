@@ -985,3 +985,57 @@ def test_injected_raw_list_entries_are_appended_to_every_session_list_of_that_or
         assert b.get("/session").json()["sessions"] == [{"id": ""}]
         svc.clear_list_entries("org-b")
         assert b.get("/session").json()["sessions"] == []
+
+
+# --- oracle (ground truth for chaos runs) ---------------------------------------------------------
+
+
+def test_the_oracle_records_each_end_and_the_sha256_of_every_body_served_whole(
+    fake_service: FakeService, raw_client: httpx.Client
+) -> None:
+    """Ends are recorded with their status; a log or artifact body served whole is recorded with
+    the sha256 of exactly the bytes the client received."""
+    sid = fake_service.add_session(TEST_TOKEN, id="oracle-1", crashed=True)
+    assert fake_service.oracle.ended() == []
+    fake_service.end_session(TEST_TOKEN, sid)
+    (ended,) = fake_service.oracle.ended()
+    assert (ended.session_id, ended.status, ended.org) == (sid, "dead", "org-1")
+    assert ended.ended_at >= ended.created
+
+    art = raw_client.get("/artifacts", params={"session": sid, "path": "/srv/replays"})
+    log = raw_client.get("/query/log", params={"matchKey": sid})
+    follow = raw_client.get("/logs", params={"id": sid, "follow": "false"})
+    assert art.status_code == log.status_code == follow.status_code == 200
+    org = ended.org
+    assert fake_service.oracle.complete_digests(org, sid, "/srv/replays") == {hashlib.sha256(art.content).hexdigest()}
+    assert fake_service.oracle.complete_digests(org, sid, "logs") == {
+        hashlib.sha256(log.content).hexdigest(),
+        hashlib.sha256(follow.content).hexdigest(),  # NDJSON: the client asked for JSON
+    }
+    assert {(s.what, s.size, s.complete) for s in fake_service.oracle.served()} == {
+        ("/srv/replays", len(art.content), True),
+        ("logs", len(log.content), True),
+        ("logs", len(follow.content), True),
+    }
+    assert raw_client.get("/session").status_code == 200
+    assert len(fake_service.oracle.served()) == 3  # lists and describes are not bodies of a session
+
+
+def test_a_body_cut_short_by_a_fault_is_recorded_incomplete_and_each_fired_fault_is_counted(
+    fake_service: FakeService, raw_client: httpx.Client
+) -> None:
+    sid = fake_service.add_session(TEST_TOKEN, id="oracle-2")
+    fake_service.end_session(TEST_TOKEN, sid)
+    fake_service.set_fault("GET /artifacts", kind="truncate", count=1)
+    fake_service.set_fault("GET /query/log", status=503, count=2)
+    with pytest.raises(httpx.HTTPError):
+        raw_client.get("/artifacts", params={"session": sid, "path": "/srv/replays"})
+    whole = raw_client.get("/artifacts", params={"session": sid, "path": "/srv/replays"})
+    assert [raw_client.get("/query/log", params={"matchKey": sid}).status_code for _ in range(3)] == [503, 503, 200]
+    cut, full, log = fake_service.oracle.served()
+    assert (cut.what, cut.complete) == ("/srv/replays", False)
+    assert (full.complete, full.sha256) == (True, hashlib.sha256(whole.content).hexdigest())
+    assert (log.what, log.complete) == ("logs", True)
+    assert fake_service.oracle.complete_digests("org-1", sid, "/srv/replays") == {full.sha256}
+    assert fake_service.faults_fired() == {"truncate": 1, "503": 2}
+    assert fake_service.faults_fired("GET /query/log") == {"503": 2}

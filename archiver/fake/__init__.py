@@ -24,6 +24,7 @@ from archiver.fake.errors import (
 )
 from archiver.fake.faults import FAULT_KINDS, FaultSpec, parse_fault_spec
 from archiver.fake.logs import DEFAULT_BODY_LINES, LogLine
+from archiver.fake.oracle import Ended, Oracle, Served
 from archiver.fake.quirks import QUIRK_NAMES, Quirks, parse_quirk, with_flags
 from archiver.fake.routes import Context
 from archiver.fake.server import FakeHTTPServer
@@ -35,14 +36,17 @@ __all__ = [
     "FAULT_KINDS",
     "QUIRK_NAMES",
     "Catalogue",
+    "Ended",
     "FakeClock",
     "FakeConfigError",
     "FakeService",
     "FakeServiceError",
     "FaultSpec",
     "ImageSpec",
+    "Oracle",
     "PortSpec",
     "Quirks",
+    "Served",
     "TrafficSettings",
     "UnknownSessionError",
     "UnknownTokenError",
@@ -255,6 +259,18 @@ class FakeService:
     def clear_faults(self, endpoint: str | None = None) -> None:
         """Remove one endpoint's fault, or all."""
         self.state.faults.clear(endpoint)
+
+    def faults_fired(self, endpoint: str | None = None) -> dict[str, int]:
+        """How many requests each kind of fault hit so far, on one endpoint key (e.g. ``"GET
+        /session"``) or on all: by status ("503"), "latency" (a delay alone), or kind ("truncate",
+        "reset", "drip", ...)."""
+        return self.state.faults.fired(endpoint)
+
+    @property
+    def oracle(self) -> Oracle:
+        """The ground truth recorded as it happened: every session ended, and sha256 and size of
+        every log and artifact body served (complete or cut short)."""
+        return self.state.oracle
 
     def request_count(self, endpoint: str) -> int:
         """How many requests an endpoint key received (faulted ones included)."""

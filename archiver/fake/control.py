@@ -187,6 +187,7 @@ def _state(ctx: Context, req: Request) -> Response:
             "requests": dict(state.requests),
             "quirks": _quirks_doc(state),
             "faults": state.faults.snapshot(),
+            "faults_fired": state.faults.fired(),
             "traffic": ctx.traffic.snapshot(req.org),
             "sessions": sessions,
         }

@@ -6,6 +6,7 @@ import contextlib
 import math
 import random
 import threading
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
@@ -122,6 +123,13 @@ def parse_fault_spec(text: str) -> tuple[str, FaultSpec]:
     return check_endpoint(endpoint.strip()), fault_from_mapping(values)
 
 
+def fired_label(spec: FaultSpec) -> str:
+    """How a fired fault is counted: its status ("503"), "latency" for a delay alone, else its kind."""
+    if spec.kind in ("status", "html"):
+        return "latency" if spec.status is None else str(spec.status)
+    return spec.kind
+
+
 class FaultTable:
     """Installed faults and the seeded draw deciding whether one fires. Thread-safe."""
 
@@ -131,6 +139,8 @@ class FaultTable:
         self._faults: dict[str, FaultSpec] = {}
         #: Firings left per endpoint; None = unlimited.
         self._remaining: dict[str, int | None] = {}
+        #: Faults fired since the start, by (endpoint key or ``*``, `fired_label`).
+        self._fired: Counter[tuple[str, str]] = Counter()
 
     def set(self, endpoint: str, spec: FaultSpec) -> None:
         """Install (or replace) the fault of ``endpoint`` (a spec endpoint key or ``*``)."""
@@ -164,7 +174,18 @@ class FaultTable:
                 return None
             if remaining is not None:
                 self._remaining[key] = remaining - 1
+            self._fired[(endpoint, fired_label(spec))] += 1
             return spec
+
+    def fired(self, endpoint: str | None = None) -> dict[str, int]:
+        """How many requests each kind of fault hit since the start (see `fired_label`), on one
+        endpoint key or on all."""
+        totals: Counter[str] = Counter()
+        with self._lock:
+            for (where, label), count in self._fired.items():
+                if endpoint is None or where == endpoint:
+                    totals[label] += count
+        return dict(totals)
 
     def snapshot(self) -> dict[str, dict[str, object]]:
         """Installed faults with their remaining counts (for ``GET /_fake/state``)."""

@@ -14,6 +14,7 @@ from archiver.errors import Violation
 from archiver.fake import endpoints as ep
 from archiver.fake.errors import HttpProblem
 from archiver.fake.logs import LogLine, render_legacy, render_ndjson, render_text
+from archiver.fake.oracle import LOGS, ServedAs
 from archiver.fake.state import NOT_FOUND, SESSION_GONE_DETAILS, ListFilter, Org, ServiceState
 from archiver.fake.tarstream import artifact_stream
 from archiver.fake.traffic import TrafficGenerator
@@ -67,6 +68,8 @@ class Response:
     body: bytes | Iterator[bytes] = b""
     content_type: str | None = JSON
     headers: list[tuple[str, str]] = field(default_factory=list)
+    #: A session's log or artifact body: recorded in the oracle as it is served.
+    served_as: ServedAs | None = None
 
 
 @dataclass
@@ -214,7 +217,7 @@ def artifacts(ctx: Context, req: Request) -> Response:
     if body is None:
         raise HttpProblem(404, NOT_FOUND, "No file or folder exists at the given path in the container.")
     content_type = "application/x-tar" if ctx.state.quirks.artifacts_content_type_tar else "application/gzip"
-    return Response(200, body, content_type=content_type)
+    return Response(200, body, content_type=content_type, served_as=ServedAs(req.org.name, sid, path))
 
 
 def _session_log(ctx: Context, req: Request, sid: str) -> list[LogLine]:
@@ -230,7 +233,7 @@ def logs(ctx: Context, req: Request) -> Response:
     content_type = NDJSON if as_json else TEXT
     lines = _session_log(ctx, req, sid)
     if not _truthy(req.arg("follow")):
-        return Response(200, render(lines), content_type=content_type)
+        return Response(200, render(lines), content_type=content_type, served_as=ServedAs(req.org.name, sid, LOGS))
     return Response(200, _follow(ctx, req.org, sid, render, len(lines), render(lines)), content_type=content_type)
 
 
@@ -263,13 +266,15 @@ def _follow(
 
 
 def query_log(ctx: Context, req: Request) -> Response:
-    lines = _session_log(ctx, req, req.arg("matchKey") or req.arg("id") or "")
+    sid = req.arg("matchKey") or req.arg("id") or ""
+    lines = _session_log(ctx, req, sid)
     shape = ctx.state.quirks.query_log_shape
+    served_as = ServedAs(req.org.name, sid, LOGS)
     if shape == "ndjson":
-        return Response(200, render_ndjson(lines), content_type=NDJSON)
+        return Response(200, render_ndjson(lines), content_type=NDJSON, served_as=served_as)
     if shape == "legacy":
-        return Response(200, render_legacy(lines), content_type=JSON)
-    return Response(200, render_text(lines), content_type=TEXT)
+        return Response(200, render_legacy(lines), content_type=JSON, served_as=served_as)
+    return Response(200, render_text(lines), content_type=TEXT, served_as=served_as)
 
 
 def metrics(ctx: Context, req: Request) -> Response:

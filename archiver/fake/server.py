@@ -16,6 +16,7 @@ from urllib.parse import parse_qs, urlsplit
 from archiver.fake import control, endpoints, routes
 from archiver.fake.errors import HttpProblem
 from archiver.fake.faults import FaultSpec
+from archiver.fake.oracle import Tally, counted
 from archiver.fake.routes import Context, Request, Response
 from archiver.fake.wire import ERROR_CODES, REASONS, dumps, error_body, html_gateway_page
 
@@ -228,6 +229,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, response: Response, fault: FaultSpec | None = None) -> None:
         mode = fault.kind if fault is not None and fault.kind in ("truncate", "drip") else None
         body = response.body
+        # A 200 log or artifact body goes into the oracle: what was produced, and whether all of it went out.
+        served_as = response.served_as if response.status == 200 else None
+        tally = Tally()
+        complete = False
         try:
             self.send_response(response.status, REASONS.get(response.status))
             if response.content_type:
@@ -235,48 +240,55 @@ class _Handler(BaseHTTPRequestHandler):
             for name, value in response.headers:
                 self.send_header(name, value)
             if isinstance(body, bytes):
+                tally.add(body)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self._write_fixed(body, mode, fault)
+                complete = self._write_fixed(body, mode, fault)
             else:
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                self._write_chunked(body, mode, fault)
+                complete = self._write_chunked(counted(body, tally) if served_as else body, mode, fault)
         except (BrokenPipeError, ConnectionResetError, TimeoutError, OSError):
             self.close_connection = True  # the client went away: nothing left to tell it
+            complete = False
         finally:
             close = getattr(body, "close", None)
             if close is not None:
                 close()
+            if served_as is not None:
+                self.server.context.state.oracle.body_served(served_as, tally.sha256, tally.size, complete=complete)
 
-    def _write_fixed(self, body: bytes, mode: str | None, fault: FaultSpec | None) -> None:
+    def _write_fixed(self, body: bytes, mode: str | None, fault: FaultSpec | None) -> bool:
+        """Write a Content-Length body; True when all of it was written."""
         if mode == "truncate":
             # Content-Length promised the whole body; half of it arrives, then the connection ends.
             self.wfile.write(body[: len(body) // 2])
             self.close_connection = True
-        elif mode == "drip" and fault is not None:
-            self._drip(body, fault)
-        else:
-            self.wfile.write(body)
+            return False
+        if mode == "drip" and fault is not None:
+            return self._drip(body, fault)
+        self.wfile.write(body)
+        return True
 
-    def _write_chunked(self, chunks: Iterator[bytes], mode: str | None, fault: FaultSpec | None) -> None:
+    def _write_chunked(self, chunks: Iterator[bytes], mode: str | None, fault: FaultSpec | None) -> bool:
+        """Write a chunked body; True when all of it and the terminating chunk were written."""
         stopping = self.server.context.stopping
         for chunk in chunks:
             if not chunk:
                 continue
             if stopping.is_set():
                 self.close_connection = True
-                return
+                return False
             if mode == "truncate":
                 # Announce the whole chunk, send half, close: no terminating chunk ever comes.
                 self.wfile.write(b"%x\r\n" % len(chunk) + chunk[: len(chunk) // 2])
                 self.close_connection = True
-                return
+                return False
             if mode == "drip" and fault is not None:
                 for i in range(0, len(chunk), DRIP_PIECE):
                     if stopping.wait(fault.interval):
                         self.close_connection = True
-                        return
+                        return False
                     piece = chunk[i : i + DRIP_PIECE]
                     self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
                 continue
@@ -284,14 +296,16 @@ class _Handler(BaseHTTPRequestHandler):
         if stopping.is_set():
             # A stream cut short by shutdown must not look complete: no terminating chunk.
             self.close_connection = True
-            return
+            return False
         self.wfile.write(b"0\r\n\r\n")
+        return True
 
-    def _drip(self, body: bytes, fault: FaultSpec) -> None:
+    def _drip(self, body: bytes, fault: FaultSpec) -> bool:
         stopping = self.server.context.stopping
         # Headers went out at once; every piece of the body waits ``interval`` first.
         for i in range(0, len(body), DRIP_PIECE):
             if stopping.wait(fault.interval):
                 self.close_connection = True
-                return
+                return False
             self.wfile.write(body[i : i + DRIP_PIECE])
+        return True

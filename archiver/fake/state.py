@@ -16,6 +16,7 @@ from archiver.fake.content import FileSpec, seed_for, session_files
 from archiver.fake.errors import FakeConfigError, HttpProblem, UnknownSessionError, UnknownTokenError
 from archiver.fake.faults import FaultTable
 from archiver.fake.logs import DEFAULT_BODY_LINES, LINE_INTERVAL, LogLine, session_log
+from archiver.fake.oracle import Oracle
 from archiver.fake.quirks import Quirks
 from archiver.fake.validation import CreateRequest
 
@@ -154,6 +155,8 @@ class ServiceState:
         self.log_body_lines = log_body_lines
         self.quirks = Quirks()
         self.faults = FaultTable(seed)
+        #: Every end and every log/artifact body served, for chaos runs to check archives against.
+        self.oracle = Oracle()
         self.requests: Counter[str] = Counter()
         #: (organisation, session id) → plain lists still to omit it from (a flapping upstream).
         self.list_omissions: Counter[tuple[str, str]] = Counter()
@@ -215,6 +218,7 @@ class ServiceState:
         self._ports_in_use[s.host].difference_update(hp for _, hp in s.ports)
         s.status = status
         s.terminated_at = when
+        self.oracle.session_ended(s.org, s.id, s.created, when, status)
         self._schedule(when + self.retention, s)
         self.changed.notify_all()
 

@@ -332,6 +332,12 @@ class FileStore:
                 self._delete_probe(key)
             except OSError as exc:
                 log.warning("could not delete store probe file %s: %s", key, exc)
+        # Probe files an earlier probe left behind (the process was killed before deleting).
+        try:
+            for leftover in list(self.list_keys("_probe/")):
+                self._delete_probe(leftover)
+        except (OSError, StoreError) as exc:
+            log.warning("could not delete leftover store probe files: %s", exc)
         self.conditional_writes = enforced
         return enforced
 

@@ -51,6 +51,8 @@ from archiver.store.base import (
     validate_prefix,
 )
 from archiver.store.s3_multipart import (
+    COMPLETION_REFUSED_CODES,
+    CompletionRefusedError,
     MultipartUploads,
     NoSuchUploadError,
     PreconditionFailedError,
@@ -225,6 +227,8 @@ class S3Store(MultipartUploads):
             return PreconditionFailedError(message)
         if code == "NoSuchUpload":
             return NoSuchUploadError(message)
+        if operation == "CompleteMultipartUpload" and code in COMPLETION_REFUSED_CODES:
+            return CompletionRefusedError(message)
         if code == "NoSuchKey" or (
             status == 404 and operation in ("HeadObject", "GetObject") and code != "NoSuchBucket"
         ):
@@ -427,6 +431,7 @@ class S3Store(MultipartUploads):
                 self._call("DeleteObject", key, Key=key)
             except StoreError as exc:
                 log.warning("could not delete store probe object %s: %s", key, exc)
+        self._delete_probe_leftovers()
         self.conditional_writes = enforced
         self.metadata_supported = metadata
         if not enforced:
@@ -488,6 +493,17 @@ class S3Store(MultipartUploads):
                 self._call("DeleteObject", key, Key=key)
             except StoreError as exc:
                 log.warning("could not delete evidence probe object %s: %s", key, exc)
+
+    def _delete_probe_leftovers(self) -> None:
+        """Delete the probe objects of earlier probes that could not (the store went away between
+        the write and the delete, or the process was killed): they are not evidence. A replica
+        sharing the prefix may delete a probe of its partner in flight: that probe then fails once
+        and is retried, which costs a moment of its health check, never an archive."""
+        try:
+            for key in list(self.list_keys(f"{self.prefix}_probe/")):
+                self._call("DeleteObject", key, Key=key)
+        except StoreError as exc:
+            log.warning("could not delete leftover store probe objects under %s_probe/: %s", self.prefix, exc)
 
     def close(self) -> None:
         self._client.close()

