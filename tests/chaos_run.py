@@ -46,6 +46,7 @@ from archiver.fake import FakeService
 from archiver.fake.oracle import LOGS
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
+from archiver.layout.players import player_entries
 from tests.fixtures_s3 import SeaweedServer, weed_binary
 
 MIB = 1024 * 1024
@@ -667,6 +668,7 @@ class ChaosRun:
                 report.duplicates.append(sid)
             key, manifest = archives[0]
             expected |= {key, keys.index_key(PREFIX, manifest.ended_at, sid, manifest.instance)}
+            expected |= {player_key for player_key, _body in player_entries(PREFIX, manifest, key)}
             whole = True
             for item in manifest.items:
                 if item.outcome != "archived" or item.key is None:
