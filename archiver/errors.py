@@ -29,7 +29,9 @@ traceback. Anything else escaping is a bug. The whole tree::
         ├── ObjectConflictError     create-once found a different object at the key
         ├── SourceFileError         the local file differs from its declared size/sha256
         ├── PreconditionFailedError (store/s3_multipart.py, internal: resolved by comparing sha256)
-        └── NoSuchUploadError       (store/s3_multipart.py, internal: the upload was completed or aborted)
+        ├── NoSuchUploadError       (store/s3_multipart.py, internal: the upload was completed or aborted)
+        ├── CompletionRefusedError  (store/s3_multipart.py, internal: the server refused a resumed upload's parts)
+        └── _StartAfresh            (store/s3_multipart.py, internal: forget a resumed upload, start a fresh one)
 
 Defined beside the code that raises them, still under the root:
 

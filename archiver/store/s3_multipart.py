@@ -56,7 +56,7 @@ class CompletionRefusedError(StoreError):
 COMPLETION_REFUSED_CODES = frozenset({"InvalidRequest", "InvalidPart", "InvalidPartOrder"})
 
 
-class _StartAfresh(Exception):
+class _StartAfresh(StoreError):
     """A resumed upload cannot be completed (refused, or gone without an object) and is forgotten:
     the caller starts one fresh multipart upload instead (internal)."""
 
