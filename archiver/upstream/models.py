@@ -4,6 +4,7 @@ and the incremental session-list parser that reuses the models of unchanged entr
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import operator
@@ -415,56 +416,70 @@ class _ListBuild:
         self.offset = 0
 
     def add(self, doc: bytes | bytearray, raws: list[msgspec.Raw] | list[bytes]) -> None:
-        """The entries `raws` of the envelope `doc` (the whole body, or one streamed window of it)."""
-        previous, current, invalid, offset = self.previous, self.current, self.invalid, self.offset
-        append = self.sessions.append
-        indices: Sequence[int] = range(offset, offset + len(raws))
+        """The entries `raws` of the envelope `doc` (the whole body, or one streamed window of it).
+
+        The unchanged majority goes through C-level maps (hash, look-up, append); Python code runs
+        for new or changed entries only."""
+        offset = self.offset
         self.offset += len(raws)
+        indices: Sequence[int] = range(offset, offset + len(raws))
         if self.parser._owns is not None:
             # Sharded: other shards' entries are dropped before they are even hashed.
             local = self._owned_indices(doc, raws)
             raws = [raws[i] for i in local]
             indices = [offset + i for i in local]
-        for n, digest in enumerate(_digests(raws)):
-            index = indices[n]
-            session = previous.get(digest)
+        digests = list(_digests(raws))
+        found: list[Session | None] = list(map(self.previous.get, digests))
+        current = self.current
+        current.update(zip(digests, found))  # None for the new ones until they are parsed below
+        failed: list[bytes] = []
+        n = -1
+        while True:
+            try:
+                n = found.index(None, n + 1)
+            except ValueError:
+                break
+            digest = digests[n]
+            session = current.get(digest)  # a duplicated entry within this body, parsed already
             if session is None:
-                session = current.get(digest)  # a duplicated entry within this body
-                if session is None:
-                    # Only new or changed entries get here, so the range checks cost nothing on
-                    # the unchanged majority.
-                    entry = loads_json(bytes(raws[n]))
-                    try:
-                        session = parse_session(entry, what=_entry_name(index), with_env_keys=False)
-                    except PayloadError as exc:
-                        invalid.append(_invalid_entry(index, entry, exc))
-                        continue
-            current[digest] = session
-            append(session)
+                # Only new or changed entries get here, so the range checks cost nothing on the
+                # unchanged majority.
+                entry = loads_json(bytes(raws[n]))
+                try:
+                    session = parse_session(entry, what=_entry_name(indices[n]), with_env_keys=False)
+                except PayloadError as exc:
+                    self.invalid.append(_invalid_entry(indices[n], entry, exc))
+                    failed.append(digest)
+                    continue
+                current[digest] = session
+            found[n] = session
+        for digest in failed:  # left out, not remembered (the same bytes fail the same way)
+            current.pop(digest, None)
+        self.sessions.extend(filter(None, found))
 
     def _owned_indices(self, doc: bytes | bytearray, raws: Sequence[msgspec.Raw | bytes]) -> list[int]:
         """Indices (within `raws`) of the entries this shard owns. The ids come from one more pass of
         msgspec over the piece (in C, ~3x cheaper than hashing every entry); each id's owner is
-        remembered while the id stays listed, so a poll computes the hash of new ids only."""
+        remembered while the id stays listed, so a poll computes the hash of new ids only, and the
+        known ones are looked up by C-level maps."""
         owns = self.parser._owns
         assert owns is not None
-        ids: Sequence[str | None]
+        ids: list[str | None]
         try:
-            ids = [b.id if isinstance(b.id, str) and b.id else None for b in _decode_ids(doc).sessions]
+            ids = list(map(_get_id, _decode_ids(doc).sessions))
         except (msgspec.DecodeError, UnicodeDecodeError):
             ids = []
-        if len(ids) != len(raws):  # an entry that is not an object, a lone surrogate: one at a time
+        if len(ids) != len(raws):  # an entry that is not an object, an id not a string: one at a time
             ids = [_brief_id(raw) for raw in raws]
-        known, owners = self.known_owners, self.owners
-        kept: list[int] = []
-        for index, sid in enumerate(ids):
-            mine = known.get(sid)
-            if mine is None:
-                mine = owns(sid)
-            owners[sid] = mine
-            if mine:
-                kept.append(index)
-        return kept
+        known = self.known_owners
+        # Ownership is a pure function of the id, so adding the new ids to the last poll's map is
+        # safe even should this parse fail; the map is rebuilt from the listed ids when it succeeds.
+        new = set(ids).difference(known)
+        if new:
+            known.update({sid: owns(sid or None) for sid in new})
+        mine = list(map(known.__getitem__, ids))
+        self.owners.update(zip(ids, mine))
+        return list(itertools.compress(range(len(ids)), mine))
 
     def finish(self) -> SessionList:
         self.parser._by_digest = self.current
@@ -558,14 +573,26 @@ class SessionListParser:
         close = len(buf.rstrip(_WS)[: end - 1].rstrip(_WS))
         if not buf.endswith(b"]", 0, close):
             raise WholeBodyNeeded
-        piece = buf[: close - 1]
-        if piece.strip(_WS):
-            doc = b'{"sessions":[' + piece + b"]}"
+        if buf[: close - 1].strip(_WS):
+            doc = _envelope_of(buf, close - 1)
             raws = _piece_raws(doc)
             if raws is None:
                 raise WholeBodyNeeded
             build.add(doc, raws)
         return build.finish()
+
+
+_ENVELOPE_HEAD = b'{"sessions":['
+
+
+def _envelope_of(buf: bytearray, end: int) -> bytes:
+    """`buf[:end]`, entries, as a `{"sessions": [...]}` body, in one copy."""
+    doc = bytearray(len(_ENVELOPE_HEAD) + end + 2)
+    doc[: len(_ENVELOPE_HEAD)] = _ENVELOPE_HEAD
+    with memoryview(buf) as view:
+        doc[len(_ENVELOPE_HEAD) : -2] = view[:end]
+    doc[-2:] = b"]}"
+    return bytes(doc)
 
 
 #: Candidate cuts tried per window before waiting for more bytes.
@@ -592,7 +619,7 @@ def _cut_window(build: _ListBuild, buf: bytearray) -> bytearray:
             after += 1
         if buf[after : after + 1] != b"{":
             continue
-        doc = b'{"sessions":[' + buf[: close + 1] + b"]}"
+        doc = _envelope_of(buf, close + 1)
         raws = _piece_raws(doc)
         if raws is not None:
             build.add(doc, raws)
@@ -630,7 +657,11 @@ _decode_brief = msgspec.json.Decoder(_Brief).decode
 
 
 class _IdOnly(msgspec.Struct):
-    id: Any = None
+    #: Typed, so the ids are hashable; an entry with another kind of id sends its piece to `_brief_id`.
+    id: str | None = None
+
+
+_get_id = operator.attrgetter("id")
 
 
 class _IdEnvelope(msgspec.Struct):
