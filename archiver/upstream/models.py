@@ -408,8 +408,12 @@ class _ListBuild:
         self.parser = parser
         self.previous = parser._by_digest
         self.known_owners = parser._owners
-        self.current: dict[bytes, Session] = {}
-        self.owners: dict[str | None, bool] = {}
+        #: None only while an entry is being parsed, or for one that failed (removed before finish).
+        self.current: dict[bytes, Session | None] = {}
+        #: The id -> owner map grows with every new id; it is rebuilt from the listed ids only once
+        #: it holds twice as many as were listed (rebuilding it every poll costs ~15 ms at 100k).
+        prune = len(parser._owners) > 2 * parser._listed + 1024
+        self.owners: dict[str | None, bool] = {} if prune else parser._owners
         self.sessions: list[Session] = []
         self.invalid: list[InvalidEntry] = []
         #: Index in the whole list of the next piece's first entry.
@@ -431,14 +435,9 @@ class _ListBuild:
         digests = list(_digests(raws))
         found: list[Session | None] = list(map(self.previous.get, digests))
         current = self.current
-        current.update(zip(digests, found))  # None for the new ones until they are parsed below
+        current.update(zip(digests, found, strict=True))  # None for the new ones until they are parsed below
         failed: list[bytes] = []
-        n = -1
-        while True:
-            try:
-                n = found.index(None, n + 1)
-            except ValueError:
-                break
+        for n in _positions_of_none(found):
             digest = digests[n]
             session = current.get(digest)  # a duplicated entry within this body, parsed already
             if session is None:
@@ -472,19 +471,26 @@ class _ListBuild:
         if len(ids) != len(raws):  # an entry that is not an object, an id not a string: one at a time
             ids = [_brief_id(raw) for raw in raws]
         known = self.known_owners
-        # Ownership is a pure function of the id, so adding the new ids to the last poll's map is
-        # safe even should this parse fail; the map is rebuilt from the listed ids when it succeeds.
-        new = set(ids).difference(known)
-        if new:
-            known.update({sid: owns(sid or None) for sid in new})
-        mine = list(map(known.__getitem__, ids))
-        self.owners.update(zip(ids, mine))
+        mine: list[bool | None] = list(map(known.get, ids))
+        for n in _positions_of_none(mine):
+            sid = ids[n]
+            # Ownership is a pure function of the id, so remembering it at once is right even
+            # should this parse fail.
+            mine[n] = known[sid] = owns(sid or None)
+        if self.owners is not known:
+            self.owners.update(zip(ids, mine, strict=True))  # type: ignore[arg-type]
         return list(itertools.compress(range(len(ids)), mine))
 
     def finish(self) -> SessionList:
         self.parser._by_digest = self.current
         self.parser._owners = self.owners
+        self.parser._listed = self.offset
         return SessionList(self.sessions, tuple(self.invalid))
+
+
+def _positions_of_none(values: list[Any]) -> Iterator[int]:
+    """Where `values` holds None, found in C (an `==` scan would call each model's `__eq__`)."""
+    return itertools.compress(itertools.count(), map(operator.is_, values, itertools.repeat(None)))
 
 
 def _piece_raws(doc: bytes) -> list[msgspec.Raw] | list[bytes] | None:
@@ -509,11 +515,14 @@ class SessionListParser:
     """
 
     def __init__(self, owns: Callable[[str | None], bool] | None = None) -> None:
-        self._by_digest: dict[bytes, Session] = {}
+        #: Never holds None once a parse finished (the type is the one its build fills it with).
+        self._by_digest: dict[bytes, Session | None] = {}
         #: Sharding (`archiver.sharding.Shard.owns`): entries of other shards' sessions are left out
         #: before their full parse (one small decode of the id when new, nothing when unchanged).
         self._owns = owns
         self._owners: dict[str | None, bool] = {}
+        #: Entries in the last body parsed.
+        self._listed = 0
 
     def parse(self, body: bytes | bytearray) -> SessionList:
         """The sessions of one list body, and its entries that failed parsing or a range check (left
