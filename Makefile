@@ -43,7 +43,9 @@ demo: $(STAMP)
 fake-service: $(STAMP)
 	$(BIN)/archiver fake-service $(FAKE_ARGS)
 
+# The upload benchmarks compare against `rclone copy` (Debian's rclone): installed here when missing and run as root.
 bench: $(STAMP)
+	command -v rclone >/dev/null || { test "$$(id -u)" = 0 && apt-get install -y rclone; } || { echo "make bench needs rclone (apt-get install rclone)"; exit 1; }
 	$(BIN)/python benchmarks/run_all.py
 
 lint: $(STAMP)

@@ -1,4 +1,5 @@
-"""`archiver check`: the configuration doctor (token accepted, store usable, state dir writable).
+"""`archiver check`: the configuration doctor (token accepted, store usable, evidence settings honoured by
+the bucket, state dir writable).
 
 Each check is independent (one failing does not hide the others' verdicts), reads nothing but
 the Settings it is given, and never prints the API token: only the upstream's status code and
@@ -21,12 +22,14 @@ from archiver.errors import (
     ArchiverError,
     ConfigError,
     ForbiddenError,
+    StoreUnsupportedError,
     UnauthorizedError,
 )
+from archiver.evidence import Evidence
 from archiver.retrieval.retrieve import human_size
 from archiver.retry import STORE_INTERACTIVE, UPSTREAM_REQUEST_INTERACTIVE
 from archiver.settings import TOKEN_ENV, Settings
-from archiver.store import ObjectStore, open_store
+from archiver.store import ObjectStore, S3Store, open_store
 from archiver.upstream.api import SessionHostClient
 
 OK = "OK"
@@ -76,6 +79,7 @@ def default_store_factory(settings: Settings) -> ObjectStore:
         s3_endpoint_url=settings.s3_endpoint_url,
         s3_client=client,
         checksum_mode=settings.s3_checksum,
+        evidence=settings.evidence,
     )
 
 
@@ -163,6 +167,109 @@ def check_store(settings: Settings, store_factory: StoreFactory = default_store_
         store.close()
 
 
+def _kms_key_problem(key_id: str, settings: Settings) -> str | None:
+    """Why the KMS key cannot encrypt (None: enabled, for encryption): one DescribeKey."""
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    config = Config(
+        connect_timeout=_S3_CONNECT_TIMEOUT,
+        read_timeout=_S3_READ_TIMEOUT,
+        retries={"mode": "standard", "max_attempts": STORE_INTERACTIVE.attempts},
+    )
+    try:
+        client = boto3.session.Session().client("kms", endpoint_url=settings.kms_endpoint_url, config=config)
+        metadata = client.describe_key(KeyId=key_id)["KeyMetadata"]
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        return f"KMS key {key_id!r} is not usable: {error.get('Code', '?')}: {error.get('Message', '')}".rstrip(": ")
+    except BotoCoreError as exc:
+        return f"cannot ask KMS about key {key_id!r}: {type(exc).__name__}: {exc}"
+    if metadata.get("KeyState") != "Enabled":
+        return f"KMS key {key_id!r} is {metadata.get('KeyState')}, not Enabled"
+    if metadata.get("KeyUsage", "ENCRYPT_DECRYPT") != "ENCRYPT_DECRYPT":
+        return f"KMS key {key_id!r} is for {metadata.get('KeyUsage')}, not ENCRYPT_DECRYPT"
+    return None
+
+
+def _object_lock_result(store: S3Store, evidence: Evidence) -> CheckResult:
+    name = "object lock"
+    try:
+        enabled = store.object_lock_enabled()
+    except StoreUnsupportedError:
+        return CheckResult(FAIL, name, f"{store.url}: the server does not implement S3 Object Lock")
+    except ArchiverError as exc:
+        return CheckResult(FAIL, name, f"cannot read the bucket's Object Lock configuration: {exc}")
+    if not enabled:
+        return CheckResult(
+            FAIL,
+            name,
+            f"{store.url}: the bucket has no Object Lock, so {evidence.lock_mode} retention cannot be applied "
+            "(Object Lock is enabled when a bucket is created, or on a versioned bucket by PutObjectLockConfiguration)",
+        )
+    return CheckResult(
+        OK, name, f"enabled: every archived object is kept {evidence.lock_mode} for {evidence.lock_days} day(s)"
+    )
+
+
+def _write_settings_result(store: S3Store, evidence: Evidence) -> CheckResult:
+    name = "evidence settings"
+    wanted = ", ".join(f"{k}={v}" for k, v in evidence.manifest_doc().items() if not k.startswith("object_lock"))
+    try:
+        applied = store.probe_evidence()
+    except ArchiverError as exc:
+        return CheckResult(
+            FAIL,
+            name,
+            f"the store refused a probe object written with {wanted}: {exc} (S3-compatible servers such as "
+            "SeaweedFS implement no server-side encryption)",
+        )
+    missing = []
+    if evidence.sse is not None and applied["sse"] != evidence.sse:
+        missing.append(f"encryption {evidence.sse} (the server answered {applied['sse'] or 'none'})")
+    key_id = evidence.kms_key_id
+    if key_id is not None and not key_id.startswith("alias/") and key_id not in applied["sse_kms_key_id"]:
+        missing.append(f"KMS key {evidence.kms_key_id} (the server used {applied['sse_kms_key_id'] or 'none'})")
+    if evidence.storage_class is not None and applied["storage_class"] != evidence.storage_class:
+        missing.append(f"storage class {evidence.storage_class} (the server answered {applied['storage_class']})")
+    if evidence.tags and applied["tags"] not in ("0", str(len(evidence.tags))):
+        missing.append(f"{len(evidence.tags)} tag(s) (the server kept {applied['tags']})")
+    if missing:
+        return CheckResult(FAIL, name, "the server silently ignored " + "; ".join(missing))
+    return CheckResult(OK, name, f"a probe object written with {wanted} was stored so, then deleted")
+
+
+def check_evidence(settings: Settings, store_factory: StoreFactory = default_store_factory) -> list[CheckResult]:
+    """The evidence settings against the bucket: Object Lock enabled when retention is asked for,
+    encryption / storage class / tags applied to a probe object, the KMS key usable (DescribeKey)."""
+    evidence = settings.evidence
+    if not settings.store or not evidence.active:
+        return []
+    try:
+        store = store_factory(settings)
+    except ConfigError:
+        return []  # check_store reports it
+    try:
+        if not isinstance(store, S3Store):
+            return []
+        results = []
+        if evidence.lock_mode is not None:
+            results.append(_object_lock_result(store, evidence))
+        if evidence.sse or evidence.storage_class or evidence.tags:
+            results.append(_write_settings_result(store, evidence))
+        if evidence.kms_key_id is not None:
+            problem = _kms_key_problem(evidence.kms_key_id, settings)
+            results.append(
+                CheckResult(FAIL, "kms key", problem)
+                if problem
+                else CheckResult(OK, "kms key", f"{evidence.kms_key_id} is enabled for encryption")
+            )
+        return results
+    finally:
+        store.close()
+
+
 def _nearest_existing(path: Path) -> Path:
     for candidate in (path, *path.parents):
         if candidate.exists():
@@ -209,6 +316,7 @@ def run_checks(
     """Every check, in the order they are printed."""
     results = [check_upstream(settings, api_factory)]
     results.extend(check_store(settings, store_factory))
+    results.extend(check_evidence(settings, store_factory))
     results.append(check_state_dir(settings))
     return results
 

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from archiver.credentials import Token
 from archiver.errors import ConfigError
+from archiver.evidence import LOCK_MODES, NO_EVIDENCE, SSE_MODES, Evidence
 from archiver.sharding import Shard, ordinal_from_pod_name, pod_name, shard_from_ordinal
 
 ENV_PREFIX = "ARCHIVER_"
@@ -127,6 +128,20 @@ def _as_int(value: Any) -> int:
     if abs(number) > MAX_COUNT:
         raise ValueError(f"integer out of range: {value!r}")
     return number
+
+
+#: `--upload-workers auto` is stored as 0; the pipeline sizes it to the store (`auto_upload_workers`).
+AUTO_WORKERS = 0
+
+
+def _as_workers(value: Any) -> int:
+    """A worker count, or `auto` (AUTO_WORKERS)."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return AUTO_WORKERS
+    count = _as_int(value)
+    if count < 1:
+        raise ValueError(f"expected `auto` or an integer of at least 1, got {value!r}")
+    return count
 
 
 def _as_str(value: Any) -> str:
@@ -251,6 +266,56 @@ OPTIONS: tuple[Option, ...] = (
         scope="store",
     ),
     Option(
+        "s3-sse",
+        "Server-side encryption of every archived object: none (the bucket's default), aes256 (SSE-S3) or aws:kms.",
+        "none",
+        _as_choice(*SSE_MODES),
+        metavar="MODE",
+    ),
+    Option(
+        "s3-sse-kms-key-id",
+        "KMS key (id, ARN or alias) for --s3-sse aws:kms (else the account's AWS-managed key).",
+        None,
+        _as_str,
+        metavar="KEY",
+    ),
+    Option(
+        "s3-storage-class",
+        "Storage class of every archived object (STANDARD_IA, GLACIER_IR, ...; else the bucket's default).",
+        None,
+        _as_str,
+        metavar="CLASS",
+    ),
+    Option(
+        "s3-object-tag",
+        "Tag every archived object with KEY=VALUE (repeatable or comma-separated; at most 10).",
+        (),
+        _as_list,
+        multiple=True,
+        metavar="KEY=VALUE",
+    ),
+    Option(
+        "s3-object-lock-mode",
+        "S3 Object Lock retention of every archived object: none, governance or compliance (bucket needs Object Lock).",
+        "none",
+        _as_choice(*LOCK_MODES),
+        metavar="MODE",
+    ),
+    Option(
+        "s3-object-lock-days",
+        "Days of Object Lock retention from each object's upload (with --s3-object-lock-mode).",
+        0,
+        _as_int,
+        metavar="DAYS",
+    ),
+    Option(
+        "kms-endpoint-url",
+        "Endpoint of the KMS that `check` asks whether --s3-sse-kms-key-id is usable (else AWS's).",
+        None,
+        _url,
+        metavar="URL",
+    ),
+    Option(
         "listen",
         "Address of the /metrics server.",
         "0.0.0.0:9877",
@@ -338,7 +403,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SIZE",
     ),
     Option("fetch-workers", "Parallel fetches from the upstream.", 4, _as_int, metavar="N"),
-    Option("upload-workers", "Parallel uploads to the store.", 2, _as_int, metavar="N"),
+    Option(
+        "upload-workers",
+        "Parallel uploads to the store (`auto`: sized to the store, 4 for S3, 2 for a directory).",
+        "auto",
+        _as_workers,
+        metavar="N|auto",
+    ),
     Option("log-format", "Log line format.", "text", _as_choice("text", "json"), metavar="FORMAT"),
     Option("log-level", "Log level.", "info", _as_choice("debug", "info", "warning", "error"), metavar="LEVEL"),
     Option(
@@ -396,13 +467,18 @@ class Settings:
     max_sessions: int = 10000
     max_artifact_size: int = 110_000_000
     fetch_workers: int = 4
-    upload_workers: int = 2
+    #: AUTO_WORKERS (0): sized to the store by the pipeline.
+    upload_workers: int = AUTO_WORKERS
     log_format: str = "text"
     log_level: str = "info"
     web_config_file: Path | None = None
     #: This daemon's shard and replica (the default owns every session).
     shard: Shard = field(default_factory=Shard)
     replicas_per_shard: int = 1
+
+    #: Encryption, storage class, tags and Object Lock of every archived object (S3 stores only).
+    evidence: Evidence = NO_EVIDENCE
+    kms_endpoint_url: str | None = None
 
     def artifact_paths_for(self, image: str) -> tuple[str, ...]:
         """Global paths plus the image's own, without duplicates, in a stable order."""
@@ -516,10 +592,11 @@ def build_settings(
         raise ConfigError(f"artifact-path: {exc}") from None
     image_paths = _image_paths(file_data["images"], file_name) if "images" in file_data else {}
     token = _load_token(values["api_token_file"], env)
-    for key in ("fetch_workers", "upload_workers"):
-        if not 1 <= values[key] <= MAX_WORKERS:
+    for key, low in (("fetch_workers", 1), ("upload_workers", 0)):  # upload_workers 0: auto
+        if not low <= values[key] <= MAX_WORKERS:
             flag = OPTIONS_BY_KEY[key].flag
-            raise ConfigError(f"{flag} must be between 1 and {MAX_WORKERS}, got {values[key]}")
+            auto = " (or auto)" if low == 0 else ""
+            raise ConfigError(f"{flag} must be between 1 and {MAX_WORKERS}{auto}, got {values[key]}")
     if values["max_sessions"] < 0:
         raise ConfigError(f"--max-sessions must be at least 0, got {values['max_sessions']}")
     if values["deadline_margin"] >= values["retention"]:
@@ -532,6 +609,8 @@ def build_settings(
         # A pruned row whose session the upstream still lists as ended would be archived again.
         raise ConfigError("prune-after must be at least twice --retention")
     shard = _resolve_shard(values["shard"], values["total_shards"], values["replicas_per_shard"], env)
+
+    evidence = _evidence(values)
     return Settings(
         api_url=values["api_url"],
         api_token=token,
@@ -558,6 +637,8 @@ def build_settings(
         web_config_file=Path(values["web_config_file"]) if values["web_config_file"] else None,
         shard=shard,
         replicas_per_shard=values["replicas_per_shard"],
+        evidence=evidence,
+        kms_endpoint_url=values["kms_endpoint_url"],
     )
 
 
@@ -577,6 +658,27 @@ def _resolve_shard(index: int | str, total: int, replicas: int, env: Mapping[str
     if not 0 <= index < total:
         raise ConfigError(f"--shard must be within 0..{total - 1} (--total-shards {total}), got {index}")
     return Shard(index, total, 0)
+
+
+def _evidence(values: Mapping[str, Any]) -> Evidence:
+    """The evidence settings as one validated value (ConfigError naming the options otherwise)."""
+    tags: dict[str, str] = {}
+    for text in values["s3_object_tag"]:
+        key, sep, value = text.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"s3-object-tag: expected KEY=VALUE, got {text!r}")
+        tags[key] = value
+    try:
+        return Evidence(
+            sse=SSE_MODES[values["s3_sse"]],
+            kms_key_id=values["s3_sse_kms_key_id"] or None,
+            storage_class=values["s3_storage_class"] or None,
+            tags=tags,
+            lock_mode=LOCK_MODES[values["s3_object_lock_mode"]],
+            lock_days=values["s3_object_lock_days"],
+        )
+    except ValueError as exc:
+        raise ConfigError(f"evidence settings (--s3-sse, --s3-storage-class, --s3-object-*): {exc}") from None
 
 
 def _load_token(token_file: str | None, env: Mapping[str, str]) -> Token | None:

@@ -7,7 +7,18 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-BENCHMARKS = ["scrape.py", "archive.py", "reconcile.py", "state.py", "retrieval.py", "browse.py", "sharded.py"]
+BENCHMARKS = [
+    "scrape.py",
+    "upload.py",
+    "archive.py",
+    "reconcile.py",
+    "state.py",
+    "retrieval.py",
+    "browse.py",
+    "sharded.py",
+    "grep.py",
+    "verify.py",
+]
 
 
 def main() -> int:

@@ -51,12 +51,23 @@ BUDGETS = {
         "gzip_p50_ms": 25.0,
         "identity_p50_ms": 10.0,
         "ratio": 30.0,
-        "poll_p50_ms": 100.0,
+        "poll_p50_ms": 50.0,
+        "floor_ratio": 1.5,
         "rss_mb": 80.0,
     },
-    50_000: {"gzip_p50_ms": 150.0, "rss_mb": 300.0},
+    50_000: {"gzip_p50_ms": 150.0, "poll_p50_ms": 250.0, "floor_ratio": 1.5, "rss_mb": 300.0},
 }
-PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=1"
+#: What Prometheus 3 sends (scrape/scrape.go, default scrape protocols); Prometheus 2.42 (Debian's,
+#: `strings /usr/bin/prometheus`) sends `application/openmetrics-text;version=1.0.0,...;q=0.75,
+#: text/plain;version=0.0.4;q=0.5,*/*;q=0.1`: both prefer OpenMetrics, so scrapes here get it.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
+#: Issue 14's goal: scrape p50 within this factor of the same bytes served static.
+FLOOR_GOAL = 1.5
 
 
 # --- data -------------------------------------------------------------------------------------------
@@ -164,6 +175,41 @@ def child_upstream(paths: list[Path], polls: int) -> None:
             pass
 
     server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    print(json.dumps({"url": f"http://127.0.0.1:{server.server_port}"}), flush=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    sys.stdin.readline()
+    print(json.dumps({"maxrss_mb": maxrss_mb()}), flush=True)
+
+
+def child_static(paths: list[Path]) -> None:
+    """The floor: `http.server` (HTTP/1.1 keep-alive, as ours) writing prepared bytes, nothing else.
+
+    `paths` are the identity and the gzip body of one of our scrapes (captured by the parent), so
+    both servers send exactly the same bytes with the same headers' shape."""
+    import http.server
+
+    identity, gzipped = paths[0].read_bytes(), paths[1].read_bytes()
+    content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True
+
+        def do_GET(self) -> None:
+            gzip = "gzip" in (self.headers.get("Accept-Encoding") or "")
+            body = gzipped if gzip else identity
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            if gzip:
+                self.send_header("Content-Encoding", "gzip")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     print(json.dumps({"url": f"http://127.0.0.1:{server.server_port}"}), flush=True)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     sys.stdin.readline()
@@ -349,13 +395,38 @@ def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str,
     result: dict[str, Any] = {"sessions": count, "body_bytes": paths[0].stat().st_size}
     upstream = Child(["--child", "upstream", "--polls", str(args.polls), *common])
     ours = Child(["--child", "ours", "--polls", str(args.polls), "--upstream", upstream.ready["url"], *common])
+    # The floor serves the very bytes of one of our scrapes (identity and gzip, as sent).
+    bodies = [workdir / f"static-{count}.om", workdir / f"static-{count}.om.gz"]
     with httpx.Client(timeout=120) as client:
         url = ours.ready["url"] + "/metrics"
-        result["gzip_p50_ms"], result["gzip_bytes"] = scrape_p50(client, url, gzip=True, samples=args.samples)
-        result["identity_p50_ms"], result["identity_bytes"] = scrape_p50(client, url, gzip=False, samples=args.samples)
+        for path, encoding in zip(bodies, ("identity", "gzip"), strict=True):
+            headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": encoding}
+            with client.stream("GET", url, headers=headers) as response:
+                path.write_bytes(b"".join(response.iter_raw()))
+    static = Child(["--child", "static", "--paths", ",".join(map(str, bodies))])
+    with httpx.Client(timeout=120) as client:
+        url = ours.ready["url"] + "/metrics"
+        floor_url = static.ready["url"] + "/metrics"
+        # Interleaved rounds, ours then the floor, so both see the same machine load.
+        rounds: dict[str, list[float]] = {"gzip": [], "identity": [], "static_gzip": [], "static_identity": []}
+        for _ in range(args.rounds):
+            for encoding in ("gzip", "identity"):
+                gzip = encoding == "gzip"
+                p50, result[f"{encoding}_bytes"] = scrape_p50(client, url, gzip=gzip, samples=args.samples)
+                rounds[encoding].append(p50)
+                p50, _ = scrape_p50(client, floor_url, gzip=gzip, samples=args.samples)
+                rounds[f"static_{encoding}"].append(p50)
+        for name, values in rounds.items():
+            result[f"{name}_p50_ms"] = statistics.median(values)
+        result["floor_ratio_gzip"] = result["gzip_p50_ms"] / result["static_gzip_p50_ms"]
+        result["floor_ratio_identity"] = result["identity_p50_ms"] / result["static_identity_p50_ms"]
         # Sanity: the compressed body decodes to the identity body's size (httpx decodes it here).
         decoded = client.get(url, headers={"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}).content
         result["gzip_decodes"] = abs(len(decoded) - result["identity_bytes"]) < 4096
+        result["openmetrics"] = decoded.rstrip().endswith(b"# EOF")
+    static.finish()
+    for path in bodies:
+        path.unlink()
     result.update({k: v for k, v in ours.ready.items() if k != "url"})
     result["rss_mb"] = ours.finish()["maxrss_mb"]
     upstream.finish()
@@ -383,6 +454,7 @@ def verdicts(result: dict[str, Any]) -> dict[str, str]:
         "identity_p50_ms": ("identity_p50_ms", lambda v, b: v <= b),
         "ratio": ("ratio_gzip", lambda v, b: v >= b),
         "poll_p50_ms": ("poll_p50_ms", lambda v, b: v <= b),
+        "floor_ratio": ("floor_ratio_gzip", lambda v, b: v <= b),
         "rss_mb": ("rss_mb", lambda v, b: v <= b),
     }
     out = {}
@@ -401,6 +473,10 @@ def print_table(results: list[dict[str, Any]]) -> None:
         ("baseline p50, identity (ms)", "baseline_identity_p50_ms", None, "{:.1f}"),
         ("ratio baseline/ours, gzip", "ratio_gzip", "ratio", "{:.0f}x"),
         ("ratio baseline/ours, identity", "ratio_identity", None, "{:.0f}x"),
+        ("static floor p50, gzip (ms)", "static_gzip_p50_ms", None, "{:.2f}"),
+        ("static floor p50, identity (ms)", "static_identity_p50_ms", None, "{:.2f}"),
+        ("ours / floor, gzip", "floor_ratio_gzip", "floor_ratio", "{:.2f}x"),
+        ("ours / floor, identity", "floor_ratio_identity", None, "{:.2f}x"),
         ("poll cycle p50 (ms)", "poll_p50_ms", "poll_p50_ms", "{:.1f}"),
         ("  GET /session, fetch + parse p50 (ms)", "list_p50_ms", None, "{:.1f}"),
         ("    SessionListParser.parse p50 (ms)", "parse_p50_ms", None, "{:.1f}"),
@@ -435,11 +511,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", default="10000,50000", help="comma-separated session counts")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
     parser.add_argument("--samples", type=int, default=40, help="scrapes per measurement (>= 30)")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of ours and the floor (median)")
     parser.add_argument("--polls", type=int, default=40, help="poll cycles measured per size")
     parser.add_argument("--baseline-max", type=int, default=10_000, help="largest size to run the baseline at")
     parser.add_argument("--baseline-samples", type=int, default=30)
     parser.add_argument("--allowlist", default="mode,tournament", help="session label allowlist")
-    parser.add_argument("--child", choices=("ours", "upstream", "baseline", "generate"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", choices=("ours", "upstream", "baseline", "generate", "static"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
     parser.add_argument("--paths", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -449,7 +528,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.child:
         paths = [Path(p) for p in args.paths.split(",")]
-        if args.child == "ours":
+        if args.child == "static":
+            child_static(paths)
+        elif args.child == "ours":
             child_ours(paths, args.polls, allowlist, args.upstream)
         elif args.child == "upstream":
             child_upstream(paths, args.polls)

@@ -129,6 +129,7 @@ class SeaweedServer:
             self.binary, "server", f"-dir={self.directory}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
             "-master.telemetry=false",  # never phone home
             f"-master.port={self.master}", f"-master.port.grpc={self.master + 10000}",
+            "-master.electionTimeout=1s",  # one master: a restart need not wait 10 s for an election
             "-master.volumeSizeLimitMB=64", "-volume.max=0",
             f"-volume.port={self.volume}", f"-volume.port.grpc={self.volume + 10000}",
             f"-filer.port={self.filer}", f"-filer.port.grpc={self.filer + 10000}",
@@ -176,12 +177,19 @@ class SeaweedServer:
             time.sleep(0.2)  # polling interval of a deadline loop
         raise AssertionError(f"SeaweedFS not ready within {timeout}s: {last}; log: {self.log.read_text()[-2000:]}")
 
+    def kill(self) -> None:
+        """Stop it at once (SIGKILL), as a crash or a power cut of the server process would."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
     def stop(self) -> None:
         if self.process is None:
             return
         self.process.terminate()
         try:
-            self.process.wait(20)
+            self.process.wait(5)  # weed often outlives SIGTERM by far more: do not wait 20 s for it
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()

@@ -725,6 +725,13 @@ def test_a_pipeline_archive_is_listed_shown_and_verifies(
     assert found[0].counts == {"archived": 3, "source_gone": 1}
     report = retrieve.verify(store, session_ids=[m.session_id], now=now)
     assert report.ok and report.objects == 3, report.problems
+    # The pipeline records the store's own checksums: S3 proves each object without a download; a
+    # directory keeps none, so its objects are re-hashed even without --deep.
+    archived = [i for i in m.items if i.outcome == "archived"]
+    assert all((i.checksum_sha256 is not None) is store.keeps_checksums for i in archived)
+    quick = retrieve.verify(store, session_ids=[m.session_id], now=now, deep=False)
+    assert quick.ok and quick.objects == 3 and quick.unproven == 0, quick.problems
+    assert (quick.proved, quick.bytes == 0) == ((3, True) if store.keeps_checksums else (0, False))
     out = io.StringIO()
     retrieve.show_session(store, m.session_id, out)
     assert "Labels            tournament=spring-cup" in out.getvalue()

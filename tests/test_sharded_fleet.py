@@ -273,6 +273,9 @@ def test_a_healthy_pair_fetches_each_session_once(
 ) -> None:
     """Both replicas see the end in the same poll; replica 1 waits out its head start, finds replica
     0's manifest and fetches nothing: the pair costs the upstream one fetch per item."""
+    # The upstream's clock stands still: replica 1's head start cannot run out however slowly
+    # replica 0 archives on a loaded machine, so only the manifest can release replica 1's items.
+    fake.clock.time_scale = 0
     (tmp_path / "store").mkdir()
     store = FileStore(tmp_path / "store")
     ids = [fake.add_session(TOKEN, id=f"pair-{n}", files={REPLAY: 2000}) for n in range(3)]

@@ -58,6 +58,17 @@ from archiver.vocabulary import DETECTING_STATES
 log = logging.getLogger("archiver.pipeline")  # the name it had before the rooms: log filters keep working
 
 
+#: Uploads in flight per store kind when `--upload-workers auto`: an S3 request spends most of its
+#: time waiting on the network and the server, so more of them overlap than there are cores
+#: (rclone's default is 4 transfers); a directory store is bound by the local disk.
+AUTO_UPLOAD_WORKERS = {"s3": 4, "file": 2}
+
+
+def auto_upload_workers(store_url: str) -> int:
+    """Upload workers for `--upload-workers auto`, by the store's kind (its URL scheme)."""
+    return AUTO_UPLOAD_WORKERS["s3" if store_url.startswith("s3://") else "file"]
+
+
 class Pipeline:
     """Archives every session that ends: detect → confirm → fetch (deadline) → upload → manifest."""
 
@@ -94,6 +105,7 @@ class Pipeline:
             policy=self._policy,
         )
         self.uploader = Uploader(store, state.journal)
+        self.upload_workers = settings.upload_workers or auto_upload_workers(store.url)
         # The store has no hook between parts; the journal is ours, so the crash point hangs there.
         state.journal.on_part_done = lambda: crashpoint("after_part_upload")
 
@@ -134,7 +146,10 @@ class Pipeline:
         from archiver.store import open_store  # imports botocore: only when a store is configured
 
         store = open_store(
-            settings.require_store(), s3_endpoint_url=settings.s3_endpoint_url, checksum_mode=settings.s3_checksum
+            settings.require_store(),
+            s3_endpoint_url=settings.s3_endpoint_url,
+            checksum_mode=settings.s3_checksum,
+            evidence=settings.evidence,
         )
         return cls(settings, client, store, StateDB.open(settings.state_dir), metrics)
 
@@ -202,7 +217,7 @@ class Pipeline:
             [("reconcile", self._reconcile_loop)] * reconcile
             + [("confirm", self._confirm_loop)] * self.tuning.confirm_workers
             + [("fetch", self._fetches.run)] * self.settings.fetch_workers
-            + [("upload", self._uploads.run)] * self.settings.upload_workers
+            + [("upload", self._uploads.run)] * self.upload_workers
         )
         for n, (name, target) in enumerate(specs):
             thread = threading.Thread(target=target, name=f"archiver-{name}-{n}", daemon=True)

@@ -120,11 +120,14 @@ class ArchiveCheck:
         if found is None:
             return False
         now = self._clock()
-        spooled = self._state.archived_elsewhere(item.session_key, manifest_key, now)
-        if spooled is None:
+        recorded = self._state.archived_elsewhere(item.session_key, manifest_key, now)
+        if recorded is None:
             return False
+        spooled, first = recorded
         for path in spooled:
             self._remove(Path(path))
+        if not first:  # another fetch worker here recorded it a moment ago, and counted it
+            return True
         self._metrics.archive_recognised(now)
         log.info("session %r is archived already (another replica or shard): %s", item.session_id, manifest_key)
         return True

@@ -8,7 +8,7 @@ after the row that no longer needs them is committed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from archiver.layout.manifest import (
     manifest_to_bytes,
     parse_manifest,
 )
+from archiver.layout.players import player_entries
 from archiver.store.base import MultipartJournal, ObjectStore, PutOutcome
 from archiver.vocabulary import Outcome
 
@@ -58,14 +59,21 @@ class SpoolBroken:
 UploadResult = Stored | Conflict | SpoolBroken
 
 
-def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Manifest:
+def build_session_manifest(
+    session: SessionRow,
+    items: Sequence[ItemRow],
+    checksums: Mapping[int, str | None] | None = None,
+    evidence: Mapping[str, str] | None = None,
+) -> Manifest:
     """The manifest of a session whose items all have an outcome (pure: same rows, same bytes).
 
     The row's instance (its creation time, see ``keys.instance_name``) is recorded in the
     manifest; a row migrated mid-way (instance '') writes a legacy-layout manifest.
 
     Everything comes from the state DB, including `archived_at` (fixed when the last item
-    finished), so a manifest re-written after a crash is byte-identical to the first one.
+    finished), so a manifest re-written after a crash is byte-identical to the first one; so do
+    ``checksums`` (item id → the store's checksum of its object, see ``ObjectStore.store_checksum``)
+    and ``evidence`` (the store's evidence settings, ``Evidence.manifest_doc``).
     """
     if session.archived_at is None:
         raise ValueError(f"session {session.id!r} is not finalizing (no archived_at)")
@@ -85,6 +93,7 @@ def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Man
                 content_type=item.content_type if stored else None,
                 path=item.path if item.kind == "artifact" else None,
                 error=None if item.outcome == Outcome.ARCHIVED else item.last_error,
+                checksum_sha256=(checksums or {}).get(item.id) if item.outcome == Outcome.ARCHIVED else None,
             )
         )
     return build_manifest(
@@ -104,6 +113,7 @@ def build_session_manifest(session: SessionRow, items: Sequence[ItemRow]) -> Man
         archived_at=session.archived_at,
         items=entries,
         instance=session.instance or None,
+        evidence=evidence,
     )
 
 
@@ -117,7 +127,7 @@ class Uploader:
         self.on_recognised: Callable[[], None] | None = None
 
     def upload(self, item: ItemRow) -> UploadResult:
-        """Store the item's spool file at its key and verify it with a HEAD."""
+        """Store the item's spool file at its key, verified (by the create-once write itself, or a HEAD)."""
         if item.key is None or item.spool_path is None or item.sha256 is None or item.size is None:
             return SpoolBroken(f"item {item.id} is spooled without key/path/sha256/size")
         try:
@@ -133,7 +143,13 @@ class Uploader:
             return Conflict(str(exc))
         except SourceFileError as exc:
             return SpoolBroken(str(exc))
-        self._verify(item.key, item.size, item.sha256)
+        if not (outcome is PutOutcome.CREATED and self.store.conditional_writes):
+            # A create-once write the server accepted already proves the object: it was created by
+            # this very request (If-None-Match held) from bytes the server checked against the
+            # checksum sent with them, so a HEAD would only repeat it (one round trip per object,
+            # a sixth of a small object's upload time). Without enforced If-None-Match, or when
+            # the object was already there, the HEAD is what tells ours from a concurrent writer's.
+            self._verify(item.key, item.size, item.sha256)
         crashpoint("after_upload_complete")
         return Stored(outcome)
 
@@ -152,12 +168,18 @@ class Uploader:
             )
 
     def write_manifest(self, session: SessionRow, items: Sequence[ItemRow]) -> str:
-        """Manifest (create-once, after every object of the session), then the index entry.
+        """Manifest (create-once, after every object of the session), then the index entry, then
+        one player index entry per player.
 
         Returns the manifest key. A different manifest already at the key raises
         ObjectConflictError.
         """
-        manifest = build_session_manifest(session, items)
+        checksums = {
+            item.id: self.store.store_checksum(item.key, sha256=item.sha256, size=item.size)
+            for item in items
+            if item.outcome == Outcome.ARCHIVED and item.key and item.sha256 and item.size is not None
+        }
+        manifest = build_session_manifest(session, items, checksums, self.store.evidence.manifest_doc())
         prefix = self.store.prefix
         instance = session.instance or None  # '' = a row migrated mid-way keeps the legacy layout
         manifest_key = keys.manifest_key(prefix, session.id, instance)
@@ -182,6 +204,7 @@ class Uploader:
             index_entry_to_bytes(entry),
             content_type=JSON_CONTENT_TYPE,
         )
+        self._write_player_entries(manifest, manifest_key)
         return manifest_key
 
     def _existing_manifest(self, key: str) -> Manifest | None:
@@ -190,3 +213,13 @@ class Uploader:
             return parse_manifest(b"".join(self.store.iter_bytes(key)))
         except ManifestError:
             return None
+
+    def _write_player_entries(self, manifest: Manifest, manifest_key: str) -> None:
+        """One entry per player under ``players/`` (after the index entry), so `ls --player` needs no scan."""
+        for key, body in player_entries(self.store.prefix, manifest, manifest_key):
+            try:
+                self.store.put_bytes(key, body, content_type=JSON_CONTENT_TYPE)
+            except ObjectConflictError as exc:
+                # Other bytes under this archive's own entry (an older archiver's format): keep
+                # them, the archive itself is complete; the others are still written.
+                log.warning("player index entry not replaced: %s", exc)

@@ -41,7 +41,7 @@ from archiver.retrieval.query import (
     parse_label,
     parse_time_range,
 )
-from archiver.retrieval.reading import iter_log_lines
+from archiver.retrieval.reading import open_logs
 from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
@@ -364,7 +364,8 @@ class BrowseApp:
         start_text = (params.get("start") or ["0"])[-1]
         start = int(start_text) if start_text.isdigit() else 0
         loaded = load_archive(self.store, sid, instance, note=_no_note)
-        lines, hashing, item = iter_log_lines(self.store, sid, loaded.ref.instance, note=_no_note)
+        opened = open_logs(self.store, loaded)
+        lines = logformat.read_lines(opened.chunks, opened.shape)
         needle = search.casefold()
         shown: list[tuple[int, str, str]] = []
         matched = 0
@@ -384,7 +385,7 @@ class BrowseApp:
                 more = True
                 break
             shown.append((number, line.stream or "", _log_text(line.text)))
-        tampered = hashing.complete and (hashing.size != item.size or hashing.digest.hexdigest() != item.sha256)
+        tampered = opened.tampered
         base = [("stream", stream), ("q", search)]
         if loaded.ref.instance:
             base.append(("instance", loaded.ref.instance))
@@ -406,7 +407,7 @@ class BrowseApp:
             start=start,
             unsplit=unsplit,
             tampered=tampered,
-            verified=hashing.complete and not tampered,
+            verified=opened.hashing.complete and not tampered,
             next_url=link(start + self.log_page_lines) if more else None,
             prev_url=link(max(0, start - self.log_page_lines)) if start > 0 else None,
         )

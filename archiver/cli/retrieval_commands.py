@@ -6,7 +6,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO, cast
 
 import click
 
@@ -24,6 +24,22 @@ from archiver.cli.base import (
 from archiver.errors import ConfigError
 from archiver.settings import STORE_SCOPES
 
+#: Parallel HEADs of a verify without download (small requests: latency-bound, not bandwidth-bound).
+VERIFY_HEAD_WORKERS = 16
+
+
+def _session_filters(
+    since: str | None, until: str | None, labels: tuple[str, ...], now: float
+) -> tuple[float, float | None, dict[str, str]]:
+    """The --since/--until range and the --label pairs of `ls` and `grep`; a usage error when malformed."""
+    from archiver.retrieval import retrieve
+
+    try:
+        start, end = retrieve.parse_time_range(since, until, now)
+        return start, end, dict(retrieve.parse_label(value) for value in labels)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
 
 @main.command("ls")
 @click.option("--since", metavar="TIME", help=f"Ended at or after TIME: {_TIME_HELP}. [default: 24h]")
@@ -38,28 +54,29 @@ from archiver.settings import STORE_SCOPES
     help="Only sessions with this label (repeatable; all must match).",
 )
 @click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="At most N sessions (the newest).")
+@click.option(
+    "--player", metavar="ID", default=None,
+    help="Only sessions this player took part in (reads the player index, not the hours of the range).",
+)  # fmt: skip
 @format_option()
 @settings_options(STORE_SCOPES)
 @friendly_errors
 def ls_command(
     since: str | None, until: str | None, image: str | None, location: str | None,
-    labels: tuple[str, ...], limit: int | None, fmt: str, **kwargs: Any,
+    labels: tuple[str, ...], limit: int | None, player: str | None, fmt: str, **kwargs: Any,
 ) -> None:  # fmt: skip
     """List archived sessions by end time, newest first (reads only the index hours of the range)."""
     from archiver.retrieval import retrieve
 
     settings = resolve(kwargs)
     now = time.time()
-    try:
-        start, end = retrieve.parse_time_range(since, until, now)
-        wanted = dict(retrieve.parse_label(value) for value in labels)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+    start, end, wanted = _session_filters(since, until, labels, now)
     store = store_for(settings)
     try:
         entries = retrieve.list_sessions(
-            store, since=start, until=end, image=image, location=location, labels=wanted, limit=limit, now=now
-        )
+            store, since=start, until=end, image=image, location=location, labels=wanted, limit=limit, now=now,
+            player=player,
+        )  # fmt: skip
         retrieve.render_sessions(entries, sys.stdout, fmt=fmt)
     finally:
         store.close()
@@ -151,14 +168,20 @@ def get(
 @click.argument("session_ids", nargs=-1)
 @click.option("--since", metavar="TIME", help=f"Verify every session that ended since TIME: {_TIME_HELP}.")
 @click.option("--until", metavar="TIME", help="With --since: up to TIME.")
+@click.option(
+    "--deep", is_flag=True,
+    help="Download and re-hash every byte (default: prove each object by the SHA-256 checksum the store keeps).",
+)  # fmt: skip
 @instance_option("every archive of each ID")
 @format_option()
 @settings_options(STORE_SCOPES)
 @friendly_errors
 def verify(
-    session_ids: tuple[str, ...], since: str | None, until: str | None, instance: str | None, fmt: str, **kwargs: Any
-) -> None:
-    """Re-hash stored objects against their manifests (every archive of each ID); exit 1 when anything is wrong."""
+    session_ids: tuple[str, ...], since: str | None, until: str | None, deep: bool, instance: str | None, fmt: str,
+    **kwargs: Any,
+) -> None:  # fmt: skip
+    """Check stored objects against their manifests (every archive of each ID) without downloading them:
+    the store's own SHA-256 checksum must match (--deep re-hashes the bytes); exit 1 when anything is wrong."""
     from archiver.retrieval import retrieve
 
     if session_ids and (since or until):
@@ -175,13 +198,15 @@ def verify(
     as_json = fmt == "json"
     try:
         report = retrieve.verify(
-            store, session_ids=session_ids, instance=instance, since=start, until=end, now=now,
+            store, session_ids=session_ids, instance=instance, since=start, until=end, now=now, deep=deep,
+            workers=4 if deep else VERIFY_HEAD_WORKERS,
             # A table reports problems as they are found (a long run shows progress); JSON at the end.
             on_problem=None if as_json else lambda problem: click.echo(problem.line()),
         )  # fmt: skip
         if as_json:
             document = {
                 "ok": report.ok, "sessions": report.sessions, "objects": report.objects, "bytes": report.bytes,
+                "proved": report.proved, "unproven": report.unproven,
                 "problems": [as_dict(problem) for problem in report.problems],
             }  # fmt: skip
             click.echo(json.dumps(document))
@@ -190,6 +215,147 @@ def verify(
     finally:
         store.close()
     sys.exit(0 if report.ok else 1)
+
+
+class _BelowBar:
+    """stdout that clears the progress bar's line on stderr before each write, both being one terminal."""
+
+    def __init__(self, out: TextIO, bar: TextIO) -> None:
+        self._out = out
+        self._bar = bar
+
+    def write(self, text: str) -> int:
+        self._bar.write("\r\x1b[K")
+        self._bar.flush()
+        return self._out.write(text)
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+@main.command()
+@click.argument("pattern")
+@click.option("--since", metavar="TIME", help=f"Sessions that ended at or after TIME: {_TIME_HELP}. [default: 24h]")
+@click.option("--until", metavar="TIME", help="Ended at or before TIME (same forms). [default: no bound]")
+@click.option("--image", metavar="NAME[:TAG]", help="Only this image (NAME or NAME:TAG).")
+@click.option("--location", metavar="LOCATION", help="Only this location.")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only this label (repeatable).")
+@click.option("--player", metavar="ID", default=None, help="Only sessions this player took part in.")
+@click.option("-F", "--fixed-strings", "fixed", is_flag=True, help="PATTERN is a plain string, not a regex.")
+@click.option("-i", "--ignore-case", is_flag=True, help="Ignore case.")
+@click.option(
+    "--workers", type=click.IntRange(min=1, max=64), default=4, show_default=True, help="Sessions searched at once."
+)
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: when a terminal]")
+@format_option("json: one JSON object per hit (session, instance, stream, line).")
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def grep(
+    pattern: str, since: str | None, until: str | None, image: str | None, location: str | None,
+    labels: tuple[str, ...], player: str | None, fixed: bool, ignore_case: bool, workers: int,
+    progress: bool | None, fmt: str, **kwargs: Any,
+) -> None:  # fmt: skip
+    """Search the archived logs of the sessions that ended in a time range; prints `session  stream  line`.
+
+    PATTERN is a Python regular expression searched anywhere in each line (like `grep -E`). Exit
+    status as grep: 0 when a line matched, 1 when none did, 2 on an error (an archive that could
+    not be read or does not match its manifest is reported and the search goes on).
+    """
+    from archiver.errors import ArchiverError
+    from archiver.retrieval import retrieve
+
+    settings = resolve(kwargs)
+    now = time.time()
+    try:
+        matcher = retrieve.Matcher(pattern, fixed=fixed, ignore_case=ignore_case)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="PATTERN") from None
+    start, end, wanted = _session_filters(since, until, labels, now)
+    store = store_for(settings)
+    escape = sys.stdout.isatty()
+    try:
+        entries = retrieve.list_sessions(
+            store, since=start, until=end, image=image, location=location, labels=wanted, now=now, player=player
+        )
+        options: dict[str, Any] = {"fmt": fmt, "escape": escape, "workers": workers}
+        if sys.stderr.isatty() if progress is None else progress:
+            # Hits on the bar's terminal first clear its line (the bar redraws below them).
+            out = cast(TextIO, _BelowBar(sys.stdout, sys.stderr)) if escape and sys.stderr.isatty() else sys.stdout
+            with click.progressbar(length=len(entries), label="searching", file=sys.stderr) as bar:
+                report = retrieve.grep_sessions(store, entries, matcher, out, progress=bar.update, **options)
+        else:
+            report = retrieve.grep_sessions(store, entries, matcher, sys.stdout, **options)
+        sys.stdout.flush()
+    except ArchiverError as exc:
+        # grep's convention: 2 for trouble (not 1, which means "nothing found").
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    finally:
+        store.close()
+    sys.exit(2 if report.problems else 0 if report.hits else 1)
+
+
+@main.command("index-players")
+@click.option(
+    "--checkpoint", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+    help="Remember the last manifest done in FILE; a run interrupted resumes after it.",
+)  # fmt: skip
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def index_players_command(checkpoint: Path | None, **kwargs: Any) -> None:
+    """Write the player index (`ls --player`) of archives made before it existed; safe to run again."""
+    import os
+
+    from archiver.retrieval import retrieve
+
+    start_after = ""
+    if checkpoint is not None and checkpoint.exists():
+        start_after = checkpoint.read_text(encoding="utf-8").strip()
+        click.echo(f"resuming after {start_after}", err=True)
+
+    def remember(report: retrieve.ReindexReport) -> None:
+        if checkpoint is not None and report.last_key is not None:
+            partial = checkpoint.with_name(checkpoint.name + ".partial")
+            partial.write_text(report.last_key + "\n", encoding="utf-8")
+            os.replace(partial, checkpoint)
+
+    store = store_for(resolve(kwargs))
+    try:
+        report = retrieve.index_players(store, start_after=start_after, on_batch=remember)
+    finally:
+        store.close()
+    click.echo(report.line())
+    sys.exit(1 if report.problems else 0)
+
+
+def _legal_hold(session_id: str, instance: str | None, on: bool, kwargs: dict[str, Any]) -> None:
+    from archiver.retrieval.legalhold import set_legal_hold
+
+    store = store_for(resolve(kwargs))
+    try:
+        click.echo(set_legal_hold(store, session_id, on=on, instance=instance).line())
+    finally:
+        store.close()
+
+
+@main.command()
+@click.argument("session_id")
+@instance_option("the newest")
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def hold(session_id: str, instance: str | None, **kwargs: Any) -> None:
+    """Place an S3 legal hold on every object of a session's archive (nobody can delete them until released)."""
+    _legal_hold(session_id, instance, True, kwargs)
+
+
+@main.command()
+@click.argument("session_id")
+@instance_option("the newest")
+@settings_options(STORE_SCOPES)
+@friendly_errors
+def release(session_id: str, instance: str | None, **kwargs: Any) -> None:
+    """Clear the legal hold of every object of a session's archive (their retention, if any, still applies)."""
+    _legal_hold(session_id, instance, False, kwargs)
 
 
 #: Where `archiver browse` listens unless --listen is given on its command line (the daemon's

@@ -1,16 +1,19 @@
 """The archiver's own health and pipeline metrics (`archiver_*`), on an injected prometheus_client registry.
 
 These are few and change as work happens, so ordinary prometheus_client instrumentation fits; they are
-rendered fresh on every scrape and appended after the pre-rendered snapshot. The two snapshot gauges
+rendered when they changed (every event method bumps a generation; a scrape re-renders only when it
+moved) and appended after the pre-rendered snapshot. The two snapshot gauges
 `archiver_sessions_exported` / `archiver_sessions_dropped` are NOT registered here: the snapshot
 renders them (archiver.exposition), and a name must not appear twice in one body.
 """
 
 from __future__ import annotations
 
+import functools
 import platform
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Concatenate, ParamSpec, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest as _text_generate_latest
@@ -135,6 +138,10 @@ class SelfMetrics:
         endpoints: Iterable[str] = ("sessions", "metrics"),
     ) -> None:
         self.registry = registry
+        #: Bumped after every event method (see `_bumps`); `render` reuses its bytes while it stays.
+        self._generation = 0
+        self._generation_lock = threading.Lock()
+        self._rendered: dict[bool, tuple[int, bytes]] = {}
         self._build_info = Gauge(
             "archiver_build_info",
             "Build information of the running archiver, always 1.",
@@ -389,9 +396,45 @@ class SelfMetrics:
     # --- exposition -----------------------------------------------------------------------------
 
     def render(self, openmetrics: bool) -> bytes:
-        """The registry in the requested format; the OpenMetrics body ends with `# EOF` (it goes last)."""
+        """The registry in the requested format; the OpenMetrics body ends with `# EOF` (it goes last).
+
+        Rendered again only when an event method ran since the last render of that format (about
+        1.8 ms at every scrape otherwise, most of the distance to serving static bytes). The
+        generation is read before rendering: an event that lands during the render moves it, so
+        the next scrape renders again and nothing is ever served stale past one scrape.
+        """
+        generation = self._generation
+        cached = self._rendered.get(openmetrics)
+        if cached is not None and cached[0] == generation:
+            return cached[1]
         if openmetrics:
             # prometheus_client's OpenMetrics writer has no annotations.
             body: bytes = _om_generate_latest(self.registry)  # type: ignore[no-untyped-call]
-            return body
-        return _text_generate_latest(self.registry)
+        else:
+            body = _text_generate_latest(self.registry)
+        self._rendered[openmetrics] = (generation, body)
+        return body
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _bumps(method: Callable[Concatenate[SelfMetrics, _P], _R]) -> Callable[Concatenate[SelfMetrics, _P], _R]:
+    """An event method that moves the render generation once its change is made."""
+
+    @functools.wraps(method)
+    def wrapper(self: SelfMetrics, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            with self._generation_lock:  # `+=` from two threads could lose a bump, or go back
+                self._generation += 1
+
+    return wrapper
+
+
+# Every public method but `render` records an event: each moves the generation.
+for _name, _method in list(vars(SelfMetrics).items()):
+    if not _name.startswith("_") and _name != "render" and callable(_method):
+        setattr(SelfMetrics, _name, _bumps(_method))

@@ -3,6 +3,7 @@ parts stitched into ONE gzip member per response (see `archiver.exporter.exposit
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from dataclasses import dataclass
@@ -33,6 +34,11 @@ def deflate_final(data: bytes) -> bytes:
     """Raw deflate of `data` that ends the stream (its last block is final); small inputs only."""
     compressor = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15)
     return compressor.compress(data) + compressor.flush()
+
+
+#: The self-metrics tail, compressed: SelfMetrics.render hands out the same bytes object until an
+#: event changes it, so consecutive scrapes compress it once (hashing bytes is cached per object).
+_deflate_tail = functools.lru_cache(maxsize=8)(deflate_final)
 
 
 def crc32(data: bytes, start: int = 0) -> int:
@@ -105,9 +111,9 @@ class Snapshot:
 def scrape_parts(snapshot: Snapshot | None, self_metrics: bytes, *, openmetrics: bool, gzip: bool) -> tuple[bytes, ...]:
     """Everything a `/metrics` response body consists of, in order, ready to be written.
 
-    `self_metrics` is rendered fresh per scrape (for OpenMetrics it already ends with `# EOF`). With
-    gzip, only `self_metrics` is compressed here (a few KB); the snapshot's deflate parts are reused
-    and the trailer's CRC continues from the snapshot's precomputed one.
+    `self_metrics` is rendered when it changed (for OpenMetrics it already ends with `# EOF`). With
+    gzip, only `self_metrics` is compressed here (a few KB, once per distinct tail); the snapshot's
+    deflate parts are reused and the trailer's CRC continues from the snapshot's precomputed one.
     """
     if not gzip:
         if snapshot is None:
@@ -119,4 +125,4 @@ def scrape_parts(snapshot: Snapshot | None, self_metrics: bytes, *, openmetrics:
     else:
         deflated, crc, length = snapshot.deflate_parts(openmetrics=openmetrics)
     trailer = gzip_trailer(crc32(self_metrics, crc), length + len(self_metrics))
-    return (GZIP_HEADER, *deflated, deflate_final(self_metrics), trailer)
+    return (GZIP_HEADER, *deflated, _deflate_tail(self_metrics), trailer)

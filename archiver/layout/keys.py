@@ -265,3 +265,47 @@ def index_partitions(prefix: str, since: float, until: float) -> list[str]:
 def is_key_safe(escaped: str) -> bool:
     """Whether a string has the shape every escaped id has (used by tests and defensive checks)."""
     return bool(_ESCAPED_RE.match(escaped)) and len(escaped) <= MAX_ESCAPED_LEN
+
+
+# --- the player index ---------------------------------------------------------------------------
+
+#: Characters of the time stamp that opens a player index entry's name (``YYYYMMDDTHHMMSS.mmmZ``).
+_STAMP_LEN = 20
+
+
+def player_prefix(prefix: str, player: str) -> str:
+    """``{prefix}players/{player}/``: the index entries of one player id, escaped like a session id.
+
+    Player ids come from the upstream as freely as session ids do, so they get the same key-safe
+    form (:func:`escape_session_id`; ``ValueError`` for an empty id).
+    """
+    return f"{check_prefix(prefix)}players/{escape_session_id(player)}/"
+
+
+def player_key(prefix: str, player: str, ended_at: float, sid: str, instance: str | None = None) -> str:
+    """``{prefix}players/{player}/{ended}.{sid}[.{instance}].json``: one archive a player took part in.
+
+    ``ended`` is the archive's end time (epoch seconds, UTC, as ``YYYYMMDDTHHMMSS.mmmZ``), so one
+    player's entries list oldest first and ``--since`` becomes a ``StartAfter``
+    (:func:`player_start_after`): listing costs requests in proportion to the matches, not to the
+    sessions archived. The escaped ids never contain ``.``, so the name splits unambiguously.
+    """
+    name = escape_session_id(sid) if _check_instance(instance) is None else f"{escape_session_id(sid)}.{instance}"
+    return player_prefix(prefix, player) + f"{instance_name(ended_at * 1000)}.{name}.json"
+
+
+def player_start_after(prefix: str, player: str, since: float) -> str:
+    """The key every entry of ``player`` that ended at or after ``since`` sorts after (S3 ``StartAfter``).
+
+    Entries in the same millisecond as ``since`` but before it are listed too: the caller filters
+    on the exact end time.
+    """
+    return player_prefix(prefix, player) + instance_name(since * 1000)
+
+
+def player_entry_ms(name: str) -> int | None:
+    """The end time (epoch ms) a player index entry's file name opens with; ``None`` for other names."""
+    try:
+        return instance_ms(name[:_STAMP_LEN])
+    except ValueError:
+        return None

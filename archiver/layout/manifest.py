@@ -42,6 +42,14 @@ def is_sha256(value: object) -> bool:
     return isinstance(value, str) and _SHA256_RE.match(value) is not None
 
 
+_STORE_CHECKSUM_RE = re.compile(r"^[A-Za-z0-9+/]{43}=(-[1-9][0-9]{0,4})?$")
+
+
+def is_store_checksum(value: object) -> bool:
+    """An S3 SHA-256 checksum: base64 of 32 bytes, with ``-N`` (parts) for a multipart object."""
+    return isinstance(value, str) and _STORE_CHECKSUM_RE.match(value) is not None
+
+
 #: 9999-12-31T23:59:59Z: the last instant datetime (and so every printed time) can represent.
 LATEST_TIME: Final = 253402300799.0
 
@@ -74,6 +82,11 @@ class ManifestItem:
     content_type: str | None = None
     path: str | None = None
     error: str | None = None
+    #: The SHA-256 checksum the store verified on arrival and keeps (S3 ``x-amz-checksum-sha256``:
+    #: base64 of ``sha256`` for one PUT, ``base64(sha256(part digests))-N`` for N parts); what
+    #: `archiver verify` compares without downloading. ``None``: archived without one (older
+    #: archives, a directory store) — provable only by re-reading the bytes.
+    checksum_sha256: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -88,6 +101,8 @@ class ManifestItem:
             raise ValueError(f"item size must be a non-negative int, got {self.size!r}")
         if self.sha256 is not None and not is_sha256(self.sha256):
             raise ValueError(f"item sha256 must be 64 lowercase hex digits, got {self.sha256!r}")
+        if self.checksum_sha256 is not None and not is_store_checksum(self.checksum_sha256):
+            raise ValueError(f"item checksum_sha256 must be base64 of 32 bytes [-N], got {self.checksum_sha256[:80]!r}")
         if self.outcome == Outcome.ARCHIVED and (
             self.key is None or self.size is None or self.sha256 is None or self.content_type is None
         ):
@@ -118,6 +133,9 @@ class Manifest:
     #: ``keys.instance_name`` of the upstream creation time: which session of a reused id this is.
     #: ``None`` for archives in the legacy layout (one archive per id, no instance segment).
     instance: str | None = None
+    #: What every object was written with (``store/evidence.py``: sse, sse_kms_key_id,
+    #: storage_class, tags, object_lock_mode, object_lock_days); empty: nothing set (older archives too).
+    evidence: Mapping[str, str] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         if not self.session_id:
@@ -127,6 +145,8 @@ class Manifest:
             _check_time(name, getattr(self, name))
         if any(not isinstance(k, str) or not isinstance(v, str) for k, v in self.labels.items()):
             raise ValueError("manifest labels must map strings to strings")
+        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in self.evidence.items()):
+            raise ValueError("manifest evidence must map strings to strings")
 
     @property
     def ended_at(self) -> float:
@@ -162,6 +182,7 @@ def build_manifest(
     items: Iterable[ManifestItem],
     archiver_version: str = __version__,
     instance: str | None = None,
+    evidence: Mapping[str, str] | None = None,
 ) -> Manifest:
     """A validated manifest; ``labels`` are caller labels only (never ``labels.env``), times epoch seconds.
 
@@ -190,6 +211,7 @@ def build_manifest(
         items=items,
         archiver_version=archiver_version,
         instance=instance,
+        evidence=dict(sorted((evidence or {}).items())),
     )
 
 
@@ -218,7 +240,7 @@ def _with_times(doc: dict[str, Any], **times: float | None) -> dict[str, Any]:
 
 
 def _item_doc(item: ManifestItem) -> dict[str, Any]:
-    return {
+    doc = {
         "kind": item.kind,
         "source": item.source,
         "path": item.path,
@@ -229,6 +251,10 @@ def _item_doc(item: ManifestItem) -> dict[str, Any]:
         "outcome": item.outcome,
         "error": item.error,
     }
+    if item.checksum_sha256 is not None:
+        # Only when set: manifests without store checksums keep their exact bytes.
+        doc["checksum_sha256"] = item.checksum_sha256
+    return doc
 
 
 def manifest_to_bytes(m: Manifest) -> bytes:
@@ -250,6 +276,8 @@ def manifest_to_bytes(m: Manifest) -> bytes:
     if m.instance is not None:
         # Only when set: a legacy manifest re-written after a crash stays byte-identical.
         doc["instance"] = m.instance
+    if m.evidence:
+        doc["evidence"] = dict(m.evidence)  # only when set: older manifests keep their bytes
     _with_times(
         doc,
         created=m.created,
@@ -362,6 +390,7 @@ def parse_manifest(data: bytes) -> Manifest:
                     content_type=ir.opt_text("content_type"),
                     path=ir.opt_text("path"),
                     error=ir.opt_text("error"),
+                    checksum_sha256=ir.opt_text("checksum_sha256"),
                 )
             )
         except ValueError as exc:
@@ -388,6 +417,7 @@ def parse_manifest(data: bytes) -> Manifest:
             items=tuple(items),
             archiver_version=r.text("archiver_version"),
             instance=r.opt_text("instance"),
+            evidence=r.str_map("evidence"),
         )
     except ValueError as exc:
         raise r.fail(str(exc)) from None

@@ -64,19 +64,26 @@ def _entry(obj: Any) -> LogLine | None:
     return LogLine(text.rstrip("\n"), _STREAMS.get(stream) if isinstance(stream, int | str) else None)
 
 
+def ndjson_line(raw: str) -> LogLine | None:
+    """One line of an NDJSON body: its entry's text and stream, the raw line when it is no entry, None when blank."""
+    if not raw.strip():
+        return None
+    try:
+        entry = _entry(json.loads(raw))
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
+        entry = None
+    return entry if entry is not None else LogLine(raw)
+
+
 def read_lines(chunks: Iterable[bytes], shape: str) -> Iterator[LogLine]:
     """Plain lines of a log body of the given shape; blank keep-alive lines of NDJSON are skipped."""
     if shape == TEXT:
         yield from (LogLine(line) for line in _lines(chunks))
     elif shape == NDJSON:
         for raw in _lines(chunks):
-            if not raw.strip():
-                continue
-            try:
-                entry = _entry(json.loads(raw))
-            except ValueError:
-                entry = None
-            yield entry if entry is not None else LogLine(raw)
+            line = ndjson_line(raw)
+            if line is not None:
+                yield line
     elif shape == LEGACY:
         # One JSON document: it has to be read whole (logs of one session, not artifacts).
         body = b"".join(chunks)

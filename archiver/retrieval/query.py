@@ -161,6 +161,17 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
         yield items[start : start + size]
 
 
+def _fetch_entry(store: ObjectStore, key: str, warn: Warn) -> IndexEntry | None:
+    """The index entry at ``key``; ``None`` (and a warning when unreadable) instead of an error."""
+    try:
+        return parse_index_entry(_read_small(store, key))
+    except ObjectNotFoundError:
+        return None  # removed between the listing and the read
+    except ManifestError as exc:
+        warn(f"skipping unreadable index entry {printable(key)}: {exc}")
+        return None
+
+
 def list_sessions(
     store: ObjectStore,
     *,
@@ -173,6 +184,7 @@ def list_sessions(
     now: float,
     warn: Warn = stderr_warn,
     workers: int = DEFAULT_WORKERS,
+    player: str | None = None,
 ) -> list[IndexEntry]:
     """Archived sessions that ended in ``[since, until]``, newest first, filtered; at most ``limit``.
 
@@ -183,36 +195,81 @@ def list_sessions(
     future (a writer's clock a little ahead of ours must not hide sessions). ``image`` matches
     ``NAME`` or ``NAME:TAG``; ``labels`` must all match exactly. An index entry that cannot be
     read or parsed is reported through ``warn`` and skipped: one bad entry must not hide the rest.
+    With ``player`` the player index is read instead (:func:`list_player_sessions`).
     """
     start = now - DEFAULT_SINCE if since is None else since
-    last = max(now, start) if until is None else until
     wanted = dict(labels or {})
+    if player is not None:
+        found = list_player_sessions(store, player, since=start, until=until, warn=warn, workers=workers)
+        found = [e for e in found if _matches(e, start, until, image, location, wanted)]
+        return found if limit is None else found[:limit]
+    last = max(now, start) if until is None else until
     partitions = list(reversed(keys.index_partitions(store.prefix, start, last)))
-    found: list[IndexEntry] = []
+    found = []
 
     def list_partition(partition: str) -> list[str]:
         # Only `{sid}.json` directly inside the partition is an entry.
         return [k for k in store.list_keys(partition) if k.endswith(".json") and "/" not in k[len(partition) :]]
 
-    def fetch(key: str) -> IndexEntry | None:
-        try:
-            return parse_index_entry(_read_small(store, key))
-        except ObjectNotFoundError:
-            return None  # removed between the listing and the read
-        except ManifestError as exc:
-            warn(f"skipping unreadable index entry {printable(key)}: {exc}")
-            return None
-
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="ls") as pool:
         for batch in _chunks(partitions, max(1, workers)):
             entry_keys = [k for listed in pool.map(list_partition, batch) for k in listed]
-            for entry in pool.map(fetch, entry_keys):
+            for entry in pool.map(lambda key: _fetch_entry(store, key, warn), entry_keys):
                 if entry is not None and _matches(entry, start, until, image, location, wanted):
                     found.append(entry)
             if limit is not None and len(found) >= limit:
                 break
     found.sort(key=lambda e: (-e.ended_at, e.session_id))
     return found if limit is None else found[:limit]
+
+
+def _player_key_of(prefix: str, player: str, entry: IndexEntry) -> str | None:
+    try:
+        return keys.player_key(prefix, player, entry.ended_at, entry.session_id, entry.instance)
+    except ValueError:
+        return None  # an empty session id: no key is its own
+
+
+def list_player_sessions(
+    store: ObjectStore,
+    player: str,
+    *,
+    since: float,
+    until: float | None = None,
+    warn: Warn = stderr_warn,
+    workers: int = DEFAULT_WORKERS,
+) -> list[IndexEntry]:
+    """Archives ``player`` took part in that ended in ``[since, until]``, newest first, from the player index.
+
+    One listing of ``players/{player}/`` starting after ``since`` (``keys.player_start_after``),
+    stopped at the first entry past ``until``, then one read per entry found: the requests grow
+    with the player's matches, never with the number of sessions archived. Entries whose session
+    id does not match their key name are skipped with a warning (a manifest must not be
+    attributed to another session by a planted entry).
+    """
+    if not player:
+        return []
+    base = keys.player_prefix(store.prefix, player)
+    entry_keys: list[str] = []
+    for key in store.list_keys(base, start_after=keys.player_start_after(store.prefix, player, since)):
+        name = key[len(base) :]
+        ended_ms = keys.player_entry_ms(name)
+        if ended_ms is None or "/" in name or not name.endswith(".json"):
+            continue
+        if until is not None and ended_ms > until * 1000:
+            break  # the names sort by end time: nothing later is in range
+        entry_keys.append(key)
+    found: list[IndexEntry] = []
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(entry_keys) or 1)), thread_name_prefix="ls") as pool:
+        for key, entry in zip(entry_keys, pool.map(lambda k: _fetch_entry(store, k, warn), entry_keys), strict=True):
+            if entry is None or not (since <= entry.ended_at and (until is None or entry.ended_at <= until)):
+                continue
+            if key != _player_key_of(store.prefix, player, entry):
+                warn(f"skipping player index entry {printable(key)}: it describes another session")
+                continue
+            found.append(entry)
+    found.sort(key=lambda e: (-e.ended_at, e.session_id))
+    return found
 
 
 #: What ``--instance`` calls the archive in the legacy layout (written before instances existed).
@@ -293,6 +350,15 @@ def load_archive(
     """
     if not sid:
         raise SessionNotArchivedError("an empty session id is never archived")
+    if instance is not None and (instance == LEGACY or keys.is_instance_name(instance)):
+        # A named archive is read straight from its key (no listing: `verify --since` does this
+        # once per session); only when it is absent does the listing below explain what exists.
+        named = None if instance == LEGACY else instance
+        direct = ArchiveRef(named, keys.manifest_key(store.prefix, sid, named))
+        try:
+            return _checked_archive(direct, sid, _read_small(store, direct.manifest_key))
+        except ObjectNotFoundError:
+            pass
     refs = find_archives(store, sid)
     if not refs:
         raise SessionNotArchivedError(
@@ -314,6 +380,11 @@ def load_archive(
                 f"session {printable(sid)} has no archive {printable(instance)!r}; its archives: {names}"
             )
         ref = matching[0]
+    return _load_ref(store, sid, ref)
+
+
+def _load_ref(store: ObjectStore, sid: str, ref: ArchiveRef) -> LoadedArchive:
+    """Read and check the manifest of the archive ``ref`` of ``sid`` (errors as :func:`load_archive`)."""
     try:
         data = _read_small(store, ref.manifest_key)
     except ObjectNotFoundError:
@@ -321,6 +392,11 @@ def load_archive(
             f"the archive {ref.name} of session {printable(sid)} is gone from {store.url} "
             f"(no {printable(ref.manifest_key)})"
         ) from None
+    return _checked_archive(ref, sid, data)
+
+
+def _checked_archive(ref: ArchiveRef, sid: str, data: bytes) -> LoadedArchive:
+    """The manifest read for ``ref``, parsed and checked to be this session's and this archive's."""
     manifest = parse_manifest(data)
     if manifest.session_id != sid:
         raise ArchiveIntegrityError(
@@ -332,6 +408,17 @@ def load_archive(
             f"the manifest at {printable(ref.manifest_key)} belongs to instance {manifest.instance}, not {ref.name}"
         )
     return LoadedArchive(ref, manifest, data)
+
+
+def load_listed_archive(store: ObjectStore, entry: IndexEntry) -> LoadedArchive:
+    """The archive an index entry lists, read from its re-derived manifest key (never the entry's own key).
+
+    One read, no listing; errors as :func:`load_archive` (an entry with an empty session id too).
+    """
+    if not entry.session_id:
+        raise ArchiveIntegrityError("an index entry names an empty session id; not reading it")
+    ref = ArchiveRef(entry.instance, keys.manifest_key(store.prefix, entry.session_id, entry.instance))
+    return _load_ref(store, entry.session_id, ref)
 
 
 def load_manifest(

@@ -156,6 +156,7 @@ def render_manifest(m: Manifest, out: TextIO) -> None:
         ("First seen ended", _when(m.first_seen_ended, " UTC")),
         ("Fetch deadline", _when(m.fetch_deadline, " UTC")),
         ("Archived at", f"{_when(m.archived_at, ' UTC')} (archiver {printable(m.archiver_version)})"),
+        *([("Evidence", _labels_cell(m.evidence))] if m.evidence else []),
     ]
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
@@ -168,6 +169,7 @@ def render_manifest(m: Manifest, out: TextIO) -> None:
         details: list[tuple[str, str | None]] = [
             ("key", item.key),
             ("sha256", item.sha256),
+            ("checksum", item.checksum_sha256),
             ("type", item.content_type),
             ("source", item.source),
             ("error", item.error),

@@ -16,22 +16,20 @@ from archiver.errors import (
     StoreError,
 )
 from archiver.layout import keys
-from archiver.layout.manifest import (
-    IndexEntry,
-)
+from archiver.layout.manifest import IndexEntry, ManifestItem, parse_index_entry
 from archiver.retrieval.query import (
+    DEFAULT_SINCE,
     LEGACY,
     Progress,
     Warn,
     find_archives,
     item_key,
-    list_sessions,
     load_archive,
     quiet,
     stderr_warn,
 )
 from archiver.retrieval.render import human_size
-from archiver.store.base import ObjectStore
+from archiver.store.base import ObjectStore, sha256_checksum
 from archiver.textsafe import printable
 from archiver.vocabulary import Outcome
 
@@ -59,7 +57,13 @@ class VerifyReport:
     #: Archives verified (each instance of a reused id counts), plus ids found not archived.
     sessions: int = 0
     objects: int = 0
+    #: Bytes re-read and re-hashed (``deep``, or a store that keeps no checksums).
     bytes: int = 0
+    #: Objects proved by the store's own SHA-256 checksum, without reading them.
+    proved: int = 0
+    #: Objects archived without a store checksum (older archives): present with the right size,
+    #: but their bytes are provable only by re-reading them (``deep``).
+    unproven: int = 0
     problems: list[Problem] = field(default_factory=list)
 
     @property
@@ -72,9 +76,91 @@ class VerifyReport:
         return len({(p.session_id, p.instance) for p in self.problems})
 
 
+@dataclass(slots=True)
+class _Tally:
+    """What one archive's verification found (summed into the report)."""
+
+    objects: int = 0
+    bytes: int = 0
+    proved: int = 0
+    unproven: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _rehash(
+    store: ObjectStore, sid: str, key: str, item: ManifestItem, instance: str | None, progress: Progress | None
+) -> tuple[int, Problem | None] | None:
+    """(bytes read, problem or None) after re-hashing the object; None when it is gone."""
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        for chunk in store.iter_bytes(key):
+            digest.update(chunk)
+            size += len(chunk)
+            if progress is not None:
+                progress(len(chunk))
+    except ObjectNotFoundError:
+        return None
+    if size != item.size:
+        return size, Problem(sid, "size_mismatch", key, f"stored {size} bytes, manifest {item.size}", instance)
+    if digest.hexdigest() != item.sha256:
+        detail = f"stored {digest.hexdigest()}, manifest {item.sha256}"
+        return size, Problem(sid, "sha256_mismatch", key, detail, instance)
+    return size, None
+
+
+def checksum_verdict(recorded: str | None, stored: str | None, sha256: str) -> str | None:
+    """Why the store's checksum does not prove the manifest's object (None: proved), pure.
+
+    ``recorded``: the manifest's ``checksum_sha256``; ``stored``: what the store answers now;
+    ``sha256``: the manifest's hex digest. A whole-object checksum must be the manifest's sha256
+    (both as recorded and as stored); a composite (``-N``) must be the one recorded at archive time.
+    Raises nothing; ``recorded`` None is the caller's "not provable" case.
+    """
+    if stored is None:
+        return f"the store keeps no SHA-256 checksum, manifest records {recorded}"
+    whole = sha256_checksum(bytes.fromhex(sha256))
+    if recorded is None or "-" not in recorded:
+        if recorded is not None and recorded != whole:
+            return f"manifest checksum {recorded} is not its sha256 {sha256}"
+        if stored != whole:
+            return f"stored checksum {stored}, manifest sha256 {sha256} (= {whole})"
+        return None
+    base, _, parts = recorded.partition("-")
+    stored_base, dash, stored_parts = stored.partition("-")
+    if stored_base != base or (dash and stored_parts != parts):
+        return f"stored checksum {stored}, manifest {recorded}"
+    return None
+
+
+def _prove(store: ObjectStore, sid: str, key: str, item: ManifestItem, instance: str | None, tally: _Tally) -> None:
+    """Check one object by the store's checksum (one HEAD, no download)."""
+    info = store.head(key)
+    if info is None:
+        tally.problems.append(Problem(sid, "missing_object", key, f"{item.kind} object is gone", instance))
+        return
+    tally.objects += 1
+    if info.size != item.size:
+        tally.problems.append(
+            Problem(sid, "size_mismatch", key, f"stored {info.size} bytes, manifest {item.size}", instance)
+        )
+        return
+    assert item.sha256 is not None  # an archived item has one (ManifestItem checks)
+    if item.checksum_sha256 is None and (
+        info.checksum_sha256 is None or checksum_verdict(None, info.checksum_sha256, item.sha256) is not None
+    ):
+        tally.unproven += 1  # archived before store checksums: --deep re-reads it
+        return
+    why = checksum_verdict(item.checksum_sha256, info.checksum_sha256, item.sha256)
+    if why is not None:
+        tally.problems.append(Problem(sid, "checksum_mismatch", key, why, instance))
+    else:
+        tally.proved += 1
+
+
 def _verify_one(
-    store: ObjectStore, sid: str, name: str, check_index: bool, progress: Progress | None
-) -> tuple[int, int, list[Problem]]:
+    store: ObjectStore, sid: str, name: str, check_index: bool, progress: Progress | None, deep: bool
+) -> _Tally:
     """(objects, bytes, problems) of the archive ``name`` (instance or ``legacy``): re-hash its objects."""
     # A name that is neither is the user's typo: reported as not archived, never turned into a key.
     known = name == LEGACY or keys.is_instance_name(name)
@@ -83,62 +169,58 @@ def _verify_one(
         mkey = ""
     else:
         mkey = keys.manifest_key(store.prefix, sid, instance) if known else keys.session_prefix(store.prefix, sid)
-    problems: list[Problem] = []
+    tally = _Tally()
     try:
         loaded = load_archive(store, sid, name, note=quiet)
     except SessionNotArchivedError as exc:
-        return 0, 0, [Problem(sid, "not_archived", mkey, str(exc), instance)]
+        tally.problems.append(Problem(sid, "not_archived", mkey, str(exc), instance))
+        return tally
     except ManifestError as exc:
-        return 0, 0, [Problem(sid, "unreadable_manifest", mkey, str(exc), instance)]
+        tally.problems.append(Problem(sid, "unreadable_manifest", mkey, str(exc), instance))
+        return tally
     except ArchiveIntegrityError as exc:
-        return 0, 0, [Problem(sid, "manifest_mismatch", mkey, str(exc), instance)]
+        tally.problems.append(Problem(sid, "manifest_mismatch", mkey, str(exc), instance))
+        return tally
     manifest = loaded.manifest
-    objects = total = 0
+    # A directory keeps no checksum it verified itself: reading it is the only proof (and cheap).
+    rehash = deep or not store.keeps_checksums
     for item in manifest.items:
         if item.outcome != Outcome.ARCHIVED:
             continue
         try:
             key, _ = item_key(store, sid, item, instance)
         except ArchiveIntegrityError as exc:
-            problems.append(Problem(sid, "unexpected_key", item.key or "", str(exc), instance))
+            tally.problems.append(Problem(sid, "unexpected_key", item.key or "", str(exc), instance))
             continue
-        digest = hashlib.sha256()
-        size = 0
-        try:
-            for chunk in store.iter_bytes(key):
-                digest.update(chunk)
-                size += len(chunk)
-                if progress is not None:
-                    progress(len(chunk))
-        except ObjectNotFoundError:
-            problems.append(Problem(sid, "missing_object", key, f"{item.kind} object is gone", instance))
+        if not rehash:
+            _prove(store, sid, key, item, instance, tally)
             continue
-        objects += 1
-        total += size
-        if size != item.size:
-            problems.append(Problem(sid, "size_mismatch", key, f"stored {size} bytes, manifest {item.size}", instance))
-        elif digest.hexdigest() != item.sha256:
-            problems.append(
-                Problem(sid, "sha256_mismatch", key, f"stored {digest.hexdigest()}, manifest {item.sha256}", instance)
-            )
+        result = _rehash(store, sid, key, item, instance, progress)
+        if result is None:
+            tally.problems.append(Problem(sid, "missing_object", key, f"{item.kind} object is gone", instance))
+            continue
+        tally.objects += 1
+        tally.bytes += result[0]
+        if result[1] is not None:
+            tally.problems.append(result[1])
     if check_index:
         ikey = keys.index_key(store.prefix, manifest.ended_at, sid, instance)
         if store.head(ikey) is None:
-            problems.append(Problem(sid, "missing_index", ikey, "`ls` cannot find this session", instance))
-    return objects, total, problems
+            tally.problems.append(Problem(sid, "missing_index", ikey, "`ls` cannot find this session", instance))
+    return tally
 
 
 def _verify_id(
-    store: ObjectStore, sid: str, name: str | None, check_index: bool, progress: Progress | None
-) -> list[tuple[int, int, list[Problem]]]:
+    store: ObjectStore, sid: str, name: str | None, check_index: bool, progress: Progress | None, deep: bool
+) -> list[_Tally]:
     """One result per archive verified: the archive ``name``, or every archive of ``sid`` (``None``)."""
     if name is not None:
-        return [_verify_one(store, sid, name, check_index, progress)]
+        return [_verify_one(store, sid, name, check_index, progress, deep)]
     refs = find_archives(store, sid)
     if not refs:
         where = keys.session_prefix(store.prefix, sid) if sid else ""
-        return [(0, 0, [Problem(sid, "not_archived", where, "no manifest")])]
-    return [_verify_one(store, sid, ref.name, check_index, progress) for ref in refs]
+        return [_Tally(problems=[Problem(sid, "not_archived", where, "no manifest")])]
+    return [_verify_one(store, sid, ref.name, check_index, progress, deep) for ref in refs]
 
 
 def _entry_archive(prefix: str, entry: IndexEntry) -> str:
@@ -156,6 +238,72 @@ def _entry_archive(prefix: str, entry: IndexEntry) -> str:
     return LEGACY if entry.instance is None else entry.instance
 
 
+def _target_from_name(stem: str) -> tuple[str, str] | None:
+    """(session id, archive) from an index entry's file name without ``.json``; None when the name
+    cannot say (a shortened id, anything the archiver does not write)."""
+    escaped, dot, instance = stem.partition(".")
+    if keys.is_hashed_session_id(escaped):
+        return None
+    try:
+        sid = keys.unescape_session_id(escaped)
+    except ValueError:
+        return None
+    if not dot:
+        return sid, LEGACY
+    return (sid, instance) if keys.is_instance_name(instance) else None
+
+
+def _index_targets(
+    store: ObjectStore, *, since: float | None, until: float | None, now: float, warn: Warn, workers: int = 16
+) -> list[tuple[str, str]]:
+    """(session id, archive) of every archive the index lists as ended in ``[since, until]``.
+
+    The same archives as ``list_sessions`` finds, for one request less per session: an entry's
+    file name (``{escaped id}[.{instance}].json``) names its archive, and every entry of an hour
+    partition inside the range ended inside it, so only the entries of the two edge hours and
+    those whose name cannot say (a shortened id) are read.
+    """
+    start = now - DEFAULT_SINCE if since is None else since
+    last = max(now, start) if until is None else until
+    partitions = keys.index_partitions(store.prefix, start, last)
+    edges = {partitions[0], partitions[-1]} if partitions else set()
+
+    def from_partition(partition: str) -> tuple[list[tuple[str, str]], list[str]]:
+        named, unnamed = [], []
+        for key in store.list_keys(partition):
+            name = key[len(partition) :]
+            if "/" in name or not name.endswith(".json"):
+                continue
+            target = None if partition in edges else _target_from_name(name[: -len(".json")])
+            if target is None:
+                unnamed.append(key)
+            else:
+                named.append(target)
+        return named, unnamed
+
+    targets: list[tuple[str, str]] = []
+    to_read: list[str] = []
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="verify-index") as pool:
+        for named, unnamed in pool.map(from_partition, reversed(partitions)):
+            targets.extend(named)
+            to_read.extend(unnamed)
+        for entry in pool.map(lambda key: _read_entry(store, key, warn), to_read):
+            if entry is not None and start <= entry.ended_at and (until is None or entry.ended_at <= until):
+                targets.append((entry.session_id, _entry_archive(store.prefix, entry)))
+    return targets
+
+
+def _read_entry(store: ObjectStore, key: str, warn: Warn) -> IndexEntry | None:
+    """The index entry at ``key``; None (with a warning if unreadable) as `ls` skips it."""
+    try:
+        return parse_index_entry(b"".join(store.iter_bytes(key)))
+    except ObjectNotFoundError:
+        return None  # removed between the listing and the read
+    except ManifestError as exc:
+        warn(f"skipping unreadable index entry {printable(key)}: {exc}")
+        return None
+
+
 def verify(
     store: ObjectStore,
     *,
@@ -168,8 +316,14 @@ def verify(
     on_problem: Callable[[Problem], None] | None = None,
     workers: int = 4,
     warn: Warn = stderr_warn,
+    deep: bool = True,
 ) -> VerifyReport:
-    """`archiver verify`: re-hash stored objects against their manifests.
+    """`archiver verify`: check stored objects against their manifests.
+
+    ``deep`` (the default here; the command's ``--deep``) re-reads and re-hashes every byte.
+    Otherwise each object is proved by the checksum the store verified on arrival and keeps
+    (one HEAD each, nothing downloaded, see ``checksum_verdict``); objects archived without one
+    are counted as ``unproven``; a store that keeps none (a directory) is re-hashed anyway.
 
     With ``session_ids``: every archive of those ids (each instance of a reused id), or only the
     one named ``instance`` (an instance name or ``legacy``); also checks each archive has its
@@ -184,27 +338,28 @@ def verify(
         targets = [(sid, instance) for sid in dict.fromkeys(session_ids)]
         check_index = True
     else:
-        entries = list_sessions(store, since=since, until=until, now=now, warn=warn)
-        targets = list(dict.fromkeys((e.session_id, _entry_archive(store.prefix, e)) for e in entries))
+        targets = list(dict.fromkeys(_index_targets(store, since=since, until=until, now=now, warn=warn)))
         check_index = False
     report = VerifyReport()
 
-    def run(target: tuple[str, str | None]) -> list[tuple[int, int, list[Problem]]]:
+    def run(target: tuple[str, str | None]) -> list[_Tally]:
         sid, name = target
         try:
-            return _verify_id(store, sid, name, check_index, progress)
+            return _verify_id(store, sid, name, check_index, progress, deep)
         except StoreError as exc:
             # Broad on purpose: one unreachable object must not hide the verdict on the others.
             which = name if name is not None and keys.is_instance_name(name) else None
-            return [(0, 0, [Problem(sid, "store_error", "", str(exc), which)])]
+            return [_Tally(problems=[Problem(sid, "store_error", "", str(exc), which)])]
 
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="verify") as pool:
         for results in pool.map(run, targets):
-            for objects, total, problems in results:
+            for tally in results:
                 report.sessions += 1
-                report.objects += objects
-                report.bytes += total
-                for problem in problems:
+                report.objects += tally.objects
+                report.bytes += tally.bytes
+                report.proved += tally.proved
+                report.unproven += tally.unproven
+                for problem in tally.problems:
                     report.problems.append(problem)
                     if on_problem is not None:
                         on_problem(problem)
@@ -217,7 +372,17 @@ def render_verify(report: VerifyReport, out: TextIO, *, problems: bool = True) -
         for problem in report.problems:
             out.write(problem.line() + "\n")
     verdict = "OK" if report.ok else "FAILED"
+    how = f"{human_size(report.bytes)} re-hashed"
+    if report.proved or report.unproven:
+        how = f"{report.proved} proved by the store's SHA-256 checksum without download"
+        if report.bytes:
+            how += f", {human_size(report.bytes)} re-hashed"
     out.write(
-        f"{verdict}: {report.sessions} session(s), {report.objects} object(s), {human_size(report.bytes)} "
-        f"re-hashed; {len(report.problems)} problem(s) in {report.sessions_with_problems} session(s)\n"
+        f"{verdict}: {report.sessions} session(s), {report.objects} object(s), {how}; "
+        f"{len(report.problems)} problem(s) in {report.sessions_with_problems} session(s)\n"
     )
+    if report.unproven:
+        out.write(
+            f"NOT PROVABLE without --deep: {report.unproven} object(s) archived without a store checksum "
+            "(present with the right size; run `archiver verify --deep` to re-hash their bytes)\n"
+        )

@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from archiver.errors import ConfigError, InvalidKeyError
+from archiver.evidence import NO_EVIDENCE, Evidence
 from archiver.store.base import (
     DEFAULT_MULTIPART_THRESHOLD,
     DEFAULT_PART_CONCURRENCY,
@@ -27,6 +28,7 @@ from archiver.store.s3 import ChecksumMode, S3Store, make_s3_client
 
 __all__ = [
     "CHECKSUM_MODES",
+    "Evidence",
     "FileStore",
     "JournalEntry",
     "MemoryJournal",
@@ -62,6 +64,7 @@ def open_store(
     multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
     part_size: int = DEFAULT_PART_SIZE,
     part_concurrency: int = DEFAULT_PART_CONCURRENCY,
+    evidence: Evidence = NO_EVIDENCE,
 ) -> ObjectStore:
     """The store a ``--store`` URL names: ``s3://bucket[/prefix]`` or ``file:///absolute/dir``.
 
@@ -110,6 +113,7 @@ def open_store(
             part_size=part_size,
             part_concurrency=part_concurrency,
             checksum_mode=checksum_mode,
+            evidence=evidence,
         )
 
     if parts.scheme == "file":
@@ -120,6 +124,11 @@ def open_store(
             raise ConfigError(f"store URL {shown!r} needs an absolute directory; {_EXPECTED}")
         if not path.is_dir():
             raise ConfigError(f"store directory {path} does not exist or is not a directory (create it first)")
+        if evidence.active:
+            raise ConfigError(
+                "encryption, storage class, object tags and Object Lock are S3 settings; "
+                f"{shown!r} is a directory (remove them or archive to s3://)"
+            )
         return FileStore(path)
 
     raise ConfigError(f"unsupported store URL {shown!r}; {_EXPECTED}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import enum
 import hashlib
 import threading
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from archiver.errors import InvalidKeyError
+from archiver.evidence import Evidence
 from archiver.layout.manifest import is_sha256
 
 #: Files below this size are sent with one create-once PUT; larger ones as a multipart upload.
@@ -49,6 +51,9 @@ class ObjectInfo:
     #: store dropped or never had it.
     sha256: str | None
     content_type: str | None = None
+    #: The store's own additional checksum (S3 ``x-amz-checksum-sha256``: base64 of the sha256 for a
+    #: single PUT, ``base64(sha256(part digests))-N`` for a multipart upload); None when it keeps none.
+    checksum_sha256: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +177,11 @@ class ObjectStore(Protocol):
     #: False once the probe found that the server drops user metadata (sha256 then comes from
     #: re-reading the object).
     metadata_supported: bool
+    #: True when the store verifies a SHA-256 checksum on arrival and keeps it (``store_checksum``),
+    #: so `archiver verify` can prove an object without reading it.
+    keeps_checksums: bool
+    #: Encryption, storage class, tags and retention applied to every write (recorded in manifests).
+    evidence: Evidence
     requests_made: RequestCounter
 
     def put_file(
@@ -195,12 +205,23 @@ class ObjectStore(Protocol):
         """What is stored at ``key``, or None."""
         ...
 
+    def store_checksum(self, key: str, *, sha256: str, size: int) -> str | None:
+        """The checksum the store itself verified on arrival and keeps for the object ``put_file``
+        stored at ``key`` (what the manifest records for a verify without download), or None when
+        this store keeps none (a directory, a server that rejects checksum headers)."""
+        ...
+
+    def set_legal_hold(self, key: str, on: bool) -> None:
+        """Place or clear a legal hold on the object (StoreUnsupportedError where there are none)."""
+        ...
+
     def iter_bytes(self, key: str, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
         """The object's bytes, streamed; ``ObjectNotFoundError`` at once when absent."""
         ...
 
-    def list_keys(self, prefix: str) -> Iterator[str]:
-        """Every key starting with ``prefix``, in lexicographic order, paginated lazily."""
+    def list_keys(self, prefix: str, *, start_after: str = "") -> Iterator[str]:
+        """Every key starting with ``prefix`` (and greater than ``start_after``, when given: S3's
+        ``StartAfter``), in lexicographic order, paginated lazily."""
         ...
 
     def probe_conditional_writes(self) -> bool:
@@ -254,6 +275,16 @@ def check_sha256(sha256: str) -> str:
     if not is_sha256(sha256):
         raise ValueError(f"sha256 must be 64 lowercase hex digits, got {sha256[:80]!r}")
     return sha256
+
+
+def sha256_checksum(digest: bytes) -> str:
+    """S3's form of a sha256 digest (``x-amz-checksum-sha256``): base64 of the 32 bytes."""
+    return base64.b64encode(digest).decode("ascii")
+
+
+def composite_checksum(part_digests: list[bytes]) -> str:
+    """S3's checksum of a multipart object: ``base64(sha256(concatenated part digests))-N``."""
+    return f"{sha256_checksum(hashlib.sha256(b''.join(part_digests)).digest())}-{len(part_digests)}"
 
 
 def hash_file(path: Path, *, chunk_size: int = READ_CHUNK) -> tuple[str, int]:

@@ -21,7 +21,9 @@ from archiver.errors import (
     StoreError,
     StorePermissionError,
     StoreUnavailableError,
+    StoreUnsupportedError,
 )
+from archiver.evidence import NO_EVIDENCE
 from archiver.store.base import (
     READ_CHUNK,
     MultipartJournal,
@@ -80,6 +82,8 @@ class FileStore:
         self.prefix = ""
         self.conditional_writes = True  # link() is create-once on every POSIX filesystem
         self.metadata_supported = True
+        self.keeps_checksums = False  # see store_checksum
+        self.evidence = NO_EVIDENCE  # encryption, tags, retention: the filesystem's business
         self.requests_made = RequestCounter()
         self._partial_dir = root / PARTIAL_DIR
         self._partial_max_age = partial_max_age
@@ -112,6 +116,15 @@ class FileStore:
         fsync_dir(directory.parent)
 
     # --- reads --------------------------------------------------------------------------------
+
+    def set_legal_hold(self, key: str, on: bool) -> None:
+        """StoreUnsupportedError: a directory has no legal holds (use the filesystem's own immutability)."""
+        raise StoreUnsupportedError(f"{self.url} is a directory: legal holds need an S3 bucket with Object Lock")
+
+    def store_checksum(self, key: str, *, sha256: str, size: int) -> str | None:
+        """None: a directory verifies nothing on arrival and its sha256 xattr is our own word, so
+        proving integrity here means reading the bytes (`archiver verify` re-hashes them)."""
+        return None
 
     def head(self, key: str) -> ObjectInfo | None:
         path = self._path(key)
@@ -151,13 +164,14 @@ class FileStore:
         finally:
             f.close()
 
-    def list_keys(self, prefix: str) -> Iterator[str]:
-        """Keys under ``prefix`` in the lexicographic order S3 uses; hidden entries and symlinks skipped."""
+    def list_keys(self, prefix: str, *, start_after: str = "") -> Iterator[str]:
+        """Keys under ``prefix`` (after ``start_after``) in the lexicographic order S3 uses; hidden
+        entries and symlinks skipped."""
         validate_prefix(prefix)
         self.requests_made.add("ListObjectsV2")
-        return self._walk(prefix[: prefix.rfind("/") + 1], prefix)
+        return self._walk(prefix[: prefix.rfind("/") + 1], prefix, start_after)
 
-    def _walk(self, rel_dir: str, prefix: str) -> Iterator[str]:
+    def _walk(self, rel_dir: str, prefix: str, start_after: str = "") -> Iterator[str]:
         try:
             with os.scandir(self.root / rel_dir if rel_dir else self.root) as it:
                 entries = []
@@ -176,9 +190,11 @@ class FileStore:
         for name, is_dir in sorted(entries):
             rel = rel_dir + name
             if is_dir:
-                if rel.startswith(prefix) or prefix.startswith(rel):
-                    yield from self._walk(rel, prefix)
-            elif rel.startswith(prefix):
+                # A directory sorting before start_after (and not leading to it) holds only earlier keys.
+                skipped = rel < start_after and not start_after.startswith(rel)
+                if (rel.startswith(prefix) or prefix.startswith(rel)) and not skipped:
+                    yield from self._walk(rel, prefix, start_after)
+            elif rel.startswith(prefix) and rel > start_after:
                 yield rel
 
     # --- create-once writes -------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
+import math
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +32,7 @@ from archiver.errors import (
     StoreUnsupportedError,
     excerpt,
 )
+from archiver.evidence import NO_EVIDENCE, Evidence
 from archiver.layout.manifest import is_sha256
 from archiver.retry import STORE, RetryPolicy
 from archiver.store.base import (
@@ -43,6 +46,7 @@ from archiver.store.base import (
     PutOutcome,
     RequestCounter,
     check_sha256,
+    sha256_checksum,
     validate_key,
     validate_prefix,
 )
@@ -154,6 +158,7 @@ class S3Store(MultipartUploads):
         part_concurrency: int = DEFAULT_PART_CONCURRENCY,
         list_page_size: int = 1000,
         checksum_mode: str | None = None,
+        evidence: Evidence = NO_EVIDENCE,
     ) -> None:
         if part_size < MIN_PART_SIZE:
             raise ValueError(f"part size must be at least {MIN_PART_SIZE} bytes (S3's minimum)")
@@ -169,13 +174,17 @@ class S3Store(MultipartUploads):
         self._page_size = list_page_size
         if checksum_mode is None:
             checksum_mode = getattr(client.meta.config, "request_checksum_calculation", "when_supported")
-        # With "when_supported" botocore sends CRC32 with every part; S3 then wants the upload
-        # created with that algorithm and each part's checksum repeated on completion (as
-        # s3transfer does). With "when_required" (servers that reject checksum headers) we send
-        # Content-MD5 instead, which every S3 implementation verifies.
+        # With "when_supported" we send a SHA-256 checksum with every PUT and part (the server
+        # verifies it on arrival and keeps it); S3 then wants the upload created with that
+        # algorithm and each part's checksum repeated on completion (as s3transfer does). With
+        # "when_required" (servers that reject checksum headers) we send Content-MD5 instead,
+        # which every S3 implementation verifies.
         self._crc32 = checksum_mode == "when_supported"
         self.conditional_writes = True
         self.metadata_supported = True
+        self.keeps_checksums = self._crc32
+        #: Encryption, storage class, tags and Object Lock retention of every archived object.
+        self.evidence = evidence
         self.requests_made = RequestCounter()
 
     # --- plumbing -----------------------------------------------------------------------------
@@ -232,17 +241,39 @@ class S3Store(MultipartUploads):
 
     def head(self, key: str) -> ObjectInfo | None:
         validate_key(key)
+        # ChecksumMode asks for the stored x-amz-checksum-sha256 (not sent where checksum headers
+        # are refused: "when_required" mode).
+        extra = {"ChecksumMode": "ENABLED"} if self._crc32 else {}
         try:
-            response = self._call("HeadObject", key, Key=key)
+            response = self._call("HeadObject", key, Key=key, **extra)
         except ObjectNotFoundError:
             return None
         sha256 = (response.get("Metadata") or {}).get("sha256")
+        checksum = response.get("ChecksumSHA256")
         return ObjectInfo(
             key=key,
             size=int(response["ContentLength"]),
             sha256=sha256 if is_sha256(sha256) else None,
             content_type=response.get("ContentType"),
+            checksum_sha256=str(checksum) if checksum else None,
         )
+
+    def store_checksum(self, key: str, *, sha256: str, size: int) -> str | None:
+        """The SHA-256 checksum the server verified on arrival: derived from ``sha256`` for an
+        object sent with one PUT (no request), the composite the server keeps (one HEAD) for a
+        multipart one; None in "when_required" mode, where no checksum header is sent."""
+        if not self._crc32:
+            return None
+        if size < self._threshold:
+            return sha256_checksum(bytes.fromhex(check_sha256(sha256)))
+        info = self.head(key)
+        if info is None or info.checksum_sha256 is None:
+            return None
+        if "-" in info.checksum_sha256:
+            return info.checksum_sha256
+        # Some servers (moto) answer a composite without its "-N": add the part count the upload
+        # used, so the manifest always tells a composite from a whole-object checksum.
+        return f"{info.checksum_sha256}-{math.ceil(size / self._part_size_for(size))}"
 
     def iter_bytes(self, key: str, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
         validate_key(key)
@@ -259,11 +290,13 @@ class S3Store(MultipartUploads):
         finally:
             body.close()
 
-    def list_keys(self, prefix: str) -> Iterator[str]:
+    def list_keys(self, prefix: str, *, start_after: str = "") -> Iterator[str]:
         validate_prefix(prefix)
         token: str | None = None
         while True:
             params: dict[str, Any] = {"Prefix": prefix, "MaxKeys": self._page_size}
+            if start_after:
+                params["StartAfter"] = start_after
             if token:
                 params["ContinuationToken"] = token
             response = self._call("ListObjectsV2", prefix, **params)
@@ -311,8 +344,14 @@ class S3Store(MultipartUploads):
             "Metadata": {"sha256": sha256},
             # Sent even in HEAD-before-PUT mode: harmless where ignored, decisive where honoured.
             "IfNoneMatch": "*",
+            **self.evidence.put_params(time.time()),
         }
-        if not self._crc32:
+        if self._crc32:
+            # The server re-hashes the body and refuses it unless it matches: integrity proved on
+            # arrival, and the checksum kept for `archiver verify` without a download.
+            params["ChecksumAlgorithm"] = "SHA256"
+            params["ChecksumSHA256"] = sha256_checksum(bytes.fromhex(sha256))
+        else:
             params["ContentMD5"] = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
         try:
             self._call("PutObject", key, **params)
@@ -400,6 +439,56 @@ class S3Store(MultipartUploads):
             log.warning("%s drops user metadata: sha256 comparisons will re-read objects", self.url)
         return enforced
 
+    # --- evidence -----------------------------------------------------------------------------
+
+    def set_legal_hold(self, key: str, on: bool) -> None:
+        """Place (``on``) or clear a legal hold on the object at ``key`` (needs Object Lock on the bucket)."""
+        validate_key(key)
+        self._call("PutObjectLegalHold", key, Key=key, LegalHold={"Status": "ON" if on else "OFF"})
+
+    def legal_hold(self, key: str) -> bool:
+        """Whether the object at ``key`` is under a legal hold."""
+        validate_key(key)
+        try:
+            response = self._call("GetObjectLegalHold", key, Key=key)
+        except StoreError as exc:
+            if "NoSuchObjectLockConfiguration" in str(exc):
+                return False  # never held
+            raise
+        return bool(response.get("LegalHold", {}).get("Status") == "ON")
+
+    def object_lock_enabled(self) -> bool:
+        """Whether the bucket has Object Lock enabled (StoreUnsupportedError: the server has no Object Lock)."""
+        try:
+            response = self._call("GetObjectLockConfiguration", None)
+        except StoreError as exc:
+            if "ObjectLockConfigurationNotFound" in str(exc):
+                return False
+            raise
+        return bool(response.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") == "Enabled")
+
+    def probe_evidence(self) -> dict[str, str]:
+        """Write a probe object with the evidence settings (retention aside: a locked probe could not be
+        deleted), read back what the server applied, delete it; the HEAD's answer as strings."""
+        key = f"{self.prefix}_probe/{uuid.uuid4().hex}"
+        body = b"archiver evidence probe\n"
+        params = self.evidence.put_params(time.time(), retention=False)
+        try:
+            self._call("PutObject", key, Key=key, Body=body, ContentType="text/plain", **params)
+            response = self._call("HeadObject", key, Key=key)
+            return {
+                "sse": str(response.get("ServerSideEncryption") or ""),
+                "sse_kms_key_id": str(response.get("SSEKMSKeyId") or ""),
+                # HEAD omits the class for STANDARD.
+                "storage_class": str(response.get("StorageClass") or "STANDARD"),
+                "tags": str(response.get("TagCount") or 0),
+            }
+        finally:
+            try:
+                self._call("DeleteObject", key, Key=key)
+            except StoreError as exc:
+                log.warning("could not delete evidence probe object %s: %s", key, exc)
+
     def close(self) -> None:
         self._client.close()
 
@@ -411,10 +500,13 @@ _SNAKE = {
     "CreateMultipartUpload": "create_multipart_upload",
     "DeleteObject": "delete_object",
     "GetObject": "get_object",
+    "GetObjectLegalHold": "get_object_legal_hold",
+    "GetObjectLockConfiguration": "get_object_lock_configuration",
     "HeadObject": "head_object",
     "ListMultipartUploads": "list_multipart_uploads",
     "ListObjectsV2": "list_objects_v2",
     "ListParts": "list_parts",
     "PutObject": "put_object",
+    "PutObjectLegalHold": "put_object_legal_hold",
     "UploadPart": "upload_part",
 }

@@ -7,6 +7,7 @@ import base64
 import hashlib
 import logging
 import math
+import time
 from collections import deque
 from collections.abc import Set
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -14,7 +15,16 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from archiver.errors import SourceFileError, StoreError
-from archiver.store.base import MAX_PARTS, JournalEntry, MultipartJournal, ObjectInfo, PutOutcome, validate_prefix
+from archiver.evidence import Evidence
+from archiver.store.base import (
+    MAX_PARTS,
+    JournalEntry,
+    MultipartJournal,
+    ObjectInfo,
+    PutOutcome,
+    sha256_checksum,
+    validate_prefix,
+)
 
 log = logging.getLogger("archiver.store.s3")  # one logger for the S3 store, as before the split
 
@@ -52,6 +62,7 @@ class MultipartUploads:
     _crc32: bool
     _part_size: int
     conditional_writes: bool
+    evidence: Evidence
 
     # Provided by S3Store (declared here so this half type-checks on its own).
     def _call(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
@@ -87,9 +98,14 @@ class MultipartUploads:
             info = self.head(key)
             if info is not None:
                 return self._resolve_existing(key, sha256, size, info)
-            params: dict[str, Any] = {"Key": key, "ContentType": content_type, "Metadata": {"sha256": sha256}}
+            params: dict[str, Any] = {
+                "Key": key,
+                "ContentType": content_type,
+                "Metadata": {"sha256": sha256},
+                **self.evidence.put_params(time.time()),
+            }
             if self._crc32:
-                params["ChecksumAlgorithm"] = "CRC32"
+                params["ChecksumAlgorithm"] = "SHA256"
             upload_id = str(self._call("CreateMultipartUpload", key, **params)["UploadId"])
             if journal is not None:
                 journal.start(key, upload_id, sha256=sha256, part_size=part_size)
@@ -228,7 +244,8 @@ class MultipartUploads:
             "ContentLength": len(chunk),
         }
         if self._crc32:
-            params["ChecksumAlgorithm"] = "CRC32"
+            params["ChecksumAlgorithm"] = "SHA256"
+            params["ChecksumSHA256"] = sha256_checksum(hashlib.sha256(chunk).digest())
         else:
             params["ContentMD5"] = base64.b64encode(hashlib.md5(chunk, usedforsecurity=False).digest()).decode()
         response = self._call("UploadPart", key, **params)

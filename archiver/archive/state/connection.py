@@ -116,18 +116,29 @@ class Connection:
     # --- transactions -----------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, committed (durable) when the block ends, rolled back on error."""
+    def write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction, committed (durable) when the block ends, rolled back on error.
+
+        ``durable=False`` commits without the fsync, for changes a crash may lose because recovery
+        undoes them anyway (a claim: `reset_in_flight` puts every in-flight item back). Order is
+        kept: WAL frames are appended in commit order and the next durable commit syncs them all.
+        """
         if self.readonly:
             raise StateError("the state DB is open read-only")
         with self._write_lock, self._corruption_is_a_state_error():
-            self._conn.execute("BEGIN IMMEDIATE")
+            if not durable:
+                self._conn.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            finally:
+                if not durable:
+                    self._conn.execute("PRAGMA synchronous=FULL")
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -29,7 +29,7 @@ class ItemRepo(Connection):
 
     def claim_fetch(self, now_mono: float) -> ItemRow | None:
         """The pending item with the earliest deadline whose retry gate is open, now `fetching`."""
-        with self.write() as db:
+        with self.write(durable=False) as db:  # a lost claim is one recovery undoes anyway
             row = db.execute(
                 f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'pending_fetch' AND not_before <= ? "
                 "ORDER BY deadline, id LIMIT 1",
@@ -43,7 +43,7 @@ class ItemRepo(Connection):
 
     def claim_upload(self, now_mono: float) -> ItemRow | None:
         """The oldest spooled item whose retry gate is open, now `uploading`."""
-        with self.write() as db:
+        with self.write(durable=False) as db:  # a lost claim is one recovery undoes anyway
             row = db.execute(
                 f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? ORDER BY id LIMIT 1",
                 (now_mono,),

@@ -137,11 +137,12 @@ class SessionRepo(Connection):
                 ).rowcount
         return removed
 
-    def archived_elsewhere(self, key: str, manifest_key: str, now: float) -> list[str] | None:
+    def archived_elsewhere(self, key: str, manifest_key: str, now: float) -> tuple[list[str], bool] | None:
         """Another replica (or the session's earlier owner) wrote this instance's manifest: the
         session is archived by it, and its items still open here are closed without fetching.
-        Returns the spool files no longer needed, or None when the session is no longer ended here
-        (finalized or re-opened meanwhile)."""
+        Returns the spool files no longer needed and whether this call recorded it (False: another
+        worker of this daemon already did, and closed the item this one holds too), or None when the
+        session is no longer ended here (re-opened or failed meanwhile): then the caller fetches."""
         with self.write() as db:
             changed = db.execute(
                 "UPDATE sessions SET state = 'archived', manifest_key = ?, archived_at = COALESCE(archived_at, ?), "
@@ -149,7 +150,9 @@ class SessionRepo(Connection):
                 (manifest_key, now, now, key),
             ).rowcount
             if not changed:
-                return None
+                # Two fetch workers may hold two items of one session: the first closed them all.
+                row = db.execute("SELECT state FROM sessions WHERE key = ?", (key,)).fetchone()
+                return ([], False) if row is not None and row[0] == "archived" else None
             spooled = db.execute(
                 "SELECT spool_path FROM items WHERE session_key = ? AND status != 'done' AND spool_path IS NOT NULL",
                 (key,),
@@ -160,7 +163,7 @@ class SessionRepo(Connection):
                 "WHERE session_key = ? AND status != 'done'",
                 (key,),
             )
-        return [r[0] for r in spooled]
+        return [r[0] for r in spooled], True
 
     def states_of(self, session_keys: Iterable[str]) -> dict[str, str]:
         """key → state of those of `session_keys` the DB knows."""
@@ -364,7 +367,8 @@ class SessionRepo(Connection):
         Ordered by retry gate, so a session whose finalization keeps failing (backed off) never
         keeps the others waiting.
         """
-        with self.write() as db:
+        # The lease lives in wake_at, monotonic and reset at start-up: a crash may lose it.
+        with self.write(durable=False) as db:
             row = db.execute(
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'finalizing' AND wake_at <= ? "
                 "ORDER BY wake_at, archived_at LIMIT 1",

@@ -1,0 +1,329 @@
+"""`archiver grep`: the archived logs of many sessions searched at once, in parallel and in bounded memory.
+
+Sessions come from the index (`ls`'s filters); each one's logs are streamed from the store,
+decompressed a megabyte at a time and searched by a bounded pool of threads (ISA-L's inflate and
+the store's I/O release the GIL). Plain-text logs are searched a whole decoded chunk at a time with one
+``re`` call per hit, not per line; a hit is then confirmed on its own line, so the result is
+exactly that of searching line by line. Hits are printed in the order of the sessions (newest
+first), each session's hits together; a session's hits wait in a small bounded queue until its
+turn, so memory does not grow with the number of sessions nor with the hits.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import queue
+import re
+import threading
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from archiver.errors import ArchiverError, SessionNotArchivedError
+from archiver.layout.manifest import IndexEntry
+from archiver.retrieval import logformat
+from archiver.retrieval.query import Warn, load_listed_archive, stderr_warn
+from archiver.retrieval.reading import open_logs
+from archiver.retrieval.render import escape_line
+from archiver.store.base import ObjectStore
+from archiver.textsafe import printable
+
+#: Sessions searched at once (each holds a decompressor and about two megabytes of text).
+DEFAULT_GREP_WORKERS = 4
+#: A line longer than this (no newline in sight) is searched in pieces of this size.
+MAX_LINE = 1024 * 1024
+#: Hits handed from a search thread to the printer at once, and batches a session may hold back.
+_BATCH = 256
+_QUEUED_BATCHES = 16
+#: Regex metacharacters: a pattern without any is a plain string.
+_META = frozenset(".^$*+?{}[]\\|()")
+#: What a JSON encoder writes as itself: a plain string of these is found verbatim in NDJSON.
+_JSON_VERBATIM = frozenset(chr(c) for c in range(0x20, 0x7F)) - frozenset('"\\/')
+#: ``\A``, ``\Z`` and ``\z`` mean the whole text, which a chunk is not: such patterns go line by line.
+_TEXT_ANCHOR_RE = re.compile(r"\\[AZz]")
+_CR_RE = re.compile(r"\r+\n")
+
+
+class Matcher:
+    """The pattern of one grep: a regular expression (``grep -E`` style) or a fixed string, compiled once."""
+
+    def __init__(self, pattern: str, *, fixed: bool = False, ignore_case: bool = False) -> None:
+        source = re.escape(pattern) if fixed else pattern
+        try:
+            # MULTILINE: in a chunk of many lines ^ and $ are a line's start and end, as for one line.
+            self.regex = re.compile(source, re.MULTILINE | (re.IGNORECASE if ignore_case else 0))
+        except re.error as exc:
+            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+        plain = fixed or not _META & set(pattern)
+        #: Whole chunks of plain text may be searched at once.
+        self.chunkable = not _TEXT_ANCHOR_RE.search(source)
+        #: Whole chunks of NDJSON may be searched at once: a match in an entry's text is a match in its raw line.
+        self.json_chunkable = plain and bool(pattern) and set(pattern) <= _JSON_VERBATIM
+
+    def matches(self, line: str) -> bool:
+        return self.regex.search(line) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One matching line: which archive, which stream (``None`` when the logs do not tell), the line."""
+
+    session_id: str
+    instance: str | None
+    stream: str | None
+    text: str
+
+
+@dataclass(slots=True)
+class GrepReport:
+    """What a grep went through: sessions searched, decompressed bytes, hits, sessions without logs, problems."""
+
+    sessions: int = 0
+    bytes: int = 0
+    hits: int = 0
+    without_logs: int = 0
+    problems: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Searched:
+    bytes: int
+    has_logs: bool = True
+    problem: str | None = None
+
+
+class _Cancelled(Exception):
+    """The printer stopped (the reader left, or an interrupt): a search thread ends early."""
+
+
+# --- searching one session's text ---------------------------------------------------------------
+
+
+#: ``(text, start, end)``: ``text[start:end]`` is whole lines, each ending with a newline.
+_Piece = tuple[str, int, int]
+
+
+def _text_pieces(chunks: Iterable[bytes], counted: list[int]) -> Iterator[_Piece]:
+    """Decoded text in pieces of whole lines; bytes counted in ``counted[0]``.
+
+    A decoded chunk is searched where it lies (no copy of a megabyte per chunk): only the line
+    cut by the chunk's end is carried over and joined to the start of the next one.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    carry = ""
+    for raw in chunks:
+        counted[0] += len(raw)
+        text = decoder.decode(raw)
+        first = text.find("\n") + 1
+        if not first:
+            carry += text
+            if len(carry) > MAX_LINE:  # a line without end in sight: searched in pieces, memory stays bounded
+                yield carry + "\n", 0, len(carry) + 1
+                carry = ""
+            continue
+        start = 0
+        if carry:
+            head = carry + text[:first]
+            yield head, 0, len(head)
+            start = first
+        last = text.rfind("\n") + 1
+        if last > start:
+            yield text, start, last
+        carry = text[last:]
+    tail = carry + decoder.decode(b"", final=True)
+    if tail:
+        yield tail + "\n", 0, len(tail) + 1
+
+
+def _piece_hits(piece: _Piece, matcher: Matcher) -> Iterator[str]:
+    """The lines of a piece that match, found with one search per hit, not one per line."""
+    text, pos, end = piece
+    if text.find("\r", pos, end) >= 0:
+        text = _CR_RE.sub("\n", text[pos:end])  # lines lose their CRs as `archiver logs` prints them
+        pos, end = 0, len(text)
+    search = matcher.regex.search
+    while pos < end:
+        found = search(text, pos, end)
+        if found is None or found.start() == end:
+            return  # at the very end: the empty "line" after the last newline is no line
+        at = found.start()
+        start = max(pos, text.rfind("\n", pos, at) + 1)
+        stop = text.find("\n", at, end)
+        if stop < 0:
+            stop = end
+        line = text[start:stop].rstrip("\r")
+        # A match may span lines (`a\sb`) or lean on the one before (lookbehind): the line decides.
+        if matcher.matches(line):
+            yield line
+        pos = stop + 1
+
+
+def _search_text(chunks: Iterable[bytes], matcher: Matcher, counted: list[int]) -> Iterator[tuple[str | None, str]]:
+    for piece in _text_pieces(chunks, counted):
+        for line in _piece_hits(piece, matcher):
+            yield None, line
+
+
+def _search_ndjson(chunks: Iterable[bytes], matcher: Matcher, counted: list[int]) -> Iterator[tuple[str | None, str]]:
+    # Candidate raw lines first (the plain string is there verbatim), then only those are parsed.
+    for piece in _text_pieces(chunks, counted):
+        for raw in _piece_hits(piece, matcher):
+            entry = logformat.ndjson_line(raw)
+            if entry is not None and matcher.matches(entry.text):
+                yield entry.stream, entry.text
+
+
+def _search_lines(
+    chunks: Iterable[bytes], shape: str, matcher: Matcher, counted: list[int]
+) -> Iterator[tuple[str | None, str]]:
+    def counting() -> Iterator[bytes]:
+        for chunk in chunks:
+            counted[0] += len(chunk)
+            yield chunk
+
+    for line in logformat.read_lines(counting(), shape):
+        if matcher.matches(line.text):
+            yield line.stream, line.text
+
+
+def search_chunks(
+    chunks: Iterable[bytes], shape: str, matcher: Matcher, counted: list[int]
+) -> Iterator[tuple[str | None, str]]:
+    """``(stream, line)`` of every matching line of decompressed log chunks of ``shape``; bytes into ``counted[0]``."""
+    if shape == logformat.TEXT and matcher.chunkable:
+        return _search_text(chunks, matcher, counted)
+    if shape == logformat.NDJSON and matcher.json_chunkable:
+        return _search_ndjson(chunks, matcher, counted)
+    return _search_lines(chunks, shape, matcher, counted)
+
+
+# --- many sessions --------------------------------------------------------------------------------
+
+
+class _Outbox:
+    """One session's hits on their way to the printer: batches in a bounded queue, ``None`` at the end."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self._queue: queue.Queue[list[Hit] | None] = queue.Queue(maxsize=_QUEUED_BATCHES)
+        self._stop = stop
+        self._batch: list[Hit] = []
+
+    def add(self, hit: Hit) -> None:
+        self._batch.append(hit)
+        if len(self._batch) >= _BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._stop.is_set():
+            raise _Cancelled
+        if self._batch:
+            self._queue.put(self._batch)  # blocks while the printer is on earlier sessions
+            self._batch = []
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+    def batches(self) -> Iterator[list[Hit]]:
+        while (batch := self._queue.get()) is not None:
+            yield batch
+
+
+def _search_session(store: ObjectStore, entry: IndexEntry, matcher: Matcher, outbox: _Outbox) -> _Searched:
+    counted = [0]
+    problem: str | None = None
+    try:
+        loaded = load_listed_archive(store, entry)
+        try:
+            opened = open_logs(store, loaded)
+        except SessionNotArchivedError:
+            return _Searched(0, has_logs=False)  # its logs expired or were gone: nothing to search
+        try:
+            for stream, text in search_chunks(opened.chunks, opened.shape, matcher, counted):
+                outbox.add(Hit(entry.session_id, entry.instance, stream, text))
+            opened.check()
+        except ArchiverError as exc:  # corrupt, truncated or altered: what was found before still shows
+            problem = f"{printable(entry.session_id)}: {exc}"
+        outbox.flush()
+    except ArchiverError as exc:  # one unreadable archive must not end the search of the others
+        problem = f"{printable(entry.session_id)}: {exc}"
+    except _Cancelled:
+        pass
+    finally:
+        outbox.close()
+    return _Searched(counted[0], problem=problem)
+
+
+def format_hit(hit: Hit, fmt: str, *, escape: bool) -> str:
+    """One output line: ``session  stream  line`` (``-`` for an unknown stream), or a JSON object."""
+    if fmt == "json":
+        document = {"session": hit.session_id, "instance": hit.instance, "stream": hit.stream, "line": hit.text}
+        # ASCII only: safe on any terminal, and a lone surrogate of an id stays encodable.
+        return json.dumps(document, ensure_ascii=True)
+    text = escape_line(hit.text) if escape else hit.text
+    return f"{printable(hit.session_id)}  {hit.stream or '-'}  {text}"
+
+
+def grep_sessions(
+    store: ObjectStore,
+    entries: Sequence[IndexEntry],
+    matcher: Matcher,
+    out: TextIO,
+    *,
+    fmt: str = "table",
+    escape: bool = False,
+    workers: int = DEFAULT_GREP_WORKERS,
+    progress: Callable[[int], None] | None = None,
+    warn: Warn = stderr_warn,
+) -> GrepReport:
+    """Search the logs of ``entries`` (in this order) and write every matching line to ``out``.
+
+    ``workers`` sessions are searched at once, at most twice as many are under way; each
+    session's hits are written together, in the order of ``entries``. A session without archived
+    logs is counted and skipped; one whose logs cannot be read or do not match their manifest is
+    reported through ``warn`` (its hits, printed already, are suspect) and counted as a problem.
+    ``progress(1)`` after each session. ``BrokenPipeError`` from ``out`` ends the search at once
+    and propagates.
+    """
+    report = GrepReport()
+    stop = threading.Event()
+    pending: deque[tuple[_Outbox, Future[_Searched]]] = deque()
+    todo = iter(entries)
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="grep") as pool:
+
+        def submit_next() -> None:
+            entry = next(todo, None)
+            if entry is not None:
+                outbox = _Outbox(stop)
+                pending.append((outbox, pool.submit(_search_session, store, entry, matcher, outbox)))
+
+        for _ in range(2 * max(1, workers)):
+            submit_next()
+        try:
+            while pending:
+                outbox, future = pending[0]
+                for batch in outbox.batches():
+                    out.write("".join(format_hit(hit, fmt, escape=escape) + "\n" for hit in batch))
+                    report.hits += len(batch)
+                searched = future.result()
+                pending.popleft()
+                report.sessions += 1
+                report.bytes += searched.bytes
+                report.without_logs += 0 if searched.has_logs else 1
+                if searched.problem is not None:
+                    report.problems.append(searched.problem)
+                    warn(searched.problem)
+                if progress is not None:
+                    progress(1)
+                submit_next()
+        except BaseException:
+            # The reader left or an interrupt: stop the searches and unblock those waiting on a full queue.
+            stop.set()
+            for outbox, future in pending:
+                if not future.cancel() and not future.done():
+                    for _batch in outbox.batches():
+                        pass
+            raise
+    return report

@@ -1,0 +1,268 @@
+"""Search in logs: `archiver grep` over many archived sessions (directory store in tmpfs, moto for one run).
+
+Sessions are written with ``put_session`` (objects, manifest, index entry as the pipeline writes
+them) with planted lines among decoys; the search must print exactly the planted lines.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import random
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from archiver.layout import keys
+from archiver.layout.manifest import ManifestItem
+from archiver.retrieval import logformat, retrieve
+from archiver.retrieval.grep import Matcher, grep_sessions, search_chunks
+from archiver.store import ObjectStore
+from archiver.store.file import FileStore
+from tests import test_player_index, test_retrieve
+from tests.test_retrieve import HOUR, NOW, _ClosedPipe, _gzip, _overwrite, put_session
+from tests.test_retrieve_instances import _run
+
+Line = tuple[str, str, str]  # (session, stream or "-", text): one row of `archiver grep`
+
+memory_dir = test_player_index.memory_dir
+file_store = test_retrieve.file_store
+s3_store = test_retrieve.s3_store
+store = test_retrieve.store
+
+NEEDLE = "speedhack detected"
+#: Five hours before NOW: the CLI counts durations from the real clock, not from NOW.
+SINCE = "2026-11-22T07:30"
+DECOYS = ["speedhack detect", "SPEEDHACK DETECTED", "speed hack detected", "speedhack\tdetected"]
+
+
+def _ndjson(lines: list[tuple[str, str]]) -> bytes:
+    return b"".join(json.dumps({"streamType": stream, "line": text + "\n"}).encode() + b"\n" for stream, text in lines)
+
+
+def _seed(store: ObjectStore, sessions: int, rng: random.Random) -> list[Line]:
+    """``sessions`` archives ending a minute apart, plain text or NDJSON logs of 50-150 lines, with
+    the needle planted in about a third of them (sometimes several times, in unicode, at a line's
+    very start or end) among decoys; every line archived."""
+    archived: list[Line] = []
+    for n in range(sessions):
+        sid = f"match-{n:03d}"
+        lines: list[tuple[str, str]] = []
+        for i in range(rng.randint(50, 150)):
+            roll = rng.random()
+            if roll < 0.01:
+                text = rng.choice([f"{NEEDLE}", f"[{i}] anticheat: {NEEDLE} for player 試合-{i}", f"x{NEEDLE}x"])
+            elif roll < 0.05:
+                text = f"[{i}] {rng.choice(DECOYS)}"
+            else:
+                text = f"[{i}] tick {rng.randint(0, 10**6)} players={rng.randint(0, 16)}"
+            lines.append(("stdout", text))
+            archived.append((sid, "stdout" if n % 2 else "-", text))
+        if n % 2:
+            put_session(store, sid, ended_at=NOW - n * 60, logs=_ndjson(lines), log_ext="jsonl")
+        else:
+            put_session(store, sid, ended_at=NOW - n * 60, logs=b"".join(t.encode() + b"\n" for _, t in lines))
+    return archived
+
+
+@pytest.fixture
+def seeded(memory_dir: Path) -> tuple[ObjectStore, list[Line]]:
+    """200 archived sessions in a directory store (tmpfs: 600 fsynced writes would take a loaded disk long)."""
+    root = memory_dir / "archive"
+    root.mkdir()
+    store = FileStore(root)
+    archived = _seed(store, 200, random.Random(12))
+    planted = {sid for sid, _s, text in archived if NEEDLE in text}
+    assert 50 <= len(planted) <= 150  # many sessions have some, many have none
+    return store, archived
+
+
+def _grep(store: ObjectStore, pattern: str, *, fmt: str = "table", **matcher: bool) -> tuple[str, int]:
+    entries = retrieve.list_sessions(store, since=NOW - 5 * HOUR, now=NOW)
+    out = io.StringIO()
+    seen: list[int] = []
+    report = grep_sessions(store, entries, Matcher(pattern, **matcher), out, fmt=fmt, progress=seen.append)
+    assert report.sessions == len(seen) == len(entries)
+    return out.getvalue(), report.hits
+
+
+def _rows(text: str, fmt: str = "table") -> list[Line]:
+    if fmt == "json":
+        return [(d["session"], d["stream"] or "-", d["line"]) for d in map(json.loads, text.splitlines())]
+    return [(sid, stream, line) for sid, stream, line in (row.split("  ", 2) for row in text.splitlines())]
+
+
+def test_grep_finds_every_planted_line_across_200_sessions_and_nothing_else(
+    seeded: tuple[ObjectStore, list[Line]],
+) -> None:
+    """Every planted line, once, as `session  stream  line`, in archive order (sessions newest
+    first); no decoy. The same with -F, as JSON, with a regex and with -i."""
+    store, archived = seeded
+    planted = [row for row in archived if NEEDLE in row[2]]
+    text, hits = _grep(store, NEEDLE)
+    assert _rows(text) == planted and hits == len(planted)  # archived is newest first: match-000 first
+
+    text, _ = _grep(store, NEEDLE, fmt="json", fixed=True)
+    assert _rows(text, "json") == planted
+    assert all(json.loads(line)["instance"] is None for line in text.splitlines())
+
+    pattern = r"speedhack\s+detected$|^\[1\d\] speedhack"
+    text, _ = _grep(store, pattern)
+    expected = [row for row in archived if re.search(pattern, row[2])]
+    assert _rows(text) == expected and len(expected) > len(planted) // 2
+
+    text, _ = _grep(store, NEEDLE.upper(), ignore_case=True)
+    assert _rows(text) == [row for row in archived if NEEDLE in row[2].lower()]
+
+
+def test_grep_cli_exit_status_like_grep(seeded: tuple[ObjectStore, list[Line]]) -> None:
+    """0 when a line matched, 1 when none did, 2 for a bad pattern or an archive that does not check out."""
+    store, archived = seeded
+    planted = [row for row in archived if NEEDLE in row[2]]
+    found = _run(store, ["grep", NEEDLE, "--since", SINCE, "--no-progress"])
+    assert found.exit_code == 0 and len(found.stdout.splitlines()) == len(planted)
+    assert _run(store, ["grep", "no such line anywhere", "--since", SINCE]).exit_code == 1
+    bad = _run(store, ["grep", "(unclosed", "--since", SINCE])
+    assert bad.exit_code == 2 and "not a valid regular expression" in bad.output
+
+    sid = planted[0][0]
+    _overwrite(store, keys.logs_key(store.prefix, sid, "jsonl" if int(sid[-3:]) % 2 else "txt"), _gzip(b""))
+    tampered = _run(store, ["grep", NEEDLE, "--since", SINCE, "--format", "json"])
+    assert tampered.exit_code == 2
+    assert "do not match the manifest" in tampered.stderr
+    others = {json.loads(line)["session"] for line in tampered.stdout.splitlines()}
+    assert others == {s for s, _t, _l in planted} - {sid}  # the other sessions were still searched
+
+
+def test_grep_skips_sessions_without_logs_and_searches_the_one_asked_for(file_store: ObjectStore) -> None:
+    """A session whose logs expired is counted, not an error; --label/--image narrow the sessions."""
+    put_session(file_store, "kept", ended_at=NOW - 60, logs=b"boot\nspeedhack detected\n", labels={"t": "spring"})
+    put_session(file_store, "other", ended_at=NOW - 90, logs=b"speedhack detected\n", image="other-game")
+    put_session(
+        file_store, "expired", ended_at=NOW - 120, logs=None,
+        extra_items=[ManifestItem(kind="logs", source="GET /query/log", outcome="expired", error="deadline")],
+    )  # fmt: skip
+    entries = retrieve.list_sessions(file_store, since=NOW - HOUR, now=NOW)
+    out = io.StringIO()
+    report = grep_sessions(file_store, entries, Matcher("detected"), out)
+    assert (report.sessions, report.hits, report.without_logs, report.problems) == (3, 2, 1, [])
+    result = _run(file_store, ["grep", "detected", "--label", "t=spring", "--since", "2026-11-22T11:00"])
+    assert result.stdout == "kept  -  speedhack detected\n"
+    result = _run(file_store, ["grep", "detected", "--image", "other-game", "--since", "2026-11-22T11:00"])
+    assert result.stdout == "other  -  speedhack detected\n"
+
+
+def test_grep_over_s3_reads_the_same_lines(store: ObjectStore) -> None:
+    """The same search through the S3 store (moto) as through the directory store."""
+    put_session(store, "s3-a", ended_at=NOW - 60, logs=b"one\nspeedhack detected twice\n")
+    put_session(store, "s3-b", ended_at=NOW - 120, logs=_ndjson([("stderr", "speedhack detected")]), log_ext="jsonl")
+    text, hits = _grep(store, NEEDLE)
+    assert text == "s3-a  -  speedhack detected twice\ns3-b  stderr  speedhack detected\n" and hits == 2
+
+
+def test_a_reader_that_leaves_stops_the_search(file_store: ObjectStore) -> None:
+    """`archiver grep … | head -1`: BrokenPipeError reaches the CLI edge and no search thread is left waiting."""
+    for n in range(12):
+        put_session(file_store, f"many-{n:02d}", ended_at=NOW - n, logs=b"hit\n" * 5000)
+    entries = retrieve.list_sessions(file_store, since=NOW - HOUR, now=NOW)
+    with pytest.raises(BrokenPipeError):
+        grep_sessions(file_store, entries, Matcher("hit"), _ClosedPipe(keep=1), workers=2)
+
+
+def _split(data: bytes, rng: random.Random) -> Iterator[bytes]:
+    """``data`` in chunks of random sizes: cuts fall inside lines and inside UTF-8 characters."""
+    pos = 0
+    while pos < len(data):
+        size = rng.choice([1, 3, 7, 64, 4096])
+        yield data[pos : pos + size]
+        pos += size
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["speedhack", r"a\sb", "$", "^$", "", r"^\[1", r"\d$", r"(?<=\n)x", r"(?s)a.b", r"\Aab", r"é+", "b\r"],
+)
+def test_searching_whole_chunks_finds_what_searching_each_line_finds(pattern: str) -> None:
+    """The chunked search is exactly `re.search` on each line (lines without their CR), however the
+    bytes are cut, for patterns that span lines, anchor, look behind or match the empty string."""
+    rng = random.Random(pattern)
+    words = ["a", "b", "x", "é", "speedhack", "[1]", "7", "", " ", "\r"]
+    lines = ["".join(rng.choice(words) for _ in range(rng.randint(0, 6))) for _ in range(400)]
+    data = "".join(line + "\n" for line in lines).encode()
+    matcher = Matcher(pattern)
+    expected = [line.rstrip("\r") for line in lines if matcher.regex.search(line.rstrip("\r"))]
+    found = [line for _stream, line in search_chunks(_split(data, rng), logformat.TEXT, matcher, [0])]
+    assert found == expected
+    # NDJSON: the same lines as entries; a plain pattern takes the chunked path, any other the per-line one.
+    body = _ndjson([("stdout", line) for line in lines])
+    found = [line for _stream, line in search_chunks(_split(body, rng), logformat.NDJSON, matcher, [0])]
+    entries = [e.text for raw in body.decode().splitlines() if (e := logformat.ndjson_line(raw)) is not None]
+    assert found == [text for text in entries if matcher.regex.search(text)]
+
+
+def test_a_log_without_newlines_is_searched_in_bounded_pieces() -> None:
+    """A 3 MiB "line" is searched in pieces of at most MAX_LINE characters, not gathered whole."""
+    data = b"x" * (3 * 1024 * 1024) + b"needle" + b"y" * 100
+    counted = [0]
+    found = list(search_chunks(iter([data[i : i + 65536] for i in range(0, len(data), 65536)]),
+                               logformat.TEXT, Matcher("needle"), counted))  # fmt: skip
+    assert len(found) == 1 and "needle" in found[0][1] and len(found[0][1]) <= 1024 * 1024 + 65536
+    assert counted == [len(data)]
+
+
+def test_the_report_counts_decompressed_bytes(file_store: ObjectStore) -> None:
+    """The report counts decompressed bytes (what the benchmark's MB/s is made of)."""
+    body = b"line\n" * 1000
+    put_session(file_store, "counted", ended_at=NOW - 60, logs=body)
+    entries = retrieve.list_sessions(file_store, since=NOW - HOUR, now=NOW)
+    report = grep_sessions(file_store, entries, Matcher("nothing"), io.StringIO())
+    assert (report.bytes, report.hits) == (len(body), 0)
+
+
+def test_a_damaged_log_shows_its_readable_hits_then_a_problem(file_store: ObjectStore) -> None:
+    """A truncated log: the hits before the cut are printed, then the problem is reported (exit 2 in the CLI)."""
+    body = b"".join(b"line %06d speedhack detected\n" % i for i in range(200_000))
+    put_session(file_store, "cut", ended_at=NOW - 60, logs=body)
+    key = keys.logs_key(file_store.prefix, "cut", "txt")
+    stored = b"".join(file_store.iter_bytes(key))
+    _overwrite(file_store, key, stored[: len(stored) // 2])
+    entries = retrieve.list_sessions(file_store, since=NOW - HOUR, now=NOW)
+    out = io.StringIO()
+    warnings: list[str] = []
+    report = grep_sessions(file_store, entries, Matcher(NEEDLE), out, warn=warnings.append)
+    lines = out.getvalue().splitlines()
+    assert 1000 < len(lines) < 200_000 and lines[0] == "cut  -  line 000000 speedhack detected"
+    assert len(report.problems) == 1 and "truncated" in warnings[0]
+
+
+def test_on_a_terminal_grep_shows_a_progress_bar_and_clears_it_for_each_hit(file_store: ObjectStore) -> None:
+    """stdout and stderr on one terminal (a real pty): the bar is drawn on stderr, each hit line
+    first clears the bar's line, and control characters in a log line are escaped."""
+    put_session(file_store, "tty", ended_at=NOW - 60, logs=b"boot\n\x1b]0;owned\x07 speedhack detected\n")
+    master, slave = pty.openpty()
+    argv = [sys.executable, "-m", "archiver.cli", "grep", NEEDLE, "--since", SINCE, "--store", file_store.url]
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, timeout=60, check=False)
+        os.close(slave)
+        shown = b""
+        while chunk := _read_pty(master):
+            shown += chunk
+    finally:
+        os.close(master)
+    assert proc.returncode == 0, shown
+    assert b"searching" in shown and b"100%" in shown
+    assert b"\r\x1b[Ktty  -  \\x1b]0;owned\\x07 speedhack detected" in shown
+    assert b"Traceback" not in shown
+
+
+def _read_pty(fd: int) -> bytes:
+    try:
+        return os.read(fd, 65536)
+    except OSError:  # EIO: the other side is closed and everything was read
+        return b""

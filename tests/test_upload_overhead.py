@@ -1,0 +1,83 @@
+"""The upload path's per-object work: what a create-once write already proves is not asked again,
+claims commit without a sync, and upload workers are sized to the store (issue 14)."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from archiver.archive.pipeline import auto_upload_workers
+from archiver.archive.state import ItemRow, StateDB
+from archiver.archive.upload import Stored, Uploader
+from archiver.errors import ConfigError
+from archiver.store import FileStore, ObjectStore
+from archiver.store.base import MemoryJournal, PutOutcome
+from tests.test_settings import settings_from
+
+
+def _spooled(tmp_path: Path, store: ObjectStore, name: str, data: bytes) -> ItemRow:
+    spool = tmp_path / f"{name}.part"
+    spool.write_bytes(data)
+    return ItemRow(
+        id=1, session_key=f"1:{name}", session_id=name, instance="", kind="artifact", path="/srv/x",
+        status="uploading", outcome=None, attempts=0, last_error=None, deadline=0.0, source="GET /x",
+        key=f"{store.prefix}{name}/x.bin", spool_path=str(spool), size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(), content_type="application/octet-stream", fetched_at=0.0,
+    )  # fmt: skip
+
+
+def test_a_created_object_needs_no_head_but_an_unenforced_store_still_reads_it_back(
+    s3_store: ObjectStore, tmp_path: Path
+) -> None:
+    """A PUT the server accepted under If-None-Match created exactly our bytes: no HEAD follows it.
+    Where the server ignores If-None-Match, the HEAD stays (it tells ours from a concurrent write)."""
+    uploader = Uploader(s3_store, MemoryJournal())
+    s3_store.requests_made.reset()
+    item = _spooled(tmp_path, s3_store, "created", b"replay bytes " * 1000)
+    assert uploader.upload(item) == Stored(PutOutcome.CREATED)
+    assert s3_store.requests_made.snapshot() == {"PutObject": 1}
+    assert b"".join(s3_store.iter_bytes(item.key or "")) == b"replay bytes " * 1000
+
+    s3_store.conditional_writes = False
+    s3_store.requests_made.reset()
+    other = _spooled(tmp_path, s3_store, "unenforced", b"other bytes")
+    assert uploader.upload(other) == Stored(PutOutcome.CREATED)
+    # HEAD before the PUT (the fallback), and the verification HEAD after it.
+    assert s3_store.requests_made.snapshot() == {"HeadObject": 2, "PutObject": 1}
+
+
+def test_an_object_already_there_is_still_verified_by_head(s3_store: ObjectStore, tmp_path: Path) -> None:
+    uploader = Uploader(s3_store, MemoryJournal())
+    item = _spooled(tmp_path, s3_store, "twice", b"same bytes")
+    uploader.upload(item)
+    s3_store.requests_made.reset()
+    assert uploader.upload(item) == Stored(PutOutcome.ALREADY_PRESENT)
+    assert s3_store.requests_made["HeadObject"] >= 1
+
+
+def test_a_claim_commits_without_sync_and_leaves_the_connection_synchronous_full(tmp_path: Path) -> None:
+    """`write(durable=False)` is for changes recovery undoes anyway; every other commit stays FULL."""
+    state = StateDB.open(tmp_path)
+    with state.write(durable=False) as db:
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL inside
+        db.execute("UPDATE items SET status = status")
+    with state.write() as db:
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
+    with pytest.raises(sqlite3.OperationalError), state.write(durable=False) as db:
+        db.execute("SELECT nonsense FROM nowhere")
+    with state.write() as db:
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # restored after a rollback too
+    state.close()
+
+
+def test_upload_workers_default_to_auto_sized_by_the_store(tmp_path: Path) -> None:
+    assert settings_from([]).upload_workers == 0
+    assert settings_from(["--upload-workers", "auto"]).upload_workers == 0
+    assert settings_from([], {"ARCHIVER_UPLOAD_WORKERS": "6"}).upload_workers == 6
+    assert auto_upload_workers("s3://bucket/prefix/") == 4
+    assert auto_upload_workers(FileStore(tmp_path).url) == 2
+    with pytest.raises(ConfigError, match="upload-workers"):
+        settings_from(["--upload-workers", "0"])
