@@ -150,3 +150,9 @@ def test_the_client_fetches_again_only_when_a_window_was_already_dropped(list_se
         list_server.bodies, list_server.served = [b'{"other": 1, "sessions": []}'], 0
         assert client.list_sessions().sessions == []
         assert list_server.served == 1  # odd from its first bytes: parsed whole from what was read
+
+
+def test_duplicates_in_different_windows_share_one_object() -> None:
+    raw = body(entry("dup"), *[entry(f"s{i}") for i in range(8)], entry("dup"))
+    listed = SessionListParser().parse_stream(chunked(raw, 64), window=300).sessions
+    assert listed[0] is listed[-1]

@@ -408,7 +408,7 @@ class _ListBuild:
         self.parser = parser
         self.previous = parser._by_digest
         self.known_owners = parser._owners
-        #: None only while an entry is being parsed, or for one that failed (removed before finish).
+        #: None only for an entry that failed, between its piece's update and the removal after it.
         self.current: dict[bytes, Session | None] = {}
         #: The id -> owner map grows with every new id; it is rebuilt from the listed ids only once
         #: it holds twice as many as were listed (rebuilding it every poll costs ~15 ms at 100k).
@@ -435,7 +435,6 @@ class _ListBuild:
         digests = list(_digests(raws))
         found: list[Session | None] = list(map(self.previous.get, digests))
         current = self.current
-        current.update(zip(digests, found, strict=True))  # None for the new ones until they are parsed below
         failed: list[bytes] = []
         for n in _positions_of_none(found):
             digest = digests[n]
@@ -452,6 +451,7 @@ class _ListBuild:
                     continue
                 current[digest] = session
             found[n] = session
+        current.update(zip(digests, found, strict=True))
         for digest in failed:  # left out, not remembered (the same bytes fail the same way)
             current.pop(digest, None)
         self.sessions.extend(filter(None, found))
