@@ -179,7 +179,8 @@ class SessionHostClient:
         params = filters.params() if filters else []
         parser = models.SessionListParser() if parser is None else parser
         # Parsed as it arrives, a window at a time: a 100,000-session list is 64 MB that is never
-        # held whole. A body in an odd shape is fetched again and parsed whole, the reference path.
+        # held whole. A body in an odd shape is parsed whole, the reference path (fetched again only
+        # when the oddity showed after a window had been parsed and dropped: rare, and never a loss).
         try:
             return self._read_streamed("GET", "/session", "GET /session", params, policy, parser.parse_stream)
         except models.WholeBodyNeeded as odd:
