@@ -8,8 +8,10 @@ The list bodies and the stand-in upstream are the scrape benchmark's (`scrape.py
 own; the fake service's Python JSON encoder would dominate at this size, and it is the archiver's
 cost we measure). Each measured daemon runs the daemon's poll path in a fresh process (Poller with the
 shard's SessionListParser, SnapshotRenderer, MetricsServer), one after the other, each against a
-fresh upstream process: per shard, poll p50, scrape p50 (gzip, as Prometheus asks) and peak RSS.
-Every shard still reads and hashes the whole list; only its own entries are parsed and rendered.
+fresh upstream process: per shard, poll p50 (wall clock, and the CPU time the daemon spent, which
+a loaded machine disturbs far less), scrape p50 (gzip, as Prometheus asks) and peak RSS. Every shard
+still receives the whole list, parsed as it streams in a window at a time (the 63 MB body is never
+held whole), and reads every entry's id; only its own entries are hashed, parsed and rendered.
 """
 
 from __future__ import annotations
@@ -59,19 +61,20 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
     parser = SessionListParser(owns=None if me.whole else me.owns)
     poller = Poller(client, interval=10.0, on_result=lambda r: None, parser=parser, upstream_metrics=shard == 0)
     renderer = SnapshotRenderer(max_sessions=10**6, label_allowlist=["mode", "tournament"])
-    totals, lists = [], []
+    totals, lists, cpus = [], [], []
     snapshot = None
     exported = 0
     for i in range(1 + len(scrape.poll_sequence(polls))):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = poller.poll_once()
         snapshot = renderer.render(result.sessions, result.families, now=result.started_at)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         if result.errors:
             raise RuntimeError(f"poll failed: {result.errors}")
         exported = len(result.sessions or ())
         if i:
             totals.append(t1 - t0)
+            cpus.append(c1 - c0)
             lists.append(result.durations[SESSIONS])
         del result
     server = MetricsServer(
@@ -83,7 +86,12 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
         web_config=None,
     )
     server.start()
-    ready = {"url": server.url, "poll_p50_ms": scrape._p50_ms(totals), "list_p50_ms": scrape._p50_ms(lists)}
+    ready = {
+        "url": server.url,
+        "poll_p50_ms": scrape._p50_ms(totals),
+        "poll_cpu_p50_ms": scrape._p50_ms(cpus),
+        "list_p50_ms": scrape._p50_ms(lists),
+    }
     print(json.dumps({**ready, "sessions": exported}), flush=True)
     sys.stdin.readline()
     print(json.dumps({"maxrss_mb": scrape.maxrss_mb()}), flush=True)
@@ -156,14 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         f"sharded benchmark, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, Python "
         f"{platform.python_version()}, {os.cpu_count()} CPUs, {args.sessions:,} sessions in the list"
     )
-    print(f"{'':24}{'sessions':>10}{'poll p50 ms':>14}{'list p50 ms':>14}{'scrape p50 ms':>15}{'peak RSS MB':>13}")
+    print(f"{'':24}{'sessions':>10}{'poll p50 ms':>14}{'CPU p50 ms':>12}{'list p50 ms':>14}{'scrape p50 ms':>15}"
+          f"{'peak RSS MB':>13}")  # fmt: skip
     failed = False
     for r in results:
         name = f"shard {r['shard']} of {r['total']}" if r["total"] > 1 else "unsharded"
         ok = r["poll_p50_ms"] <= BUDGET_POLL_P50_MS and r["rss_mb"] <= BUDGET_RSS_MB
         verdict = "" if r["total"] == 1 else ("  PASS" if ok else "  FAIL")
         failed |= r["total"] > 1 and not ok
-        print(f"{name:24}{r['sessions']:>10,}{r['poll_p50_ms']:>14.1f}{r['list_p50_ms']:>14.1f}"
+        print(f"{name:24}{r['sessions']:>10,}{r['poll_p50_ms']:>14.1f}{r['poll_cpu_p50_ms']:>12.1f}{r['list_p50_ms']:>14.1f}"
               f"{r['scrape_p50_ms']:>15.1f}{r['rss_mb']:>13.1f}{verdict}")  # fmt: skip
     print(f"budget per shard: poll p50 <= {BUDGET_POLL_P50_MS:g} ms, peak RSS <= {BUDGET_RSS_MB:g} MB")
     if args.json:

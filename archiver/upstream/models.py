@@ -4,12 +4,13 @@ and the incremental session-list parser that reuses the models of unchanged entr
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import operator
 import re
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -378,6 +379,130 @@ def _raws_around_surrogates(body: bytes | bytearray) -> list[bytes] | None:
     return originals
 
 
+class WholeBodyNeeded(Exception):
+    """Raised by `SessionListParser.parse_stream` when a body is not in the plain shape it streams
+    (an odd envelope, JSON only Python's decoder accepts): the caller parses it whole with `parse`,
+    whose result or error is the reference. `body` is the whole body when the envelope's opening was
+    already odd (nothing dropped yet, nothing to fetch again); None when a window had been parsed
+    and dropped before the oddity showed, and the body must be fetched again. Never leaves the
+    upstream client."""
+
+    def __init__(self, body: bytes | None = None) -> None:
+        super().__init__("the session list must be parsed whole")
+        self.body = body
+
+
+#: The plain envelope's opening and what may follow the last entry.
+_STREAM_HEAD = re.compile(rb'[ \t\r\n]*\{[ \t\r\n]*"sessions"[ \t\r\n]*:[ \t\r\n]*\[')
+_WS = b" \t\r\n"
+#: A streamed body is parsed in windows of about this size: the whole body is never held. Below
+#: the 256 KiB mmap threshold the daemon gives glibc (`daemon.tune_allocator`), so each window
+#: reuses heap memory; 1 MiB windows were mapped and faulted in afresh each time (~20 % slower).
+STREAM_WINDOW = 128 * 1024
+#: Bytes read before the envelope's opening must have been seen.
+_HEAD_LIMIT = 4096
+
+
+class _ListBuild:
+    """The state of one parse in progress: committed to the parser only when the whole body parsed."""
+
+    def __init__(self, parser: SessionListParser) -> None:
+        self.parser = parser
+        self.previous = parser._by_digest
+        self.known_owners = parser._owners
+        #: None only for an entry that failed, between its piece's update and the removal after it.
+        self.current: dict[bytes, Session | None] = {}
+        #: The id -> owner map grows with every new id; it is rebuilt from the listed ids only once
+        #: it holds twice as many as were listed (rebuilding it every poll costs ~15 ms at 100k).
+        prune = len(parser._owners) > 2 * parser._listed + 1024
+        self.owners: dict[str | None, bool] = {} if prune else parser._owners
+        self.sessions: list[Session] = []
+        self.invalid: list[InvalidEntry] = []
+        #: Index in the whole list of the next piece's first entry.
+        self.offset = 0
+
+    def add(self, doc: bytes | bytearray | memoryview, raws: list[msgspec.Raw] | list[bytes]) -> None:
+        """The entries `raws` of the envelope `doc` (the whole body, or one streamed window of it).
+
+        The unchanged majority goes through C-level maps (hash, look-up, append); Python code runs
+        for new or changed entries only."""
+        offset = self.offset
+        self.offset += len(raws)
+        indices: Sequence[int] = range(offset, offset + len(raws))
+        if self.parser._owns is not None:
+            # Sharded: other shards' entries are dropped before they are even hashed.
+            local = self._owned_indices(doc, raws)
+            raws = [raws[i] for i in local]
+            indices = [offset + i for i in local]
+        digests = list(_digests(raws))
+        found: list[Session | None] = list(map(self.previous.get, digests))
+        current = self.current
+        failed: list[bytes] = []
+        for n in _positions_of_none(found):
+            digest = digests[n]
+            session = current.get(digest)  # a duplicated entry within this body, parsed already
+            if session is None:
+                # Only new or changed entries get here, so the range checks cost nothing on the
+                # unchanged majority.
+                entry = loads_json(bytes(raws[n]))
+                try:
+                    session = parse_session(entry, what=_entry_name(indices[n]), with_env_keys=False)
+                except PayloadError as exc:
+                    self.invalid.append(_invalid_entry(indices[n], entry, exc))
+                    failed.append(digest)
+                    continue
+                current[digest] = session
+            found[n] = session
+        current.update(zip(digests, found, strict=True))
+        for digest in failed:  # left out, not remembered (the same bytes fail the same way)
+            current.pop(digest, None)
+        self.sessions.extend(filter(None, found))
+
+    def _owned_indices(self, doc: bytes | bytearray | memoryview, raws: Sequence[msgspec.Raw | bytes]) -> list[int]:
+        """Indices (within `raws`) of the entries this shard owns. The ids come from one more pass of
+        msgspec over the piece (in C, ~3x cheaper than hashing every entry); each id's owner is
+        remembered while the id stays listed, so a poll computes the hash of new ids only, and the
+        known ones are looked up by C-level maps."""
+        owns = self.parser._owns
+        assert owns is not None
+        ids: list[str | None]
+        try:
+            ids = list(map(_get_id, _decode_ids(doc).sessions))
+        except (msgspec.DecodeError, UnicodeDecodeError):
+            ids = []
+        if len(ids) != len(raws):  # an entry that is not an object, an id not a string: one at a time
+            ids = [_brief_id(raw) for raw in raws]
+        known = self.known_owners
+        mine: list[bool | None] = list(map(known.get, ids))
+        for n in _positions_of_none(mine):
+            sid = ids[n]
+            # Ownership is a pure function of the id, so remembering it at once is right even
+            # should this parse fail.
+            mine[n] = known[sid] = owns(sid or None)
+        if self.owners is not known:
+            self.owners.update(zip(ids, mine, strict=True))  # type: ignore[arg-type]
+        return list(itertools.compress(range(len(ids)), mine))
+
+    def finish(self) -> SessionList:
+        self.parser._by_digest = self.current
+        self.parser._owners = self.owners
+        self.parser._listed = self.offset
+        return SessionList(self.sessions, tuple(self.invalid))
+
+
+def _positions_of_none(values: list[Any]) -> Iterator[int]:
+    """Where `values` holds None, found in C (an `==` scan would call each model's `__eq__`)."""
+    return itertools.compress(itertools.count(), map(operator.is_, values, itertools.repeat(None)))
+
+
+def _piece_raws(doc: memoryview) -> list[msgspec.Raw] | list[bytes] | None:
+    """The entries of an envelope by msgspec (or around lone surrogates); None when neither can."""
+    try:
+        return _decode_envelope(doc).sessions
+    except (msgspec.DecodeError, UnicodeDecodeError):
+        return _raws_around_surrogates(bytes(doc))
+
+
 class SessionListParser:
     """Parses successive `GET /session` bodies into the same models as `parse_session_list`, reusing
     the previous poll's `Session` object for every entry whose bytes did not change.
@@ -392,11 +517,14 @@ class SessionListParser:
     """
 
     def __init__(self, owns: Callable[[str | None], bool] | None = None) -> None:
-        self._by_digest: dict[bytes, Session] = {}
+        #: Never holds None once a parse finished (the type is the one its build fills it with).
+        self._by_digest: dict[bytes, Session | None] = {}
         #: Sharding (`archiver.sharding.Shard.owns`): entries of other shards' sessions are left out
         #: before their full parse (one small decode of the id when new, nothing when unchanged).
         self._owns = owns
         self._owners: dict[str | None, bool] = {}
+        #: Entries in the last body parsed.
+        self._listed = 0
 
     def parse(self, body: bytes | bytearray) -> SessionList:
         """The sessions of one list body, and its entries that failed parsing or a range check (left
@@ -411,59 +539,108 @@ class SessionListParser:
                 # Not the usual shape, or JSON only Python's json accepts: the pure path decides, so
                 # the result or the error message is exactly the one parse_session_list gives.
                 return _only_owned(parse_session_list(decode_json(body)), self._owns)
-        previous = self._by_digest
-        current: dict[bytes, Session] = {}
-        sessions: list[Session] = []
-        invalid: list[InvalidEntry] = []
-        append = sessions.append
-        indices: Sequence[int] = range(len(raws))
-        if self._owns is not None:
-            # Sharded: other shards' entries are dropped before they are even hashed.
-            indices = self._owned_indices(body, raws)
-            raws = [raws[i] for i in indices]
-        for n, digest in enumerate(_digests(raws)):
-            index = indices[n]
-            session = previous.get(digest)
-            if session is None:
-                session = current.get(digest)  # a duplicated entry within this body
-                if session is None:
-                    # Only new or changed entries get here, so the range checks cost nothing on
-                    # the unchanged majority.
-                    entry = loads_json(bytes(raws[n]))
-                    try:
-                        session = parse_session(entry, what=_entry_name(index), with_env_keys=False)
-                    except PayloadError as exc:
-                        invalid.append(_invalid_entry(index, entry, exc))
-                        continue
-            current[digest] = session
-            append(session)
-        self._by_digest = current
-        return SessionList(sessions, tuple(invalid))
+        build = _ListBuild(self)
+        build.add(body, raws)
+        return build.finish()
 
-    def _owned_indices(self, body: bytes | bytearray, raws: Sequence[msgspec.Raw | bytes]) -> list[int]:
-        """Indices of the entries this shard owns. The ids come from one more pass of msgspec over
-        the body (in C, ~3x cheaper than hashing every entry); each id's owner is remembered while
-        the id stays listed, so a poll computes the hash of new ids only."""
-        assert self._owns is not None
-        ids: Sequence[str | None]
+    def parse_stream(self, chunks: Iterable[bytes], *, window: int = STREAM_WINDOW) -> SessionList:
+        """`parse` of the body made of `chunks`, without ever holding the whole body: entries are
+        parsed a window (about `window` bytes) at a time as the chunks arrive, so a 100,000-session
+        list (64 MB) costs a few hundred KiB instead of its size, and each window is still in the
+        CPU's cache when it is hashed. The result is `parse`'s; a body it cannot stream (not the plain
+        `{"sessions": [...]}` envelope, or a window msgspec refuses) raises WholeBodyNeeded, leaving
+        the state of the last good parse in place.
+
+        A window is cut after an entry's closing brace followed by a comma and an opening brace; a
+        cut inside a string or a nested object leaves brackets or a string open, so the window's
+        envelope fails to decode and an earlier cut is tried. Correct cuts are thus proved by msgspec
+        itself, never guessed."""
+        build = _ListBuild(self)
+        buf = bytearray()
+        stream = iter(chunks)
+        head = None
+        for chunk in stream:
+            buf += chunk
+            head = _STREAM_HEAD.match(buf)
+            if head is not None or len(buf) >= _HEAD_LIMIT:
+                break
+        if head is None:
+            for chunk in stream:
+                buf += chunk
+            raise WholeBodyNeeded(bytes(buf))
+        # The window is kept as an envelope of its own: its entries follow `{"sessions":[`, so a
+        # window is decoded where it lies, never copied.
+        buf = bytearray(_ENVELOPE_HEAD) + buf[head.end() :]
+        limit = window
+        for chunk in stream:
+            buf += chunk
+            if len(buf) >= limit:
+                rest = _cut_window(build, buf)
+                # No cut found (a huge entry, or one msgspec refuses): wait for twice as much, so
+                # the retries stay linear in the body.
+                limit = window if rest is not buf else 2 * len(buf)
+                buf = rest
+        # What is left is the last window and the envelope's end: `]`, `}`, whitespace, and only that.
+        end = len(buf.rstrip(_WS))
+        if not buf.endswith(b"}", 0, end):
+            raise WholeBodyNeeded
+        close = len(buf.rstrip(_WS)[: end - 1].rstrip(_WS))
+        if not buf.endswith(b"]", 0, close) or close <= len(_ENVELOPE_HEAD):
+            raise WholeBodyNeeded
+        if buf[len(_ENVELOPE_HEAD) : close - 1].strip(_WS) and not _add_window(build, buf, end):
+            raise WholeBodyNeeded
+        return build.finish()
+
+
+_ENVELOPE_HEAD = b'{"sessions":['
+#: Candidate cuts tried per window before waiting for more bytes.
+_CUT_TRIES = 4
+
+
+def _add_window(build: _ListBuild, buf: bytearray, end: int) -> bool:
+    """Parses `buf[:end]`, an envelope, into `build`; False (nothing added) when it does not decode."""
+    with memoryview(buf) as view, view[:end] as doc:
+        raws = _piece_raws(doc)
+        if raws is None:
+            return False
+        build.add(doc, raws)
+        # The entries' Raw views into `buf` must be gone before `buf` changes (a live one would
+        # make the release below fail loudly rather than see other bytes).
+        del raws
+    return True
+
+
+def _cut_window(build: _ListBuild, buf: bytearray) -> bytearray:
+    """Parses the complete entries of the window `buf` into `build` and returns the next window (the
+    envelope's head and what follows them), or `buf` itself when no cut proved good."""
+    pos = len(buf)
+    for _ in range(_CUT_TRIES):
+        close = buf.rfind(b"}", len(_ENVELOPE_HEAD), pos)
+        if close < 0:
+            break
+        pos = close
+        after = close + 1
+        while after < len(buf) and buf[after] in _WS:
+            after += 1
+        if buf[after : after + 1] != b",":
+            continue
+        comma = after
+        after += 1
+        while after < len(buf) and buf[after] in _WS:
+            after += 1
+        if buf[after : after + 1] != b"{":
+            continue
+        # Close the envelope in place for the decode (the comma and the next entry's brace are
+        # there to be borrowed), then put the two bytes back.
+        saved = bytes(buf[close + 1 : close + 3])
+        buf[close + 1 : close + 3] = b"]}"
         try:
-            ids = [b.id if isinstance(b.id, str) and b.id else None for b in _decode_ids(body).sessions]
-        except (msgspec.DecodeError, UnicodeDecodeError):
-            ids = []
-        if len(ids) != len(raws):  # an entry that is not an object, a lone surrogate: one at a time
-            ids = [_brief_id(raw) for raw in raws]
-        known, owns = self._owners, self._owns
-        owners: dict[str | None, bool] = {}
-        kept: list[int] = []
-        for index, sid in enumerate(ids):
-            mine = known.get(sid)
-            if mine is None:
-                mine = owns(sid)
-            owners[sid] = mine
-            if mine:
-                kept.append(index)
-        self._owners = owners
-        return kept
+            added = _add_window(build, buf, close + 3)
+        finally:
+            buf[close + 1 : close + 3] = saved
+        if added:
+            return bytearray(_ENVELOPE_HEAD) + buf[comma + 1 :]
+    return buf
 
 
 def _brief_id(raw: msgspec.Raw | bytes) -> str | None:
@@ -496,7 +673,11 @@ _decode_brief = msgspec.json.Decoder(_Brief).decode
 
 
 class _IdOnly(msgspec.Struct):
-    id: Any = None
+    #: Typed, so the ids are hashable; an entry with another kind of id sends its piece to `_brief_id`.
+    id: str | None = None
+
+
+_get_id = operator.attrgetter("id")
 
 
 class _IdEnvelope(msgspec.Struct):

@@ -1,0 +1,158 @@
+"""The streamed session-list parse (`SessionListParser.parse_stream`): the same result as the whole-body
+parse whatever the chunking and window size, cuts proved by msgspec (never inside a string or a nested
+object), odd bodies handed back to the whole-body path, and the client fetching a body again only when
+a window was already dropped."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from archiver.credentials import Token
+from archiver.sharding import Shard
+from archiver.upstream.api import SessionHostClient
+from archiver.upstream.models import SessionListParser, WholeBodyNeeded
+from tests.test_incremental_parse import QUIRKS, SECRET, body, entry
+
+
+def chunked(raw: bytes, size: int) -> list[bytes]:
+    return [raw[i : i + size] for i in range(0, len(raw), size)] or [b""]
+
+
+def both(raw: bytes, *, size: int, window: int, owns: Any = None) -> tuple[object, object]:
+    """(whole-body parse, streamed parse) of `raw`, each by a fresh parser."""
+    whole = SessionListParser(owns=owns).parse(raw)
+    streamed = SessionListParser(owns=owns).parse_stream(chunked(raw, size), window=window)
+    return whole, streamed
+
+
+#: Entries whose strings and nested objects hold the very bytes a cut looks for (`}, {`).
+TRAPS = [
+    entry("brace-in-string", labels={"tags": json.dumps({"mode": "}, {", "x": '}, {"id": 1}'})}),
+    entry("nested-array", somethingNew=[{"a": 1}, {"b": 2}, {"c": [{"d": 3}, {"e": 4}]}]),
+    entry("nested-object", port={"port": {"7777/udp": 1}}, extra={"k": {"l": {}}}),
+    entry("escaped-quote", image='demo"}, {"game'),
+]
+
+
+@pytest.mark.parametrize("size", [1, 7, 64, 4096])
+@pytest.mark.parametrize("window", [1, 50, 700, 1 << 20])
+def test_any_chunking_and_window_give_the_whole_body_result(size: int, window: int) -> None:
+    entries = [entry(f"s{i}", playerCount=i) for i in range(6)] + TRAPS + [entry("s1")]  # s1 twice
+    entries += [entry(f"q{i}", **overrides) for i, overrides in enumerate(QUIRKS.values())]
+    entries.append(entry("bad", created="soon"))  # left out, with its index, either way
+    whole, streamed = both(body(*entries), size=size, window=window)
+    assert streamed == whole
+    assert len(whole.sessions) == len(entries) - 1 and len(whole.invalid) == 1  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("window", [1, 300, 1 << 20])
+def test_a_shard_streams_the_same_owned_sessions_with_the_same_indices(window: int) -> None:
+    entries = [entry(f"s{i}") for i in range(40)] + [entry("", image="x"), {"id": 5}, "not an object"]
+    owns = Shard(1, 3).owns
+    whole, streamed = both(body(*entries), size=97, window=window, owns=owns)
+    assert streamed == whole
+    assert 0 < len(whole.sessions) < 40  # type: ignore[attr-defined]
+
+
+def test_compact_and_indented_json_stream_alike() -> None:
+    entries = [entry(f"s{i}") for i in range(5)] + TRAPS
+    for raw in (
+        json.dumps({"sessions": entries}, separators=(",", ":")).encode(),
+        json.dumps({"sessions": entries}, indent=2).encode() + b"\n",
+        b'\r\n {  "sessions" :\t[ ]  }\n',
+    ):
+        whole, streamed = both(raw, size=33, window=200)
+        assert streamed == whole
+
+
+def test_unchanged_entries_come_back_as_the_same_objects_across_streamed_polls() -> None:
+    parser = SessionListParser()
+    first = parser.parse_stream(chunked(body(entry("a"), entry("b")), 50), window=100).sessions
+    second = parser.parse_stream(chunked(body(entry("a"), entry("b", playerCount=7)), 50), window=100).sessions
+    assert second[0] is first[0] and second[1] is not first[1] and second[1].player_count == 7
+
+
+@pytest.mark.parametrize(
+    ("raw", "keeps_body"),
+    [
+        (b"<html>502 Bad Gateway</html>", True),
+        (b'{"other": 1, "sessions": []}', True),
+        (b'{"sessions": [' + json.dumps(entry("a")).encode() + b', {"id": "n", "created": NaN}]}', False),
+        (b'{"sessions": [' + json.dumps(entry("a")).encode() + b'], "next": null}', False),
+        (b'{"sessions": [' + json.dumps(entry("a")).encode() + b"]", False),
+    ],
+    ids=["not json", "sessions not first", "NaN after a window", "a key after the list", "truncated"],
+)
+def test_an_odd_body_is_handed_to_the_whole_body_path_and_the_parser_state_is_untouched(
+    raw: bytes, keeps_body: bool
+) -> None:
+    parser = SessionListParser()
+    [kept] = parser.parse(body(entry("k"))).sessions
+    with pytest.raises(WholeBodyNeeded) as info:
+        parser.parse_stream(chunked(raw, 16), window=40)
+    assert (info.value.body == raw) if keeps_body else info.value.body is None
+    assert parser.parse(body(entry("k"))).sessions[0] is kept  # the last good parse's state is in place
+
+
+def test_no_secret_is_kept_by_a_streamed_parse() -> None:
+    parser = SessionListParser()
+    parser.parse_stream(chunked(body(*[entry(f"s{i}") for i in range(5)]), 64), window=300)
+    state = repr(vars(parser)) + repr(parser._by_digest)
+    assert SECRET not in state
+
+
+class _ListServer(http.server.BaseHTTPRequestHandler):
+    """Answers `GET /session` with the queued bodies in turn (the last one repeats)."""
+
+    bodies: list[bytes] = []
+    served = 0
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        cls = type(self)
+        raw = cls.bodies[min(cls.served, len(cls.bodies) - 1)]
+        cls.served += 1
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def list_server() -> Iterator[type[_ListServer]]:
+    handler = type("Handler", (_ListServer,), {"bodies": [], "served": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    handler.url = f"http://127.0.0.1:{server.server_port}"  # type: ignore[attr-defined]
+    yield handler
+    server.shutdown()
+    thread.join()
+
+
+def test_the_client_fetches_again_only_when_a_window_was_already_dropped(list_server: type[_ListServer]) -> None:
+    big = [entry(f"s{i}") for i in range(3000)]  # ~2 MB: more than one window
+    odd_tail = json.dumps({"sessions": big, "next": None}).encode()
+    with SessionHostClient.connect(list_server.url, Token("t")) as client:  # type: ignore[attr-defined]
+        list_server.bodies = [odd_tail]
+        assert [s.id for s in client.list_sessions().sessions] == [e["id"] for e in big]
+        assert list_server.served == 2  # streamed, then fetched again and parsed whole
+        list_server.bodies, list_server.served = [b'{"other": 1, "sessions": []}'], 0
+        assert client.list_sessions().sessions == []
+        assert list_server.served == 1  # odd from its first bytes: parsed whole from what was read
+
+
+def test_duplicates_in_different_windows_share_one_object() -> None:
+    raw = body(entry("dup"), *[entry(f"s{i}") for i in range(8)], entry("dup"))
+    listed = SessionListParser().parse_stream(chunked(raw, 64), window=300).sessions
+    assert listed[0] is listed[-1]
