@@ -325,19 +325,14 @@ class SessionHostClient:
     ) -> bytearray:
         """A whole body in one growing buffer. httpx's `read()` joins a list of chunks, holding a
         large body twice at its peak (+6 MB for a 10k-session list, +32 MB for 50k)."""
-        timeout = (policy or self._policy).attempt_timeout
 
-        def attempt() -> bytearray:
-            response = self._send(
-                method, path, endpoint, params, None, accept="application/json", stream=True, timeout=timeout
-            )
+        def gather(chunks: Iterator[bytes]) -> bytearray:
             buffer = bytearray()
-            with Download(response) as download:  # a broken body is an ApiTransportError: retried
-                for chunk in download.iter_bytes():
-                    buffer += chunk
+            for chunk in chunks:
+                buffer += chunk
             return buffer
 
-        return self._retrying(attempt, endpoint, policy, True)
+        return self._read_streamed(method, path, endpoint, params, policy, gather)
 
     def _read_streamed(
         self,
