@@ -31,7 +31,7 @@ VERIFY_HEAD_WORKERS = 16
 
 
 def _processes(value: str) -> int:
-    """``--processes``: a count of at least 1, or ``auto`` (one per CPU)."""
+    """``--processes``: a count of at least 1, or ``auto`` (one per CPU); ConfigError otherwise."""
     if value == "auto":
         return os.cpu_count() or 1
     try:
@@ -39,7 +39,7 @@ def _processes(value: str) -> int:
     except ValueError:
         count = 0
     if count < 1:
-        raise click.BadParameter(f"expected a number of processes (at least 1) or auto, got {value!r}")
+        raise ConfigError(f"--processes: expected a number of processes (at least 1) or auto, got {value!r}")
     return count
 
 
