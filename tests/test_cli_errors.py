@@ -112,6 +112,7 @@ MISTAKES = [
     ("absurd count", ["check", "--max-sessions", "99999999999999999999"], None, 2, "integer out of range"),
     ("fake time scale NaN", ["fake-service", "--time-scale", "nan"], None, 2, "must be >= 0 and finite"),
     ("fake retention", ["fake-service", "--retention", "99999999999999999999h"], None, 2, "duration too long"),
+    ("no verify processes", ["verify", "--store", "file://{d}", "--processes", "0"], None, 2, "at least 1) or auto"),
     (
         "retention under margin",
         ["check", "--retention", "5m", "--deadline-margin", "10m"],

@@ -221,6 +221,37 @@ def test_verify_since_reads_only_the_index_entries_of_the_edge_hours(moto_endpoi
     assert store.requests_made["GetObject"] == 7 + 3
 
 
+def test_verify_spread_over_processes_reports_the_same_as_one_process(moto_endpoint: str, tmp_path: Path) -> None:
+    """`verify --since` over processes (each opening its own store) finds the same archives, counts
+    and problems, in the same order, as the threads of one process; the parent sends no HEAD itself."""
+    opener = functools.partial(open_store, f"s3://{fresh_bucket(moto_endpoint)}/", s3_endpoint_url=moto_endpoint)
+    store = opener()
+    assert isinstance(store, S3Store)
+    manifests = {
+        f"p{k}": archive_files(store, tmp_path, f"p{k}", {"/srv/a": b"%d" % k}, ended=NOW - 600 - 900 * k)
+        for k in range(6)
+    }
+    forged, gone = manifests["p2"].items[0].key, manifests["p4"].items[0].key
+    assert forged is not None and gone is not None
+    store._client.put_object(Bucket=store._bucket, Key=forged, Body=b"X")  # same size, other bytes
+    store._client.delete_object(Bucket=store._bucket, Key=gone)
+    since = NOW - 3 * 3600
+    single = retrieve.verify(store, since=since, now=NOW, deep=False, workers=2)
+    store.requests_made.reset()
+    found: list[retrieve.Problem] = []
+    spread = retrieve.verify(
+        store, since=since, now=NOW, deep=False, workers=2, opener=opener, processes=2, chunk=2, on_problem=found.append
+    )
+    assert store.requests_made["HeadObject"] == 0  # every archive was verified in a child process
+    assert (spread.sessions, spread.objects, spread.proved, spread.problems) == (
+        single.sessions, single.objects, single.proved, single.problems
+    )  # fmt: skip
+    assert found == spread.problems
+    assert spread.sessions == 6 and sorted((p.session_id, p.kind) for p in spread.problems) == [
+        ("p2", "checksum_mismatch"), ("p4", "missing_object")
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("recorded", "stored", "sha", "ok"),
     [

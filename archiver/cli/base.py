@@ -189,12 +189,20 @@ def instance_option(default: str) -> Callable[[F], F]:
     return decorate
 
 
-def store_for(settings: Settings) -> ObjectStore:
+def store_opener(settings: Settings) -> Callable[[], ObjectStore]:
+    """A picklable callable opening the settings' store (another process opens its own from it)."""
     from archiver.store import open_store
 
-    return open_store(
-        settings.require_store(), s3_endpoint_url=settings.s3_endpoint_url, checksum_mode=settings.s3_checksum
+    return functools.partial(
+        open_store,
+        settings.require_store(),
+        s3_endpoint_url=settings.s3_endpoint_url,
+        checksum_mode=settings.s3_checksum,
     )
+
+
+def store_for(settings: Settings) -> ObjectStore:
+    return store_opener(settings)()
 
 
 def as_dict(item: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -20,12 +21,26 @@ from archiver.cli.base import (
     resolve,
     settings_options,
     store_for,
+    store_opener,
 )
 from archiver.errors import ConfigError
 from archiver.settings import STORE_SCOPES
 
 #: Parallel HEADs of a verify without download (small requests: latency-bound, not bandwidth-bound).
 VERIFY_HEAD_WORKERS = 16
+
+
+def _processes(value: str) -> int:
+    """``--processes``: a count of at least 1, or ``auto`` (one per CPU); ConfigError otherwise."""
+    if value == "auto":
+        return os.cpu_count() or 1
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise ConfigError(f"--processes: expected a number of processes (at least 1) or auto, got {value!r}")
+    return count
 
 
 def _session_filters(
@@ -172,13 +187,17 @@ def get(
     "--deep", is_flag=True,
     help="Download and re-hash every byte (default: prove each object by the SHA-256 checksum the store keeps).",
 )  # fmt: skip
+@click.option(
+    "--processes", default="auto", metavar="N|auto", show_default=True,
+    help="Processes sharing a large run over S3 (the client's CPU per request bounds one); 1: threads only.",
+)  # fmt: skip
 @instance_option("every archive of each ID")
 @format_option()
 @settings_options(STORE_SCOPES)
 @friendly_errors
 def verify(
-    session_ids: tuple[str, ...], since: str | None, until: str | None, deep: bool, instance: str | None, fmt: str,
-    **kwargs: Any,
+    session_ids: tuple[str, ...], since: str | None, until: str | None, deep: bool, processes: str,
+    instance: str | None, fmt: str, **kwargs: Any,
 ) -> None:  # fmt: skip
     """Check stored objects against their manifests (every archive of each ID) without downloading them:
     the store's own SHA-256 checksum must match (--deep re-hashes the bytes); exit 1 when anything is wrong."""
@@ -194,12 +213,13 @@ def verify(
         start, end = retrieve.parse_time_range(since, until, now)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    count = _processes(processes)
     store = store_for(settings)
     as_json = fmt == "json"
     try:
         report = retrieve.verify(
             store, session_ids=session_ids, instance=instance, since=start, until=end, now=now, deep=deep,
-            workers=4 if deep else VERIFY_HEAD_WORKERS,
+            workers=4 if deep else VERIFY_HEAD_WORKERS, opener=store_opener(settings), processes=count,
             # A table reports problems as they are found (a long run shows progress); JSON at the end.
             on_problem=None if as_json else lambda problem: click.echo(problem.line()),
         )  # fmt: skip

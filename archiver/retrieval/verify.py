@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+import multiprocessing
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -32,6 +34,9 @@ from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore, sha256_checksum
 from archiver.textsafe import printable
 from archiver.vocabulary import Outcome
+
+#: Archives per task handed to a verify process (large enough that pickling tallies is noise).
+PROCESS_CHUNK = 250
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,6 +322,9 @@ def verify(
     workers: int = 4,
     warn: Warn = stderr_warn,
     deep: bool = True,
+    opener: Callable[[], ObjectStore] | None = None,
+    processes: int = 1,
+    chunk: int = PROCESS_CHUNK,
 ) -> VerifyReport:
     """`archiver verify`: check stored objects against their manifests.
 
@@ -332,6 +340,12 @@ def verify(
     (missing manifest or object, size or sha256 mismatch, a manifest naming a foreign key) and
     passed to ``on_problem`` as found; a store failure on one session is a ``store_error``
     problem, not the end of the run.
+
+    ``processes`` > 1 with an ``opener`` (a picklable callable opening the same store, e.g. a
+    ``functools.partial`` of ``open_store``) spreads the archives over that many processes, each
+    with ``workers`` threads, ``chunk`` archives at a time: the S3 client's CPU cost per request
+    under the GIL, not the server, bounds one process. Used only for more than ``chunk`` archives
+    of a store that keeps checksums, without ``progress``; the report is the same, in the same order.
     """
     targets: list[tuple[str, str | None]]
     if session_ids:
@@ -341,29 +355,87 @@ def verify(
         targets = list(dict.fromkeys(_index_targets(store, since=since, until=until, now=now, warn=warn)))
         check_index = False
     report = VerifyReport()
-
-    def run(target: tuple[str, str | None]) -> list[_Tally]:
-        sid, name = target
-        try:
-            return _verify_id(store, sid, name, check_index, progress, deep)
-        except StoreError as exc:
-            # Broad on purpose: one unreachable object must not hide the verdict on the others.
-            which = name if name is not None and keys.is_instance_name(name) else None
-            return [_Tally(problems=[Problem(sid, "store_error", "", str(exc), which)])]
-
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="verify") as pool:
-        for results in pool.map(run, targets):
-            for tally in results:
-                report.sessions += 1
-                report.objects += tally.objects
-                report.bytes += tally.bytes
-                report.proved += tally.proved
-                report.unproven += tally.unproven
-                for problem in tally.problems:
-                    report.problems.append(problem)
-                    if on_problem is not None:
-                        on_problem(problem)
+    spread = processes > 1 and len(targets) > chunk and store.keeps_checksums and progress is None
+    if opener is not None and spread:
+        tallies = _in_processes(opener, targets, check_index, deep, workers, processes, max(1, chunk))
+    else:
+        tallies = _in_threads(store, targets, check_index, progress, deep, workers)
+    for results in tallies:
+        for tally in results:
+            report.sessions += 1
+            report.objects += tally.objects
+            report.bytes += tally.bytes
+            report.proved += tally.proved
+            report.unproven += tally.unproven
+            for problem in tally.problems:
+                report.problems.append(problem)
+                if on_problem is not None:
+                    on_problem(problem)
     return report
+
+
+def _run_target(
+    store: ObjectStore, target: tuple[str, str | None], check_index: bool, progress: Progress | None, deep: bool
+) -> list[_Tally]:
+    """The tallies of one target; a store failure is that target's ``store_error`` problem."""
+    sid, name = target
+    try:
+        return _verify_id(store, sid, name, check_index, progress, deep)
+    except StoreError as exc:
+        # Broad on purpose: one unreachable object must not hide the verdict on the others.
+        which = name if name is not None and keys.is_instance_name(name) else None
+        return [_Tally(problems=[Problem(sid, "store_error", "", str(exc), which)])]
+
+
+def _in_threads(
+    store: ObjectStore,
+    targets: Sequence[tuple[str, str | None]],
+    check_index: bool,
+    progress: Progress | None,
+    deep: bool,
+    workers: int,
+) -> Iterator[list[_Tally]]:
+    """The tallies of each target in order, from a pool of ``workers`` threads over ``store``."""
+    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="verify") as pool:
+        yield from pool.map(lambda target: _run_target(store, target, check_index, progress, deep), targets)
+
+
+#: The store of a verify process, opened once by ``_open_process_store`` (one client per process).
+_process_store: ObjectStore | None = None
+
+
+def _open_process_store(opener: Callable[[], ObjectStore]) -> None:
+    global _process_store
+    _process_store = opener()
+
+
+def _verify_chunk(
+    targets: list[tuple[str, str | None]], check_index: bool, deep: bool, workers: int
+) -> list[list[_Tally]]:
+    """In a verify process: the tallies of each target of a chunk, in order."""
+    assert _process_store is not None  # set by the pool's initializer
+    return list(_in_threads(_process_store, targets, check_index, None, deep, workers))
+
+
+def _in_processes(
+    opener: Callable[[], ObjectStore],
+    targets: Sequence[tuple[str, str | None]],
+    check_index: bool,
+    deep: bool,
+    workers: int,
+    processes: int,
+    chunk: int,
+) -> Iterator[list[_Tally]]:
+    """The tallies of each target in order, from ``processes`` processes of ``workers`` threads each."""
+    chunks = [list(targets[at : at + chunk]) for at in range(0, len(targets), chunk)]
+    # spawn, not fork: the parent's client holds threads and sockets a fork would copy mid-use.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(
+        max_workers=processes, mp_context=context, initializer=_open_process_store, initargs=(opener,)
+    ) as pool:
+        task = functools.partial(_verify_chunk, check_index=check_index, deep=deep, workers=workers)
+        for results in pool.map(task, chunks):
+            yield from results
 
 
 def render_verify(report: VerifyReport, out: TextIO, *, problems: bool = True) -> None:
