@@ -3,8 +3,10 @@
 The scrape path never renders: it writes the byte strings of the last `Snapshot` followed by the small
 self-metrics tail (see `scrape_parts`). Rendering follows kube-state-metrics: every session's sample
 lines are rendered once and cached next to a cheap change key, so a poll only re-renders the sessions
-that are new or changed and then joins cached bytes per family. Which families exist, their help,
-labels and line renderers are one declarative table (`FAMILIES`, see `SESSION_FAMILIES`).
+that are new or changed; the families' bytes are kept in blocks of sessions (`blocks.SessionBlocks`)
+whose joined and compressed parts are reused until one of their sessions changes. Which families
+exist, their help, labels and line renderers are one declarative table (`FAMILIES`, see
+`SESSION_FAMILIES`).
 
 Format notes (both formats are served from the same bytes wherever possible):
 - Every family rendered here is a gauge; gauge sample lines are identical in text 0.0.4 and
@@ -15,7 +17,8 @@ Format notes (both formats are served from the same bytes wherever possible):
   in text 0.0.4 (`unknown` in OpenMetrics), which Prometheus stores like a gauge, so
   `sessionhost_upstream_session_count` is queried as is; guessing `gauge` could be wrong for others.
 - A gzip response is ONE gzip member stitched from pieces (as pigz joins its parallel blocks): each
-  precompressed part is a raw deflate stream ended by a sync flush (byte-aligned, not final), the
+  precompressed part is a self-contained raw deflate segment (no reference to bytes before it,
+  ended by a sync or full flush: byte-aligned, not final), the
   per-scrape tail is compressed as the final blocks, and the CRC-32 trailer continues the snapshot's
   precomputed CRC over the tail. Multi-member gzip would be simpler but is not safe: httpx (and
   other zlib-based clients) silently stop after the first member.
@@ -23,6 +26,7 @@ Format notes (both formats are served from the same bytes wherever possible):
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import re
@@ -30,8 +34,8 @@ from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-# ISA-L's deflate: ~5x faster than zlib at level 1 on metric text (10 vs 49 ms for 10k sessions), smaller.
 from archiver.errors import ConfigError
+from archiver.exporter.blocks import BLOCK_SESSIONS, SessionBlocks, coalesce, combine_crc
 
 # The bytes of a poll and how a scrape sends them live in snapshot.py (re-exported: one import site).
 from archiver.exporter.snapshot import CONTENT_TYPE_OPENMETRICS as CONTENT_TYPE_OPENMETRICS
@@ -257,6 +261,7 @@ _AGGREGATE_FIELDS: Callable[[Session], tuple[str, str, str, str]] = operator.att
 )
 _GROUP_FIELDS: Callable[[Session], tuple[str, str, str]] = operator.attrgetter("image", "location", "tag")
 _PLAYERS_FIELD: Callable[[Session], int | None] = operator.attrgetter("player_count")
+_ID: Callable[[Session], str] = operator.attrgetter("id")
 
 
 def _order_key(session: Session) -> tuple[float, str]:
@@ -265,11 +270,65 @@ def _order_key(session: Session) -> tuple[float, str]:
     return (created if created == created else math.inf, session.id)
 
 
+def _touched(previous: Mapping[str, Session], current: Mapping[str, Session]) -> list[tuple[str, Session]]:
+    """The (id, session) pairs of `current` that are not the very object `previous` holds for that id:
+    new and changed sessions. A parser that reuses unchanged Session objects (SessionListParser)
+    makes them a few percent; the scan itself runs in C (map/compress), not a Python loop."""
+    same = map(operator.is_, map(previous.get, current), current.values())
+    return list(itertools.compress(current.items(), map(operator.not_, same)))
+
+
+class _Aggregator:
+    """Session counts by (image, location, status, tag) and player sums by (image, location, tag),
+    kept up to date by removing and adding the sessions that changed (see `_aggregate`)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str, str, str]] = Counter()
+        self.players: dict[tuple[str, str, str], int] = {}
+        #: Sessions per player group: a group is dropped with its last session.
+        self.groups: Counter[tuple[str, str, str]] = Counter()
+
+    def rebuild(self, sessions: Collection[Session]) -> None:
+        counts, players = _aggregate(sessions)
+        self.counts = Counter(counts)
+        self.players = players
+        self.groups = Counter()
+        for (image, location, _, tag), n in counts.items():
+            self.groups[image, location, tag] += n
+
+    def add(self, session: Session) -> None:
+        key = _AGGREGATE_FIELDS(session)
+        self.counts[key] += 1
+        group = (key[0], key[1], key[3])
+        self.groups[group] += 1
+        self.players[group] = self.players.get(group, 0) + (session.player_count or 0)
+
+    def remove(self, session: Session) -> None:
+        key = _AGGREGATE_FIELDS(session)
+        self.counts[key] -= 1
+        if not self.counts[key]:
+            del self.counts[key]
+        group = (key[0], key[1], key[3])
+        self.groups[group] -= 1
+        if self.groups[group]:
+            self.players[group] -= session.player_count or 0
+        else:
+            del self.groups[group], self.players[group]
+
+    def result(self) -> Aggregates:
+        return dict(self.counts), dict(self.players)
+
+
 class SnapshotRenderer:
     """Turns each poll's sessions and upstream families into a `Snapshot`, reusing unchanged work.
 
     Not thread-safe: one poller thread calls `render`; scrapes only read the returned immutable
     snapshots.
+
+    The work of a poll follows what changed: new and changed sessions are found by identity in C,
+    only they are rendered again and move the aggregates, and only the blocks holding them are joined
+    and compressed again (`blocks.SessionBlocks`). Series come out in block order: a session keeps its
+    place while it is exported, new ones are appended.
 
     Per-session series are capped at `max_sessions`: when there are more sessions, the oldest ones
     (smallest `created`, ties broken by id) are exported — a stable choice, so a series does not
@@ -277,7 +336,14 @@ class SnapshotRenderer:
     every session.
     """
 
-    def __init__(self, *, max_sessions: int, label_allowlist: Sequence[str], prefix: str = DEFAULT_PREFIX) -> None:
+    def __init__(
+        self,
+        *,
+        max_sessions: int,
+        label_allowlist: Sequence[str],
+        prefix: str = DEFAULT_PREFIX,
+        block_sessions: int = BLOCK_SESSIONS,
+    ) -> None:
         if max_sessions < 0:
             raise ConfigError(f"max-sessions must be 0 or more, got {max_sessions}")
         self._max_sessions = max_sessions
@@ -296,6 +362,10 @@ class SnapshotRenderer:
             for family in SESSION_FAMILIES
             if self._label_pairs or not family.needs_allowlist
         )
+        #: Each session family's header as a part: raw, self-contained deflate, CRC-32.
+        self._header_parts = tuple(
+            (header, deflate_segment(header), crc32(header)) for _, _, header in self._session_families
+        )
         self._snapshot_families = tuple(
             (
                 family.value,
@@ -304,16 +374,24 @@ class SnapshotRenderer:
             )
             for family in SNAPSHOT_FAMILIES
         )
+        #: Every session of the last good poll (aggregates) and the exported ones with their entries.
+        self._all: dict[str, Session] = {}
+        self._exported: dict[str, Session] = self._all
         self._cache: dict[str, _Entry] = {}
+        self._lines: dict[str, tuple[bytes, ...]] = {}
+        self._blocks = SessionBlocks(len(self._session_families), block_sessions=block_sessions)
+        self._aggregator = _Aggregator()
         self._last: Snapshot | None = None
-        # What the last session block was built from, to skip join + gzip when nothing changed.
-        self._last_entries: list[_Entry] = []
+        # What the last session block was built from, to skip the build when nothing changed.
+        self._built = False
         self._last_aggregates: Aggregates = ({}, {})
         self._last_dropped = -1
+        self._head: tuple[bytes, bytes, int] = (b"", b"", 0)
         self._upstream: tuple[bytes, bytes, bytes, bytes] = (b"", b"", b"", b"")
-        self._block: bytes = b""
-        self._block_deflate: bytes = b""
-        self._block_crc = 0
+        self._body: tuple[bytes, ...] = ()
+        self._body_deflate: tuple[bytes, ...] = ()
+        self._body_crc = 0
+        self._body_length = 0
         #: How many session entries were (re-)rendered since construction; lets tests observe caching.
         self.render_count = 0
 
@@ -321,6 +399,15 @@ class SnapshotRenderer:
     def last(self) -> Snapshot | None:
         """The most recent snapshot, or None before the first render."""
         return self._last
+
+    @property
+    def parts_built(self) -> int:
+        """How many block parts were compressed since construction; lets tests observe reuse."""
+        return self._blocks.parts_built
+
+    @property
+    def block_count(self) -> int:
+        return self._blocks.blocks
 
     def render(
         self,
@@ -340,18 +427,19 @@ class SnapshotRenderer:
             self._update_sessions(sessions)
         up_text, up_text_deflate, up_om, up_om_deflate = self._upstream
         self._last = Snapshot(
-            sessions_body=self._block,
-            sessions_deflate=self._block_deflate,
+            sessions_body=self._body,
+            sessions_deflate=self._body_deflate,
             upstream_text=up_text,
             upstream_text_deflate=up_text_deflate,
             upstream_openmetrics=up_om,
             upstream_openmetrics_deflate=up_om_deflate,
             # The upstream block is small: continuing the block's CRC over it costs nothing.
-            crc_text=crc32(up_text, self._block_crc),
-            crc_openmetrics=crc32(up_om, self._block_crc),
+            crc_text=crc32(up_text, self._body_crc),
+            crc_openmetrics=crc32(up_om, self._body_crc),
             rendered_at=now,
-            sessions_exported=len(self._last_entries),
+            sessions_exported=len(self._exported),
             sessions_dropped=max(self._last_dropped, 0),
+            sessions_length=self._body_length,
         )
         return self._last
 
@@ -362,46 +450,83 @@ class SnapshotRenderer:
         return text, deflate_segment(text), om, deflate_segment(om)
 
     def _update_sessions(self, sessions: Sequence[Session]) -> None:
-        # A duplicated id would be a duplicated series, which makes Prometheus reject the scrape.
-        unique: Mapping[str, Session] = {s.id: s for s in sessions}
-        chosen: Iterable[Session] = unique.values()
+        # A duplicated id would be a duplicated series, which makes Prometheus reject the scrape
+        # (the last entry of an id wins, at the place of its first, as a dict comprehension does).
+        unique = dict(zip(map(_ID, sessions), sessions, strict=True))
+        touched = _touched(self._all, unique)
+        gone = self._all.keys() - unique.keys()
+        if len(touched) + len(gone) > len(unique) // 4:
+            self._aggregator.rebuild(unique.values())  # a first poll, or a big change: in C
+        else:
+            previous = self._all
+            for sid in gone:
+                self._aggregator.remove(previous[sid])
+            for sid, session in touched:
+                old = previous.get(sid)
+                if old is not None:
+                    self._aggregator.remove(old)
+                self._aggregator.add(session)
+
+        exported = unique
         if len(unique) > self._max_sessions:
-            chosen = sorted(chosen, key=_order_key)[: self._max_sessions]
-        dropped = len(unique) - min(len(unique), self._max_sessions)
+            chosen = sorted(unique.values(), key=_order_key)[: self._max_sessions]
+            exported = dict(zip(map(_ID, chosen), chosen, strict=True))
+        if exported is unique and self._exported is self._all:
+            removed = list(gone)  # every session was exported last poll and is now: one diff serves both
+        else:
+            touched = _touched(self._exported, exported)
+            removed = list(self._exported.keys() - exported.keys())
+        dropped = len(unique) - len(exported)
+        self._all, self._exported = unique, exported
+        added, changed = self._update_entries(touched, removed)
 
-        # The hot loop of a poll (10k+ iterations): C-level attrgetter/map build the change key, and
-        # an unchanged session costs one tuple comparison.
-        old_get = self._cache.get
-        cache: dict[str, _Entry] = {}
-        entries: list[_Entry] = []
-        label_keys = self._label_keys
-        key_of = _KEY_FIELDS
-        for session in chosen:
-            entry = old_get(session.id)
-            # A parser that reuses unchanged Session objects makes this identity check the common case.
-            if entry is None or entry.session is not session:
-                key: tuple[object, ...] = key_of(session)
-                if label_keys:
-                    key += tuple(map(session.labels.get, label_keys))
-                if entry is None or entry.key != key:
-                    entry = self._render_entry(session, key)
-                else:
-                    # Point at the current objects so the previous poll's strings can be freed.
-                    entry.session, entry.key = session, key
-            cache[session.id] = entry
-            entries.append(entry)
-        # Ended (and no longer exported) sessions fall out of the cache here.
-        self._cache = cache
-
-        aggregates = _aggregate(unique.values())
-        if entries == self._last_entries and aggregates == self._last_aggregates and dropped == self._last_dropped:
-            return  # nothing visible changed: keep the block and its compressed form
-        self._last_entries = entries
+        aggregates = self._aggregator.result()
+        if (
+            self._built
+            and not (added or changed or removed)
+            and aggregates == self._last_aggregates
+            and dropped == self._last_dropped
+        ):
+            return  # nothing visible changed: keep the parts and their compressed forms
+        self._built = True
+        if aggregates != self._last_aggregates or not self._head[0]:
+            self._head = self._aggregate_part(aggregates)
         self._last_aggregates = aggregates
         self._last_dropped = dropped
-        self._block = self._join_block(entries, aggregates, dropped)
-        self._block_deflate = deflate_segment(self._block)
-        self._block_crc = crc32(self._block)
+        self._blocks.update(removed=removed, added=added, changed=changed)
+        self._blocks.build(self._lines)
+        self._assemble(len(exported), dropped)
+
+    def _update_entries(
+        self, touched: list[tuple[str, Session]], removed: list[str]
+    ) -> tuple[list[str], dict[str, list[int]]]:
+        """Render the new and changed exported sessions; returns the new ids and, per changed id,
+        the families whose line changed. Only these sessions run Python code here."""
+        cache, lines = self._cache, self._lines
+        label_keys = self._label_keys
+        added: list[str] = []
+        changed: dict[str, list[int]] = {}
+        for sid, session in touched:
+            key: tuple[object, ...] = _KEY_FIELDS(session)
+            if label_keys:
+                key += tuple(map(session.labels.get, label_keys))
+            entry = cache.get(sid)
+            if entry is None:
+                entry = cache[sid] = self._render_entry(session, key)
+                lines[sid] = entry.lines
+                added.append(sid)
+            elif entry.key != key:
+                new = cache[sid] = self._render_entry(session, key)
+                which = [n for n, (a, b) in enumerate(zip(new.lines, entry.lines, strict=True)) if a != b]
+                lines[sid] = new.lines
+                if which:
+                    changed[sid] = which
+            else:
+                # Point at the current objects so the previous poll's strings can be freed.
+                entry.session, entry.key = session, key
+        for sid in removed:  # ended (or no longer exported) sessions fall out of the cache
+            del cache[sid], lines[sid]
+        return added, changed
 
     def _render_entry(self, s: Session, key: tuple[object, ...]) -> _Entry:
         self.render_count += 1
@@ -410,18 +535,32 @@ class SnapshotRenderer:
         lines = tuple(_encode(render(name, s, sid, pairs)) for render, name, _ in self._session_families)
         return _Entry(s, key, lines)
 
-    def _join_block(self, entries: list[_Entry], aggregates: Aggregates, dropped: int) -> bytes:
-        chunks: list[bytes] = []
-        for render, name, header in self._aggregate_families:
-            chunks.append(header)
-            chunks.append(_encode(render(name, aggregates)))
-        for index, (_, _, header) in enumerate(self._session_families):
-            chunks.append(header)
-            chunks.extend([e.lines[index] for e in entries])
-        for value, header, encoded_name in self._snapshot_families:
-            chunks.append(header)
-            chunks.append(b"%s %d\n" % (encoded_name, value(len(entries), dropped)))
-        return b"".join(chunks)
+    def _aggregate_part(self, aggregates: Aggregates) -> tuple[bytes, bytes, int]:
+        raw = b"".join(header + _encode(render(name, aggregates)) for render, name, header in self._aggregate_families)
+        return raw, deflate_segment(raw), crc32(raw)
+
+    def _assemble(self, exported: int, dropped: int) -> None:
+        """The session block as parts: aggregates, each family's header and block parts, snapshot gauges."""
+        tail = b"".join(
+            header + b"%s %d\n" % (encoded_name, value(exported, dropped))
+            for value, header, encoded_name in self._snapshot_families
+        )
+        head_raw, head_deflate, head_crc = self._head
+        raw: list[bytes] = [head_raw]
+        deflated: list[bytes] = [head_deflate]
+        crcs: list[int] = [head_crc]
+        for family, (header, header_deflate, header_crc) in enumerate(self._header_parts):
+            parts, segments, part_crcs = self._blocks.family_parts(family)
+            raw += (header, *parts)
+            deflated += (header_deflate, *segments)
+            crcs += (header_crc, *part_crcs)
+        raw.append(tail)
+        deflated.append(deflate_segment(tail))
+        crcs.append(crc32(tail))
+        self._body = tuple(part for part in raw if part)
+        self._body_deflate = coalesce(deflated)
+        self._body_crc = combine_crc(0, raw, crcs)
+        self._body_length = sum(map(len, raw))
 
 
 def _aggregate(sessions: Collection[Session]) -> Aggregates:

@@ -18,7 +18,7 @@ CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset
 GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 #: Level 1: the body is compressed once per poll and served to every scrape, so speed matters more
 #: than the last few percent of size (zlib level 9 is ~4x slower for ~15 % less).
-_LEVEL = 1
+LEVEL = 1
 
 
 def deflate_segment(data: bytes) -> bytes:
@@ -26,13 +26,13 @@ def deflate_segment(data: bytes) -> bytes:
     blocks (another segment, or the final tail) can follow it inside the same gzip member."""
     if not data:
         return b""
-    compressor = isal_zlib.compressobj(_LEVEL, isal_zlib.DEFLATED, -15)
+    compressor = isal_zlib.compressobj(LEVEL, isal_zlib.DEFLATED, -15)
     return compressor.compress(data) + compressor.flush(isal_zlib.Z_SYNC_FLUSH)
 
 
 def deflate_final(data: bytes) -> bytes:
     """Raw deflate of `data` that ends the stream (its last block is final); small inputs only."""
-    compressor = zlib.compressobj(_LEVEL, zlib.DEFLATED, -15)
+    compressor = zlib.compressobj(LEVEL, zlib.DEFLATED, -15)
     return compressor.compress(data) + compressor.flush()
 
 
@@ -60,14 +60,16 @@ class Snapshot:
     """The exposition bytes of one poll, ready to be written to any number of scrapes.
 
     Kept as parts rather than one body per format: the session block (megabytes) is shared by both
-    formats, so no per-format copy of it exists in memory. Order in a body: session block, upstream
-    block, then the self metrics appended per scrape (see `scrape_parts`). The `text`/`openmetrics`
-    properties join the parts (without self metrics) for tools and tests.
+    formats, so no per-format copy of it exists in memory, and it is held as chunks of a few hundred
+    KB (`blocks.coalesce`), never one fresh multi-megabyte allocation per poll. Order in a body:
+    session block, upstream block, then the self metrics appended per scrape (see `scrape_parts`).
+    The `text`/`openmetrics` properties join the parts (without self metrics) for tools and tests.
     """
 
     #: Aggregates, per-session families and archiver_sessions_exported/dropped; same in both formats.
-    sessions_body: bytes
-    sessions_deflate: bytes
+    sessions_body: tuple[bytes, ...]
+    #: The same as self-contained deflate segments (each byte-aligned, none final).
+    sessions_deflate: tuple[bytes, ...]
     upstream_text: bytes
     upstream_text_deflate: bytes
     upstream_openmetrics: bytes
@@ -78,18 +80,20 @@ class Snapshot:
     rendered_at: float
     sessions_exported: int
     sessions_dropped: int
+    #: Bytes in sessions_body.
+    sessions_length: int = 0
 
-    def body_parts(self, *, openmetrics: bool) -> tuple[bytes, bytes]:
+    def body_parts(self, *, openmetrics: bool) -> tuple[bytes, ...]:
         """The uncompressed parts in order."""
-        return self.sessions_body, self.upstream_openmetrics if openmetrics else self.upstream_text
+        return (*self.sessions_body, self.upstream_openmetrics if openmetrics else self.upstream_text)
 
-    def deflate_parts(self, *, openmetrics: bool) -> tuple[tuple[bytes, bytes], int, int]:
-        """The sync-flushed deflate parts, the CRC-32 and the length of the uncompressed body."""
+    def deflate_parts(self, *, openmetrics: bool) -> tuple[tuple[bytes, ...], int, int]:
+        """The deflate parts, the CRC-32 and the length of the uncompressed body."""
         if openmetrics:
-            deflated = (self.sessions_deflate, self.upstream_openmetrics_deflate)
-            return deflated, self.crc_openmetrics, len(self.sessions_body) + len(self.upstream_openmetrics)
-        deflated = (self.sessions_deflate, self.upstream_text_deflate)
-        return deflated, self.crc_text, len(self.sessions_body) + len(self.upstream_text)
+            deflated = (*self.sessions_deflate, self.upstream_openmetrics_deflate)
+            return deflated, self.crc_openmetrics, self.sessions_length + len(self.upstream_openmetrics)
+        deflated = (*self.sessions_deflate, self.upstream_text_deflate)
+        return deflated, self.crc_text, self.sessions_length + len(self.upstream_text)
 
     @property
     def text(self) -> bytes:

@@ -1,0 +1,166 @@
+"""The per-session series of a poll kept in blocks of sessions: each family's part of a block is joined,
+checksummed and compressed once and reused, byte for byte, until one of the block's sessions changes.
+
+Why blocks, and why this size. A poll that changes 2 % of the sessions should not pay for the other
+98 %: unchanged sessions keep their rendered lines (`exposition._Entry`), and here unchanged *blocks*
+keep their joined bytes, their CRC-32 and their compressed form. A block's compressed part is a
+self-contained deflate segment (the shared compressor is reset by a full flush after every part),
+so parts can be stitched in any order into the one gzip member a scrape sends.
+
+Measured on the 2-core machine (10,000 sessions, ISA-L level 1): a full flush costs ~7 µs, about the
+price of compressing 4 KB, and a block compressed alone is ~10 % larger at 32 sessions per block,
+~25 % at 16. Sessions that end at random positions leave almost every small block dirty anyway (2 %
+random churn touches ~47 % of 64-session blocks), so blocks are large (`BLOCK_SESSIONS`): then a
+random churn costs what one full pass costs (plus ~1 %), while the common shapes cost a fraction:
+player counts changing touch only the players family's parts, new sessions fill the tail block,
+and sessions ending oldest-first empty the head blocks.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable, Mapping, Sequence
+
+from isal import isal_zlib
+
+from archiver.exporter.snapshot import LEVEL
+
+#: Sessions per block: parts of ~40-100 KB, so a full flush's cost is noise and no part reaches the
+#: 256 KiB mmap threshold the daemon gives glibc (`daemon.tune_allocator`): a poll's joins reuse
+#: heap memory rather than faulting in fresh pages (~1.7 ms per MB on this VM).
+BLOCK_SESSIONS = 512
+#: Chunks a scrape writes are coalesced up to about this size (one write each, heap-sized).
+CHUNK_BYTES = 192 * 1024
+
+#: One session's sample lines, one bytes per family (b"" when it has no sample in that family).
+Lines = Sequence[bytes]
+
+
+class _Block:
+    """Some sessions (in insertion order) and, per family, their joined lines and what derives from them."""
+
+    __slots__ = ("crc", "deflated", "dirty", "ids", "raw")
+
+    def __init__(self, families: int) -> None:
+        self.ids: dict[str, None] = {}
+        self.raw: list[bytes] = [b""] * families
+        self.deflated: list[bytes] = [b""] * families
+        self.crc: list[int] = [0] * families
+        #: Families whose part must be built again (all of them for a new block).
+        self.dirty: set[int] = set(range(families))
+
+
+class SessionBlocks:
+    """Blocks of exported sessions and their built parts, updated by the sessions that changed.
+
+    Not thread-safe: the renderer (one poller thread) owns it. `update` takes what changed since the
+    last call; `build` re-joins and re-compresses the dirty parts only; `family_parts` then hands out
+    one family's parts in block order.
+    """
+
+    def __init__(self, families: int, *, block_sessions: int = BLOCK_SESSIONS) -> None:
+        if block_sessions < 1:
+            raise ValueError("block_sessions must be at least 1")
+        self._families = families
+        self._size = block_sessions
+        self._blocks: list[_Block] = []
+        self._where: dict[str, _Block] = {}
+        #: How many parts `build` compressed since construction: lets tests observe reuse.
+        self.parts_built = 0
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    @property
+    def blocks(self) -> int:
+        return len(self._blocks)
+
+    def update(self, *, removed: Iterable[str], added: Iterable[str], changed: Mapping[str, Iterable[int]]) -> None:
+        """Record a poll's changes: ids no longer exported, ids newly exported (appended to the tail
+        block), and ids whose lines changed in the given families."""
+        families = range(self._families)
+        emptied = False
+        for sid in removed:
+            block = self._where.pop(sid)
+            del block.ids[sid]
+            block.dirty.update(families)
+            emptied = emptied or not block.ids
+        for sid, which in changed.items():
+            self._where[sid].dirty.update(which)
+        tail = self._blocks[-1] if self._blocks else None
+        for sid in added:
+            if tail is None or len(tail.ids) >= self._size:
+                tail = _Block(self._families)
+                self._blocks.append(tail)
+            tail.ids[sid] = None
+            tail.dirty.update(families)
+            self._where[sid] = tail
+        if emptied:
+            self._blocks = [block for block in self._blocks if block.ids]
+        # Ends at random positions thin blocks out: once there are twice as many as full blocks would
+        # need, all are packed again (one full build, amortised over the polls that thinned them).
+        if len(self._blocks) > 2 * (-(-len(self._where) // self._size)) + 1:
+            self._repack()
+
+    def _repack(self) -> None:
+        ids = [sid for block in self._blocks for sid in block.ids]
+        self._blocks, self._where = [], {}
+        self.update(removed=(), added=ids, changed={})
+
+    def build(self, lines_of: Mapping[str, Lines]) -> None:
+        """Join, checksum and compress every dirty part from each member's current `lines_of[id]`."""
+        compressor = None
+        for block in self._blocks:
+            if not block.dirty:
+                continue
+            members = list(map(lines_of.__getitem__, block.ids))
+            for family in sorted(block.dirty):
+                raw = b"".join(map(operator.itemgetter(family), members))
+                block.raw[family] = raw
+                block.crc[family] = isal_zlib.crc32(raw)
+                if raw:
+                    if compressor is None:
+                        compressor = isal_zlib.compressobj(LEVEL, isal_zlib.DEFLATED, -15)
+                    # A full flush ends the part byte-aligned and resets the compressor's history, so
+                    # the part never refers to bytes before it: it stays valid next to any other part.
+                    block.deflated[family] = compressor.compress(raw) + compressor.flush(isal_zlib.Z_FULL_FLUSH)
+                    self.parts_built += 1
+                else:
+                    block.deflated[family] = b""
+            block.dirty.clear()
+
+    def family_parts(self, family: int) -> tuple[list[bytes], list[bytes], list[int]]:
+        """One family's built parts in block order: raw bytes, deflate segments and CRC-32s."""
+        blocks = self._blocks
+        raw = list(map(operator.itemgetter(family), map(operator.attrgetter("raw"), blocks)))
+        deflated = list(map(operator.itemgetter(family), map(operator.attrgetter("deflated"), blocks)))
+        crcs = list(map(operator.itemgetter(family), map(operator.attrgetter("crc"), blocks)))
+        return raw, deflated, crcs
+
+
+def combine_crc(crc: int, parts: Iterable[bytes], crcs: Iterable[int]) -> int:
+    """The CRC-32 of the bytes before `parts` (`crc`) continued over `parts`, from their own CRCs."""
+    combine = isal_zlib.crc32_combine
+    for part, part_crc in zip(parts, crcs, strict=True):
+        if part:
+            crc = combine(crc, part_crc, len(part))
+    return crc
+
+
+def coalesce(parts: Iterable[bytes], limit: int = CHUNK_BYTES) -> tuple[bytes, ...]:
+    """`parts` joined into chunks of about `limit` bytes (a part larger than `limit` stays whole), so a
+    scrape writes a few chunks rather than hundreds of parts, and no chunk is a fresh large mapping."""
+    chunks: list[bytes] = []
+    pending: list[bytes] = []
+    size = 0
+    for part in parts:
+        if not part:
+            continue
+        if size and size + len(part) > limit:
+            chunks.append(b"".join(pending))
+            pending, size = [], 0
+        pending.append(part)
+        size += len(part)
+    if pending:
+        chunks.append(b"".join(pending))
+    return tuple(chunks)
