@@ -252,9 +252,10 @@ class _Entry:
 
 
 #: The rendered fields of a session (the change key, with the allowlisted label values appended).
-_KEY_FIELDS: Callable[[Session], tuple[object, ...]] = operator.attrgetter(
-    *dict.fromkeys(field for family in SESSION_FAMILIES for field in family.fields)
+_KEY_FIELD_NAMES: tuple[str, ...] = tuple(
+    dict.fromkeys(field for family in SESSION_FAMILIES for field in family.fields)
 )
+_KEY_FIELDS: Callable[[Session], tuple[object, ...]] = operator.attrgetter(*_KEY_FIELD_NAMES)
 #: Aggregate keys, in label-name order so rendered labels come out sorted.
 _AGGREGATE_FIELDS: Callable[[Session], tuple[str, str, str, str]] = operator.attrgetter(
     "image", "location", "status", "tag"
@@ -359,6 +360,19 @@ class SnapshotRenderer:
         )
         self._session_families = tuple(
             (family.render, family.full_name(prefix), _header(family.full_name(prefix), family.help, family.type))
+            for family in SESSION_FAMILIES
+            if self._label_pairs or not family.needs_allowlist
+        )
+        #: Per session family, the positions in the change key of what its lines are rendered from.
+        self._family_key_indices = tuple(
+            (
+                *(_KEY_FIELD_NAMES.index(field) for field in family.fields),
+                *(
+                    range(len(_KEY_FIELD_NAMES), len(_KEY_FIELD_NAMES) + len(self._label_keys))
+                    if family.needs_allowlist
+                    else ()
+                ),
+            )
             for family in SESSION_FAMILIES
             if self._label_pairs or not family.needs_allowlist
         )
@@ -516,7 +530,7 @@ class SnapshotRenderer:
                 lines[sid] = entry.lines
                 added.append(sid)
             elif entry.key != key:
-                new = cache[sid] = self._render_entry(session, key)
+                new = cache[sid] = self._render_entry(session, key, entry)
                 which = [n for n, (a, b) in enumerate(zip(new.lines, entry.lines, strict=True)) if a != b]
                 lines[sid] = new.lines
                 if which:
@@ -528,12 +542,21 @@ class SnapshotRenderer:
             del cache[sid], lines[sid]
         return added, changed
 
-    def _render_entry(self, s: Session, key: tuple[object, ...]) -> _Entry:
+    def _render_entry(self, s: Session, key: tuple[object, ...], old: _Entry | None = None) -> _Entry:
+        """The entry of a new session, or of a changed one (`old`): then only the families whose
+        fields changed are rendered again (a new player count renders one line, not five)."""
         self.render_count += 1
         sid = f'session_id="{escape_label_value(s.id)}"'
         pairs = self._label_pairs
-        lines = tuple(_encode(render(name, s, sid, pairs)) for render, name, _ in self._session_families)
-        return _Entry(s, key, lines)
+        if old is None:
+            lines = tuple(_encode(render(name, s, sid, pairs)) for render, name, _ in self._session_families)
+            return _Entry(s, key, lines)
+        before = old.key
+        kept = list(old.lines)
+        for n, (render, name, _) in enumerate(self._session_families):
+            if any(key[i] != before[i] for i in self._family_key_indices[n]):
+                kept[n] = _encode(render(name, s, sid, pairs))
+        return _Entry(s, key, tuple(kept))
 
     def _aggregate_part(self, aggregates: Aggregates) -> tuple[bytes, bytes, int]:
         raw = b"".join(header + _encode(render(name, aggregates)) for render, name, header in self._aggregate_families)
