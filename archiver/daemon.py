@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import operator
 import signal
 import sys
 import threading
@@ -29,6 +30,8 @@ from archiver.exporter.webconfig import load_web_config
 from archiver.settings import Settings
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.models import Session, SessionListParser
+
+_PLAYER_COUNT = operator.attrgetter("player_count")
 
 log = logging.getLogger("archiver.daemon")
 
@@ -224,9 +227,9 @@ class Daemon:
             self.metrics.error("render")
             log.exception("rendering the snapshot failed")
         if result.sessions is not None:
-            self.last_poll_summary = PollSummary(
-                len(result.sessions), sum(s.player_count or 0 for s in result.sessions)
-            )
+            # C-level sum: this runs on the poller thread every poll, over every listed session.
+            players = sum(filter(None, map(_PLAYER_COUNT, result.sessions)))
+            self.last_poll_summary = PollSummary(len(result.sessions), players)
         self._first_poll_done = True
 
     def _detect(self, result: PollResult) -> None:
