@@ -106,8 +106,11 @@ def make_session(rnd: random.Random, created_ms: int) -> dict[str, Any]:
     }
 
 
-def write_variants(count: int, directory: Path, seed: int = 7) -> list[Path]:
-    """VARIANTS session-list bodies, each ~2 % different from the previous one."""
+def write_variants(count: int, directory: Path, seed: int = 7, churn: str = "random") -> list[Path]:
+    """VARIANTS session-list bodies, each ~2 % different from the previous one: player counts change
+    at random, and sessions end either at random positions (`random`, the goal's case: every block
+    of the exposition is touched) or oldest first (`oldest`, as matches of similar length do), while
+    as many new ones start."""
     rnd = random.Random(seed)
     base_ms = 1_760_000_000_000
     sessions = [make_session(rnd, base_ms + i * 250) for i in range(count)]
@@ -117,7 +120,13 @@ def write_variants(count: int, directory: Path, seed: int = 7) -> list[Path]:
         if v:
             for entry in rnd.sample(sessions, max(1, int(count * CHANGED_FRACTION))):
                 entry["playerCount"] = rnd.randrange(0, 17)
-            for index in rnd.sample(range(count), max(1, int(count * REPLACED_FRACTION))):
+            replaced = max(1, int(count * REPLACED_FRACTION))
+            if churn == "oldest":
+                del sessions[:replaced]  # the list is in creation order: the oldest come first
+                for _ in range(replaced):
+                    next_created += 250
+                    sessions.append(make_session(rnd, next_created))
+            for index in rnd.sample(range(count), replaced) if churn == "random" else ():
                 next_created += 250
                 sessions[index] = make_session(rnd, next_created)
         path = directory / f"sessions-{count}-{v}.json"
@@ -271,6 +280,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     renderer = SnapshotRenderer(max_sessions=10**6, label_allowlist=allowlist)
     fetch, metrics_fetch, render, total = [], [], [], []
     first_ms = 0.0
+    first_parts = 0
     snapshot = None
     for i in range(1 + len(poll_sequence(polls))):
         t0 = time.perf_counter()
@@ -285,6 +295,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
         if i == 0:
             first_ms = (t2 - t0) * 1000  # the first poll parses and renders every session
             parse_times.clear()
+            first_parts = renderer.parts_built
             continue
         fetch.append(durations[SESSIONS])
         metrics_fetch.append(durations[METRICS])
@@ -312,6 +323,8 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
                 "render_p50_ms": _p50_ms(render),
                 "polls": len(total),
                 "renders": renderer.render_count,
+                # Block parts compressed again per poll, as a share of all parts (the rest reused).
+                "parts_share": (renderer.parts_built - first_parts) / len(total) / max(1, first_parts),
             }
         ),
         flush=True,
@@ -408,10 +421,8 @@ class Child:
 
 
 def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
-    subprocess.run(
-        [sys.executable, __file__, "--child", "generate", "--sessions", str(count), "--paths", str(workdir)],
-        check=True,
-    )
+    generate = ["--child", "generate", "--sessions", str(count), "--paths", str(workdir), "--churn", args.churn]
+    subprocess.run([sys.executable, __file__, *generate], check=True)
     paths = [workdir / f"sessions-{count}-{v}.json" for v in range(VARIANTS)]
     common = ["--paths", ",".join(map(str, paths)), "--allowlist", args.allowlist]
     result: dict[str, Any] = {"sessions": count, "body_bytes": paths[0].stat().st_size}
@@ -504,6 +515,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
         ("    SessionListParser.parse p50 (ms)", "parse_p50_ms", None, "{:.1f}"),
         ("  GET /metrics p50 (ms)", "metrics_fetch_p50_ms", None, "{:.1f}"),
         ("  render + gzip p50 (ms)", "render_p50_ms", None, "{:.1f}"),
+        ("  block parts compressed per poll", "parts_share", None, "{:.0%}"),
         ("first poll, full render (ms)", "first_poll_ms", None, "{:.1f}"),
         ("peak RSS (MB)", "rss_mb", "rss_mb", "{:.1f}"),
         ("baseline peak RSS (MB)", "baseline_rss_mb", None, "{:.1f}"),
@@ -539,6 +551,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline-samples", type=int, default=30)
     parser.add_argument("--allowlist", default="mode,tournament", help="session label allowlist")
     parser.add_argument(
+        "--churn",
+        choices=("random", "oldest"),
+        default="random",
+        help="which sessions end between polls: at random positions (default, the goals' case) or oldest first",
+    )
+    parser.add_argument(
         "--child", choices=("ours", "upstream", "baseline", "generate", "static"), help=argparse.SUPPRESS
     )
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
@@ -546,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     allowlist = [k for k in args.allowlist.split(",") if k]
     if args.child == "generate":
-        write_variants(int(args.sessions), Path(args.paths))
+        write_variants(int(args.sessions), Path(args.paths), churn=args.churn)
         return 0
     if args.child:
         paths = [Path(p) for p in args.paths.split(",")]
@@ -568,7 +586,7 @@ def main(argv: list[str] | None = None) -> int:
             results.append(bench_size(count, args, Path(tmp)))
     print(
         f"/metrics benchmark, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPUs"
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, churn: {args.churn}"
     )
     print_table(results)
     failed = [f"{r['sessions']}: {k}" for r in results for k, v in verdicts(r).items() if v == "FAIL"]
