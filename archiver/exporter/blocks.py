@@ -19,7 +19,9 @@ and sessions ending oldest-first empty the head blocks.
 from __future__ import annotations
 
 import operator
+import threading
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from isal import isal_zlib
 
@@ -31,6 +33,8 @@ from archiver.exporter.snapshot import LEVEL
 BLOCK_SESSIONS = 512
 #: Chunks a scrape writes are coalesced up to about this size (one write each, heap-sized).
 CHUNK_BYTES = 192 * 1024
+#: Dirty bytes from which a build compresses on two threads (below, the hand-off costs more).
+PARALLEL_BYTES = 512 * 1024
 
 #: One session's sample lines, one bytes per family (b"" when it has no sample in that family).
 Lines = Sequence[bytes]
@@ -109,25 +113,28 @@ class SessionBlocks:
 
     def build(self, lines_of: Mapping[str, Lines]) -> None:
         """Join, checksum and compress every dirty part from each member's current `lines_of[id]`."""
-        compressor = None
+        todo: list[tuple[_Block, int]] = []
         for block in self._blocks:
             if not block.dirty:
                 continue
             members = list(map(lines_of.__getitem__, block.ids))
             for family in sorted(block.dirty):
-                raw = b"".join(map(operator.itemgetter(family), members))
-                block.raw[family] = raw
-                block.crc[family] = isal_zlib.crc32(raw)
+                raw = block.raw[family] = b"".join(map(operator.itemgetter(family), members))
                 if raw:
-                    if compressor is None:
-                        compressor = isal_zlib.compressobj(LEVEL, isal_zlib.DEFLATED, -15)
-                    # A full flush ends the part byte-aligned and resets the compressor's history, so
-                    # the part never refers to bytes before it: it stays valid next to any other part.
-                    block.deflated[family] = compressor.compress(raw) + compressor.flush(isal_zlib.Z_FULL_FLUSH)
-                    self.parts_built += 1
+                    todo.append((block, family))
                 else:
-                    block.deflated[family] = b""
+                    block.deflated[family], block.crc[family] = b"", 0
             block.dirty.clear()
+        self.parts_built += len(todo)
+        if len(todo) < 2 or sum(len(block.raw[family]) for block, family in todo) < PARALLEL_BYTES:
+            _compress(todo)
+            return
+        # Like pigz: ISA-L releases the GIL while it compresses, so a second thread halves the wall
+        # time of a big build (every block dirty: ~9 ms at 10,000 sessions). Interleaved halves get
+        # a similar mix of families, hence of bytes.
+        helper = _helper_pool().submit(_compress, todo[1::2])
+        _compress(todo[::2])
+        helper.result()
 
     def family_parts(self, family: int) -> tuple[list[bytes], list[bytes], list[int]]:
         """One family's built parts in block order: raw bytes, deflate segments and CRC-32s."""
@@ -136,6 +143,31 @@ class SessionBlocks:
         deflated = list(map(operator.itemgetter(family), map(operator.attrgetter("deflated"), blocks)))
         crcs = list(map(operator.itemgetter(family), map(operator.attrgetter("crc"), blocks)))
         return raw, deflated, crcs
+
+
+def _compress(parts: Sequence[tuple[_Block, int]]) -> None:
+    """Checksum and compress these parts of their blocks, each a self-contained deflate segment."""
+    compressor = isal_zlib.compressobj(LEVEL, isal_zlib.DEFLATED, -15)
+    for block, family in parts:
+        raw = block.raw[family]
+        block.crc[family] = isal_zlib.crc32(raw)
+        # A full flush ends the part byte-aligned and resets the compressor's history, so the part
+        # never refers to bytes before it: it stays valid next to any other part.
+        block.deflated[family] = compressor.compress(raw) + compressor.flush(isal_zlib.Z_FULL_FLUSH)
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _helper_pool() -> ThreadPoolExecutor:
+    """The process's one compression helper thread, started on the first big build. Shared by every
+    renderer (a sharded test runs several): a build only waits for its own half."""
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exposition-deflate")
+        return _pool
 
 
 def combine_crc(crc: int, parts: Iterable[bytes], crcs: Iterable[int]) -> int:
