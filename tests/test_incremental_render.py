@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import threading
 import zlib
 from collections import defaultdict
 from collections.abc import Sequence
@@ -157,3 +158,16 @@ def test_crcs_of_parts_combine_to_the_crc_of_their_concatenation() -> None:
     parts = [b"abc", b"", b"x" * 70_000, b"\n# EOF\n"]
     crc = combine_crc(zlib.crc32(b"head"), parts, [zlib.crc32(p) for p in parts])
     assert crc == zlib.crc32(b"head" + b"".join(parts))
+
+
+def test_a_big_build_compressed_on_two_threads_still_says_what_a_fresh_render_says() -> None:
+    """Past PARALLEL_BYTES of dirty parts the helper thread compresses half of them; the stitched
+    body must still decode (CRC and length included) to the same series."""
+    sessions = [make_session(f"big-{i:05d}", i % 9, "running", "duel", i) for i in range(4000)]
+    renderer = SnapshotRenderer(max_sessions=10_000, label_allowlist=ALLOWLIST, block_sessions=64)
+    check_snapshot(renderer, sessions, max_sessions=10_000)
+    assert any(thread.name.startswith("exposition-deflate") for thread in threading.enumerate())
+    rnd = random.Random(5)
+    for index in rnd.sample(range(len(sessions)), 400):  # 10 % change: most blocks dirty again
+        sessions[index] = make_session(f"big-{index:05d}", 20, "draining", "ffa", index)
+    check_snapshot(renderer, sessions, max_sessions=10_000)
