@@ -1,0 +1,169 @@
+"""The session-list parser's fast paths give exactly the reference results: entries remembered by a
+keyed hash of their bytes (SHA-256 when the hash key is not secret), never by the bytes; plain new
+entries parsed by a typed decode that equals the tolerant parse or steps aside."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from archiver.errors import PayloadError
+from archiver.upstream.models import (
+    CREATED_MAX_MS,
+    CREATED_MIN_MS,
+    INT64_MAX,
+    Session,
+    SessionListParser,
+    _plain_list_entry,
+    loads_json,
+    parse_session,
+    parse_session_list,
+)
+from tests.test_properties import entries
+
+_PROBE = (
+    "from archiver.upstream import models as m; "
+    "p = m.SessionListParser(); "
+    'p.parse(b\'{"sessions": [{"id": "a", "image": "i", "location": "l", "created": 1648472895000}]}\'); '
+    "print(m._digests.__name__, type(next(iter(p._by_digest))).__name__)"
+)
+
+
+@pytest.mark.parametrize(
+    ("seed", "expected"),
+    [
+        (None, "_keyed_hash_digests int"),
+        ("random", "_keyed_hash_digests int"),
+        ("0", "_sha256_digests bytes"),  # randomisation off: the key is all zeros
+        ("12345", "_sha256_digests bytes"),  # a fixed key is a known key
+    ],
+)
+def test_entries_are_remembered_by_a_keyed_hash_only_while_its_key_is_secret(seed: str | None, expected: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+    if seed is not None:
+        env["PYTHONHASHSEED"] = seed
+    out = subprocess.run([sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == expected.split()
+
+
+def test_the_remembered_digests_hold_no_entry_bytes() -> None:
+    secret = "hunter2-do-not-leak"
+    entry = {"id": "a", "image": "i", "location": "l", "created": 1648472895000, "labels": {"env": secret}}
+    parser = SessionListParser()
+    parser.parse(json.dumps({"sessions": [entry]}).encode())
+    [digest] = parser._by_digest
+    assert isinstance(digest, int | bytes) and secret.encode() not in repr(digest).encode()
+
+
+# --- the typed decode of plain entries (`_plain_list_entry`) against the tolerant path ----------
+
+
+_TEXT = st.text(max_size=6) | st.sampled_from(["", "demo-game", "\ud800", "é", "x\u0000"])
+_NUMBER = st.sampled_from(
+    [0, 1, -1, 2.5, 3.0, INT64_MAX, INT64_MAX + 1, -(2**63), -(2**63) - 1, 10**30, True, "3", None]
+)
+_TAGS = st.sampled_from(
+    ['{"mode": "duel"}', '{"mode": 3}', '{"m": "\\ud800"}', "{", "[1]", "duel", '{"mode": null}', "{}"]
+)
+
+
+@st.composite
+def plain_entries(draw: st.DrawFn) -> dict[str, Any]:
+    """Entries of nearly the service's shape, each field sometimes missing, null, of another type,
+    at a range's edge or wrapped, so both paths meet every way of leaving the fast one."""
+
+    def field(plain: st.SearchStrategy[Any], odd: st.SearchStrategy[Any]) -> Any:
+        return draw(plain if draw(st.integers(0, 9)) < 8 else odd)
+
+    entry: dict[str, Any] = {
+        "id": field(st.sampled_from(["a", "52e6b438"]), _TEXT | _NUMBER),
+        "image": field(st.just("demo-game"), _TEXT | _NUMBER),
+        "tag": field(st.just("1.0.0"), _TEXT | _NUMBER),
+        "location": field(st.just("eu-west-1"), _TEXT | _NUMBER),
+        "host": field(st.just("203.0.113.9"), _TEXT | _NUMBER),
+        "created": field(
+            st.integers(946_684_800_000, 7_258_118_400_000) | st.floats(9.5e11, 7.2e12),
+            st.sampled_from([CREATED_MIN_MS, CREATED_MAX_MS, int(CREATED_MAX_MS) + 1, CREATED_MIN_MS - 0.5]) | _NUMBER,
+        ),
+        "status": field(st.sampled_from(["running", "exited"]), st.sampled_from(["", "weird"]) | _NUMBER),
+        "playerCount": field(st.integers(0, 16), _NUMBER),
+        "port": field(
+            st.dictionaries(st.sampled_from(["7777/udp", "27015/tcp"]), st.integers(0, 65535), max_size=2),
+            st.dictionaries(_TEXT, _NUMBER, max_size=2)
+            | st.sampled_from([{"port": {"80/tcp": 1}}, {"port": 5}, '{"80/tcp": 1}', None]),
+        ),
+        "labels": field(
+            st.fixed_dictionaries({"env": st.just('{"S": "hunter2"}')}, optional={"tags": _TAGS, "gameye": _TAGS}),
+            st.dictionaries(st.sampled_from(["tags", "env", "gameye", "labels", "\ud800"]), _TAGS | _NUMBER, max_size=4)
+            | st.sampled_from([{"labels": {"tags": '{"a": "b"}'}}, '{"tags": "{}"}', None]),
+        ),
+        "players": field(st.none(), st.sampled_from([{"joined": ["p"]}, [], 0])),
+        "enableMetrics": False,
+    }
+    for key in draw(st.lists(st.sampled_from(list(entry)), max_size=2)):
+        entry.pop(key, None)
+    return entry
+
+
+def _tolerant(raw: bytes) -> Session | None:
+    try:
+        return parse_session(loads_json(raw), what="e", with_env_keys=False)
+    except PayloadError:
+        return None
+
+
+def _assert_same_as_tolerant(raw: bytes) -> None:
+    fast = _plain_list_entry(raw)
+    if fast is not None:
+        reference = _tolerant(raw)
+        assert reference is not None, "the fast path accepted an entry the tolerant path refuses"
+        assert fast == reference and repr(fast) == repr(reference)  # repr: 3 and 3.0 differ
+
+
+@given(plain_entries())
+def test_the_typed_decode_gives_the_tolerant_parse_or_steps_aside(entry: dict[str, Any]) -> None:
+    _assert_same_as_tolerant(json.dumps(entry).encode())
+
+
+@given(entries())
+def test_the_typed_decode_of_any_odd_entry_gives_the_tolerant_parse_or_steps_aside(entry: Any) -> None:
+    _assert_same_as_tolerant(json.dumps(entry).encode())
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"id": "", "id": "a", "image": "i", "location": "l", "created": 1648472895000}',  # last wins
+        b'{"id": "a", "image": "i", "location": "l", "created": 1648472895000, "created": "x"}',
+        b'{"\\u0069d": "a", "image": "i", "location": "l", "created": 1648472895000}',  # escaped key
+        b'{"id": "a\\ud800", "image": "i", "location": "l", "created": 1648472895000}',  # lone surrogate
+        b'{"id": "a", "image": "i", "location": "l", "created": 1648472895000, "port": {"p": 1, "p": 1e30}}',
+        b'{"id": "a", "image": "i", "location": "l", "created": 1648472895000, "playerCount": 2, "players": null}',
+    ],
+)
+def test_the_typed_decode_of_byte_level_oddities_gives_the_tolerant_parse_or_steps_aside(raw: bytes) -> None:
+    _assert_same_as_tolerant(raw)
+
+
+def test_the_services_usual_entry_takes_the_typed_decode_and_lists_the_same_session() -> None:
+    """The shape benchmarks/scrape.py generates (the real service's): the fast path is not dead code."""
+    entry = {
+        "id": "52e6b438-f2a7", "image": "demo-game", "tag": "1.0.0", "location": "eu-west-1",
+        "host": "203.0.119.138", "created": 1760000000000, "port": {"7777/udp": 21542},
+        "status": "running", "playerCount": 2, "enableMetrics": False,
+        "labels": {"env": '{"MATCH_SECRET": "hunter2"}', "tags": '{"mode": "ffa"}', "gameye": '{"v": "1"}'},
+    }  # fmt: skip
+    raw = json.dumps(entry).encode()
+    fast = _plain_list_entry(raw)
+    assert fast is not None and fast == _tolerant(raw)
+    assert fast.labels == {"mode": "ffa"} and fast.env_keys == () and "hunter2" not in repr(fast)
+    body = json.dumps({"sessions": [entry, {**entry, "id": "b", "playerCount": "3"}]}).encode()
+    parser = SessionListParser()
+    assert parser.parse(body) == parse_session_list(loads_json(body))
