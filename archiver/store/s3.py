@@ -60,6 +60,7 @@ from archiver.store.s3_multipart import (
 )
 
 if TYPE_CHECKING:
+    from botocore.config import _S3Dict
     from mypy_boto3_s3 import S3Client
 else:
     S3Client = Any
@@ -121,7 +122,7 @@ def make_s3_client(
     """
     import boto3  # local: keeps `import archiver.store` cheap for commands that never touch S3
 
-    s3: dict[str, Any] = {"addressing_style": "path"} if endpoint_url else {}
+    s3: _S3Dict = {"addressing_style": "path"} if endpoint_url else {}
     if checksum_mode == "when_supported":
         # Every PUT and part carries x-amz-checksum-sha256 (signed, as every header is), which the
         # server checks the body against: botocore hashing the body once more for the signature
