@@ -7,12 +7,15 @@ One SeaweedFS server on 127.0.0.1 (benchmarks/peers.py). Per round, in turn on t
   Pipeline's upload workers (UploadStage: claim from the state DB, create-once PUT or
   multipart upload, outcome committed, spool file removed, then the session's manifest and index
   entry), from a state DB seeded with one ended session whose items are already spooled
-  (hard links to the source files), timed from the workers' start until the session is archived;
+  (hard links to the source files), timed from the workers' start until the pipeline logs the
+  session archived;
 - `rclone copy` of the same directory (defaults: 4 transfers) to another prefix;
 - boto3 `upload_file` of the same files, 1 at a time and 4 at a time (rclone's transfers).
 Two cases: `--small` files of 1 MiB, and one file of `--large-mib` MiB (RSS growth of this
 process while ours uploads it: peak RSS reset through /proc/self/clear_refs first). Medians over
 the rounds, ratios taken within each round (the machine is shared: only same-run ratios mean much).
+CPU per object: ours over the timed window (set-up excluded), rclone's whole process (start included);
+on 2 cores the server competes for the same CPU, so the client's CPU per object bounds the throughput.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ import argparse
 import datetime
 import hashlib
 import json
+import logging
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -100,21 +106,23 @@ def run_ours(endpoint: str, state_dir: Path, files: list[Path], tag: str, worker
     pipeline = Pipeline(settings, client, store, state, SelfMetrics(CollectorRegistry()), tuning=Tuning(idle_wait=0.2))
     pipeline.probe_store()  # as the daemon does at start-up
     key = f"1700000000000:{tag}"
+    archived = ArchivedSignal(tag)
     reset_peak_rss()
     rss_before = status_kb("VmRSS")
+    cpu_before = process_cpu()
     started = time.perf_counter()
     pipeline.start(reconcile=False)
     try:
-        while True:
-            row = state.session(key)
-            if row is not None and row.state == "archived":
-                break
-            if time.perf_counter() - started > 600:
-                raise RuntimeError(f"session {tag} not archived after 600 s")
-            time.sleep(0.005)  # a benchmark's sampling interval, a few ms of resolution
+        if not archived.wait(600):
+            raise RuntimeError(f"session {tag} not archived after 600 s")
         seconds = time.perf_counter() - started
+        cpu = process_cpu() - cpu_before
         growth = (status_kb("VmHWM") - rss_before) / 1024
+        row = state.session(key)
+        if row is None or row.state != "archived":
+            raise RuntimeError(f"session {tag} logged as archived but is {row.state if row else 'missing'}")
     finally:
+        archived.close()
         pipeline.stop(30)
         client.close()
         state.close()
@@ -122,22 +130,58 @@ def run_ours(endpoint: str, state_dir: Path, files: list[Path], tag: str, worker
     outcomes = [i.outcome for i in StateDB.open(state_dir).items_of(key)]
     if outcomes != ["archived"] * len(files):
         raise RuntimeError(f"not every item archived: {outcomes}")
-    return {"seconds": seconds, "rss_growth_mb": growth, "workers": float(pipeline.upload_workers)}
+    return {
+        "seconds": seconds,
+        "rss_growth_mb": growth,
+        "workers": float(pipeline.upload_workers),
+        "cpu_ms_per_object": cpu * 1000 / len(files),
+    }
 
 
-def child_ours(endpoint: str, state_dir: str, files_dir: str, tag: str) -> None:
+class ArchivedSignal(logging.Handler):
+    """Set when the pipeline logs that the session `tag` is archived: the end of the timing without
+    polling the state DB (a 5 ms poll loop held the GIL about 15 % as long as all upload workers
+    together, sampled with py-spy --gil: it slowed what it measured)."""
+
+    def __init__(self, tag: str) -> None:
+        super().__init__(logging.INFO)
+        self._tag = tag
+        self._done = threading.Event()
+        self._logger = logging.getLogger("archiver.pipeline")
+        self._logger.setLevel(logging.INFO)
+        self._logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("session %r archived") and record.args and record.args[0] == self._tag:
+            self._done.set()
+
+    def wait(self, timeout: float) -> bool:
+        return self._done.wait(timeout)
+
+    def close(self) -> None:
+        self._logger.removeHandler(self)
+        super().close()
+
+
+def process_cpu() -> float:
+    """CPU seconds (user + system) of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def child_ours(endpoint: str, state_dir: str, files_dir: str, tag: str, workers: str) -> None:
     """`run_ours` in a process of its own, started as `archiver run` starts (allocator tuning), so
     neither its RSS nor its allocator settings mix with the peers'; prints the result as JSON."""
     from archiver.daemon import tune_allocator
 
     tune_allocator()
     files = sorted(Path(files_dir).iterdir())
-    print(json.dumps(run_ours(endpoint, Path(state_dir), files, tag, None)), flush=True)
+    print(json.dumps(run_ours(endpoint, Path(state_dir), files, tag, int(workers) or None)), flush=True)
 
 
-def ours_in_child(endpoint: str, state_dir: Path, files: list[Path], tag: str) -> dict[str, float]:
+def ours_in_child(endpoint: str, state_dir: Path, files: list[Path], tag: str, workers: int) -> dict[str, float]:
     out = subprocess.run(
-        [sys.executable, __file__, "--child-ours", endpoint, str(state_dir), str(files[0].parent), tag],
+        [sys.executable, __file__, "--child-ours", endpoint, str(state_dir), str(files[0].parent), tag, str(workers)],
         check=True,
         stdout=subprocess.PIPE,
         text=True,
@@ -146,20 +190,23 @@ def ours_in_child(endpoint: str, state_dir: Path, files: list[Path], tag: str) -
     return result
 
 
-def one_round(endpoint: str, work: Path, case: str, files: list[Path], n: int) -> dict[str, float]:
+def one_round(endpoint: str, work: Path, case: str, files: list[Path], n: int, workers: int) -> dict[str, float]:
     """Ours and each peer once; the order rotates from round to round (no one always goes first)."""
     client = boto3_client(endpoint)
     size = sum(p.stat().st_size for p in files)
     out: dict[str, float] = {}
 
     def ours() -> None:
-        result = ours_in_child(endpoint, work / f"state-{case}-{n}", files, f"{case}-{n}")
+        result = ours_in_child(endpoint, work / f"state-{case}-{n}", files, f"{case}-{n}", workers)
         out["ours_mb_s"] = size / result["seconds"] / 1e6
         out["ours_rss_growth_mb"] = result["rss_growth_mb"]
         out["ours_workers"] = result["workers"]
+        out["ours_cpu_ms_per_object"] = result["cpu_ms_per_object"]
 
     def rclone() -> None:
+        cpu_before = children_cpu()
         out["rclone_mb_s"] = size / rclone_copy(endpoint, files[0].parent, BUCKET, f"rclone-{case}-{n}/") / 1e6
+        out["rclone_cpu_ms_per_object"] = (children_cpu() - cpu_before) * 1000 / len(files)
 
     def boto3_1() -> None:
         out["boto3_1_mb_s"] = size / boto3_upload_dir(client, files, BUCKET, f"boto3-1-{case}-{n}/", 1) / 1e6
@@ -179,6 +226,12 @@ def one_round(endpoint: str, work: Path, case: str, files: list[Path], n: int) -
     return out
 
 
+def children_cpu() -> float:
+    """CPU seconds (user + system) of the waited-for child processes so far (rclone, and ours)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def medians(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {k: round(statistics.median(r[k] for r in rounds), 3) for k in rounds[0]}
 
@@ -189,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small", type=int, default=200, help="number of 1 MiB files (0 skips)")
     parser.add_argument("--large-mib", type=int, default=100, help="size of the large file (0 skips)")
     parser.add_argument("--json", type=Path, help="write the results here as JSON")
-    parser.add_argument("--child-ours", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--upload-workers", type=int, default=0, help="ours' upload workers (0: auto, the default)")
+    parser.add_argument("--child-ours", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child_ours:
         child_ours(*args.child_ours)
@@ -214,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             cases.append(("large", write_random_files(work / "large", 1, args.large_mib * MIB)))
         for case, files in cases:
             print(f"uploading {case}: {len(files)} files ...", file=sys.stderr, flush=True)
-            rounds = [one_round(endpoint, work, case, files, n) for n in range(args.rounds)]
+            rounds = [one_round(endpoint, work, case, files, n, args.upload_workers) for n in range(args.rounds)]
             results[case] = {"files": len(files), "bytes": sum(p.stat().st_size for p in files), **medians(rounds)}
             results[case]["rounds"] = rounds
     if "small" in results:
@@ -239,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
         if "vs_boto3_n" in r:
             line += f", ours/boto3 x{PEER_THREADS} {r['vs_boto3_n']:.2f}"
         line += f"; RSS growth {r['ours_rss_growth_mb']:.1f} MiB"
+        cpu = r["ours_cpu_ms_per_object"], r["rclone_cpu_ms_per_object"]
+        line += f"; CPU per object: ours {cpu[0]:.1f} ms, rclone {cpu[1]:.1f} ms"
         print(line)
     for name, ok in verdicts.items():
         print(f"  goal {name} ({GOALS[name]}): {'PASS' if ok else 'FAIL'}")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ReadTimeoutError
+from botocore.exceptions import ClientError, ReadTimeoutError
 from botocore.httpsession import URLLib3Session
 
 from archiver.errors import (
@@ -32,6 +32,7 @@ from archiver.errors import (
 )
 from archiver.layout import keys
 from archiver.store import FileStore, MemoryJournal, ObjectStore, PutOutcome, S3Store, open_store
+from archiver.store.base import sha256_checksum
 from archiver.store.file import PARTIAL_DIR
 from tests.fixtures_s3 import client_factory
 
@@ -187,6 +188,47 @@ def test_checksum_mode_when_required_sends_content_md5_and_works(
     assert read_back(store, "k") == (sha, size)
     assert not any(h.lower().startswith("x-amz-checksum-") for headers in sent for h in headers)
     assert sum("Content-MD5" in headers for headers in sent) == 3  # two parts + one PutObject
+
+
+def test_uploads_send_an_unsigned_payload_and_the_server_still_refuses_bytes_not_matching_their_checksum(
+    s3_bucket: tuple[str, str], s3_client: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Payload signing is off (botocore would hash every body once more): each PUT and part carries
+    the signed x-amz-checksum-sha256 instead, and the server refuses a body that does not match it."""
+    _, bucket = s3_bucket
+    client = s3_client()
+    sent: list[dict[str, str]] = []
+
+    def record(request: Any, **_: Any) -> None:
+        sent.append({k.lower(): v.decode() if isinstance(v, bytes) else str(v) for k, v in request.headers.items()})
+
+    client.meta.events.register("before-send.s3.*", record)
+    store = open_store(f"s3://{bucket}/", s3_client=client)
+    for name, size in (("small", MIB), ("multipart", 9 * MIB)):
+        path, sha, _ = write_file(tmp_path / name, size)
+        assert store.put_file(name, path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+        assert read_back(store, name) == (sha, size)
+    uploads = [h for h in sent if "x-amz-checksum-sha256" in h]
+    assert len(uploads) == 3  # one PutObject, two parts
+    assert all(h["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD" for h in uploads)
+    assert all("x-amz-checksum-sha256" in h["authorization"] for h in uploads)  # a signed header
+
+
+def test_a_real_server_refuses_an_unsigned_body_not_matching_its_checksum(seaweed_server: Any) -> None:
+    """What makes the unsigned payload safe: SeaweedFS checks the body against the checksum header
+    (moto does not check it at all, signed or not)."""
+    from archiver.store import make_s3_client
+
+    client = make_s3_client(endpoint_url=seaweed_server.endpoint)
+    bucket = f"test-{uuid.uuid4().hex[:20]}"
+    client.create_bucket(Bucket=bucket)
+    store = open_store(f"s3://{bucket}/", s3_client=client)
+    claimed = sha256_checksum(hashlib.sha256(b"the bytes we claim").digest())
+    with pytest.raises(ClientError):
+        client.put_object(Bucket=bucket, Key="forged", Body=b"other bytes", ChecksumSHA256=claimed)
+    assert store.head("forged") is None
+    client.put_object(Bucket=bucket, Key="true", Body=b"the bytes we claim", ChecksumSHA256=claimed)
+    assert read_back(store, "true") == (hashlib.sha256(b"the bytes we claim").hexdigest(), 18)
 
 
 @pytest.mark.parametrize("size", [MIB, 12 * MIB], ids=["small", "multipart"])

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
 
 from archiver.archive.pipeline import auto_upload_workers
+from archiver.archive.stage import ANY, CONFIRM, FETCH, UPLOAD, Wakeups
 from archiver.archive.state import ItemRow, StateDB
 from archiver.archive.upload import Stored, Uploader
 from archiver.errors import ConfigError
@@ -81,3 +83,43 @@ def test_upload_workers_default_to_auto_sized_by_the_store(tmp_path: Path) -> No
     assert auto_upload_workers(FileStore(tmp_path).url) == 2
     with pytest.raises(ConfigError, match="upload-workers"):
         settings_from(["--upload-workers", "0"])
+
+
+def test_a_notification_wakes_only_the_workers_it_is_aimed_at() -> None:
+    """An uploaded item wakes the upload workers (finalization may be due), not the fetch or confirm
+    workers, whose every needless wake-up costs a state DB transaction; `notify()` still wakes all."""
+    wake = Wakeups(idle_wait=30.0)
+    before = {group: wake.snapshot(group) for group in (CONFIRM, FETCH, UPLOAD, ANY)}
+    wake.notify(UPLOAD)
+    after = {group: wake.snapshot(group) for group in (CONFIRM, FETCH, UPLOAD, ANY)}
+    assert [group for group in before if after[group] != before[group]] == [UPLOAD, ANY]
+    wake.notify()
+    assert all(wake.snapshot(group) == after[group] + 1 for group in after)
+
+    woken = threading.Event()
+    parked = wake.snapshot(FETCH)
+
+    def fetch_worker() -> None:
+        wake.wait(parked, 30.0, FETCH)
+        woken.set()
+
+    worker = threading.Thread(target=fetch_worker, daemon=True)
+    worker.start()
+    wake.notify(UPLOAD, CONFIRM)
+    assert not woken.wait(0.2)  # still parked: nothing it could act on happened
+    wake.notify(FETCH)
+    assert woken.wait(10.0)
+    worker.join(10.0)
+
+
+def test_the_finalize_claim_with_nothing_due_does_not_wait_for_the_write_lock(tmp_path: Path) -> None:
+    """Upload workers ask for a due manifest before every item: with none due, the answer comes from
+    the reader connection, even while another worker holds the write transaction."""
+    state = StateDB.open(tmp_path)
+    answers: list[object] = []
+    with state.write():
+        asker = threading.Thread(target=lambda: answers.append(state.claim_finalize(0.0, 60.0)), daemon=True)
+        asker.start()
+        asker.join(10.0)
+        assert answers == [None]
+    state.close()

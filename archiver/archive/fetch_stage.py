@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable
 
 from archiver.archive.fetch import Fetcher, Finished, Retry, Spooled
-from archiver.archive.stage import Stage, StageParts, backoff
+from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
 from archiver.archive.state import ItemRow
 from archiver.vocabulary import ItemStatus, Outcome
 
@@ -31,10 +31,10 @@ class FetchStage(Stage):
     def run(self) -> None:
         """One fetch worker: earliest deadline first, until the pipeline stops."""
         while not self.wake.stop.is_set():
-            generation = self.wake.snapshot()
+            generation = self.wake.snapshot(FETCH)
             idle = self.work_once()
             if idle is not None:
-                self.wake.wait(generation, idle)
+                self.wake.wait(generation, idle, FETCH)
 
     def work_once(self) -> float | None:
         """Fetch the due item with the earliest deadline; None when one was taken, else how long to
@@ -83,7 +83,7 @@ class FetchStage(Stage):
             )
             self.metrics.add_bytes("fetch", item.kind, result.received)
             self.metrics.fetch_completed(item.deadline - now)
-            self.wake.notify()
+            self.wake.notify(UPLOAD)
         elif isinstance(result, Finished):
             log.info("item %s of %r: %s (%s)", item.kind, item.session_id, result.outcome, result.error)
             self.finish(item, result.outcome, error=result.error, source=result.source)

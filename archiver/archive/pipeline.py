@@ -37,7 +37,7 @@ from archiver.archive.detector import key_id, observe
 from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
 from archiver.archive.fetch_stage import FetchStage
 from archiver.archive.replicas import ArchiveCheck, Stagger
-from archiver.archive.stage import Clock, StageParts, Tuning, Wakeups
+from archiver.archive.stage import CONFIRM, FETCH, UPLOAD, Clock, StageParts, Tuning, Wakeups
 from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key, session_key_of
 from archiver.archive.store_health import check_store, probe_store
 from archiver.archive.upload import Uploader
@@ -294,7 +294,7 @@ class Pipeline:
                         len(reopened.keys), ", ".join(repr(key_id(k)) for k in reopened.keys[:5]))  # fmt: skip
         if gone:
             log.info("%d sessions left the list; confirming their end", len(gone))
-            self._wake.notify()
+            self._wake.notify(CONFIRM)
         self._refresh_gauges(force=False)
 
     def _deadline_for(self, row: SessionRow) -> float:
@@ -322,12 +322,13 @@ class Pipeline:
             return False
         self.metrics.sessions_ended()
         log.info("session %r ended (%s); fetch deadline %.0f", row.id, row.status, row.fetch_deadline or 0)
-        self._wake.notify()
+        # Its items are the fetch workers' now; one without items is complete (finalization).
+        self._wake.notify(FETCH, UPLOAD)
         return True
 
     def _confirm_loop(self) -> None:
         while not self._stop.is_set():
-            generation = self._wake.snapshot()
+            generation = self._wake.snapshot(CONFIRM)
             try:
                 rows = self.state.claim_candidates(self._mono(), self.tuning.confirm_lease, self.tuning.confirm_batch)
                 for row in rows:
@@ -335,7 +336,7 @@ class Pipeline:
                         break
                     self._confirm(row)
                 if not rows:
-                    self._wake.wait(generation, self._wake.until(self.state.next_candidate_wake()))
+                    self._wake.wait(generation, self._wake.until(self.state.next_candidate_wake()), CONFIRM)
             except Exception:  # loop edge: a bug must not silently end confirmations
                 log.exception("confirm loop failed; continuing")
                 self.metrics.error("confirm")
@@ -460,7 +461,7 @@ class Pipeline:
             if queued:
                 self.metrics.reconciled(queued)
                 log.info("reconciliation found %d ended sessions the polls had missed", queued)
-                self._wake.notify()
+                self._wake.notify(CONFIRM)
         self._first_start = False
         pruned = self.state.prune(now - self.settings.prune_after)
         if pruned:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from archiver.archive.fetch import Spool
-from archiver.archive.stage import Stage, StageParts, backoff
+from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
 from archiver.archive.state import ItemRow, SessionRow
 from archiver.archive.upload import Conflict, SpoolBroken, Stored, Uploader
 from archiver.durable import fsync_dir
@@ -113,14 +113,14 @@ class UploadStage(Stage):
     def run(self) -> None:
         """One upload worker: manifests of complete sessions first, then spooled items, until the pipeline stops."""
         while not self.wake.stop.is_set():
-            generation = self.wake.snapshot()
+            generation = self.wake.snapshot(UPLOAD)
             paused = self._paused_for()
             if paused > 0:
-                self.wake.wait(generation, paused)
+                self.wake.wait(generation, paused, UPLOAD)
                 continue
             idle = self.work_once()
             if idle is not None:
-                self.wake.wait(generation, idle)
+                self.wake.wait(generation, idle, UPLOAD)
 
     def work_once(self) -> float | None:
         """One unit of work (a due sweep, then one manifest or one spooled item); None when something
@@ -193,7 +193,7 @@ class UploadStage(Stage):
             )
             self.metrics.error("spool")
             self.state.retry_item(item.id, status=ItemStatus.PENDING_FETCH, not_before=0.0, error=result.error)
-            self.wake.notify()
+            self.wake.notify(FETCH)
         self._refresh_gauges()
 
     def _keep_conflicting(self, path: Path) -> Path:
@@ -253,4 +253,4 @@ class UploadStage(Stage):
         self.metrics.archive_completed(delay_seconds=max(0.0, delay), now=now)
         log.info("session %r archived (%d items): %s", session.id, len(items), manifest_key)
         self._store_ok()
-        self.wake.notify()
+        self.wake.notify(UPLOAD)

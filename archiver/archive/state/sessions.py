@@ -367,6 +367,14 @@ class SessionRepo(Connection):
         Ordered by retry gate, so a session whose finalization keeps failing (backed off) never
         keeps the others waiting.
         """
+        # Upload workers ask before every item, and almost always nothing is due: a look on the
+        # reader connection spares them the write lock (the claim below looks again, under it).
+        with self.read() as db:
+            due = db.execute(
+                "SELECT 1 FROM sessions WHERE state = 'finalizing' AND wake_at <= ? LIMIT 1", (now_mono,)
+            ).fetchone()
+        if due is None:
+            return None
         # The lease lives in wake_at, monotonic and reset at start-up: a crash may lose it.
         with self.write(durable=False) as db:
             row = db.execute(
