@@ -12,9 +12,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archiver.exporter import blocks
 from archiver.exporter.blocks import coalesce, combine_crc
 from archiver.exporter.exposition import SnapshotRenderer
 from archiver.upstream.models import Session, parse_session
@@ -171,3 +173,23 @@ def test_a_big_build_compressed_on_two_threads_still_says_what_a_fresh_render_sa
     for index in rnd.sample(range(len(sessions)), 400):  # 10 % change: most blocks dirty again
         sessions[index] = make_session(f"big-{index:05d}", 20, "draining", "ffa", index)
     check_snapshot(renderer, sessions, max_sessions=10_000)
+
+
+def test_a_render_that_fails_half_way_keeps_the_last_snapshot_and_the_next_poll_starts_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sessions = [make_session(f"s{i}", 1, "running", "duel", i) for i in range(12)]
+    renderer = SnapshotRenderer(max_sessions=100, label_allowlist=ALLOWLIST, block_sessions=4)
+    first = renderer.render(sessions, [], now=0.0)
+    changed = [*sessions[2:], make_session("s12", 3, "running", "ffa", 12)]
+    changed[0] = make_session("s2", 9, "draining", "ffa", 2)
+
+    def broken(parts: object) -> None:
+        raise MemoryError("compressor ran out of memory")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(blocks, "_compress", broken)
+        with pytest.raises(MemoryError):
+            renderer.render(changed, [], now=1.0)
+    assert renderer.last is first  # what scrapes keep being served
+    check_snapshot(renderer, changed, max_sessions=100)

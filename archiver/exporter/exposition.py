@@ -388,19 +388,9 @@ class SnapshotRenderer:
             )
             for family in SNAPSHOT_FAMILIES
         )
-        #: Every session of the last good poll (aggregates) and the exported ones with their entries.
-        self._all: dict[str, Session] = {}
-        self._exported: dict[str, Session] = self._all
-        self._cache: dict[str, _Entry] = {}
-        self._lines: dict[str, tuple[bytes, ...]] = {}
-        self._blocks = SessionBlocks(len(self._session_families), block_sessions=block_sessions)
-        self._aggregator = _Aggregator()
+        self._block_sessions = block_sessions
+        self._forget()
         self._last: Snapshot | None = None
-        # What the last session block was built from, to skip the build when nothing changed.
-        self._built = False
-        self._last_aggregates: Aggregates = ({}, {})
-        self._last_dropped = -1
-        self._head: tuple[bytes, bytes, int] = (b"", b"", 0)
         self._upstream: tuple[bytes, bytes, bytes, bytes] = (b"", b"", b"", b"")
         self._body: tuple[bytes, ...] = ()
         self._body_deflate: tuple[bytes, ...] = ()
@@ -408,6 +398,22 @@ class SnapshotRenderer:
         self._body_length = 0
         #: How many session entries were (re-)rendered since construction; lets tests observe caching.
         self.render_count = 0
+
+    def _forget(self) -> None:
+        """Drop every incremental state (at construction, and after a render that failed half-way:
+        the next poll then renders from scratch rather than trusting half-updated blocks)."""
+        #: Every session of the last good poll (aggregates) and the exported ones with their entries.
+        self._all: dict[str, Session] = {}
+        self._exported: dict[str, Session] = self._all
+        self._cache: dict[str, _Entry] = {}
+        self._lines: dict[str, tuple[bytes, ...]] = {}
+        self._blocks = SessionBlocks(len(self._session_families), block_sessions=self._block_sessions)
+        self._aggregator = _Aggregator()
+        # What the last session block was built from, to skip the build when nothing changed.
+        self._built = False
+        self._last_aggregates: Aggregates = ({}, {})
+        self._last_dropped = -1
+        self._head: tuple[bytes, bytes, int] = (b"", b"", 0)
 
     @property
     def last(self) -> Snapshot | None:
@@ -438,7 +444,13 @@ class SnapshotRenderer:
         if upstream_families is not None:
             self._upstream = self._render_upstream(upstream_families)
         if sessions is not None:
-            self._update_sessions(sessions)
+            try:
+                self._update_sessions(sessions)
+            except BaseException:
+                # The last snapshot's bytes are immutable and stay served; the state behind them may
+                # be half-updated, so it is dropped.
+                self._forget()
+                raise
         up_text, up_text_deflate, up_om, up_om_deflate = self._upstream
         self._last = Snapshot(
             sessions_body=self._body,
