@@ -72,9 +72,6 @@ class SessionBlocks:
         #: How many parts `build` compressed since construction: lets tests observe reuse.
         self.parts_built = 0
 
-    def __len__(self) -> int:
-        return len(self._where)
-
     @property
     def blocks(self) -> int:
         return len(self._blocks)
