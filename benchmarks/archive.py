@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -38,10 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.peers import (
     AWS_ENV,
     boto3_client,
+    cpu_seconds,
     finish,
     rclone_copy,
     reset_peak_rss,
     seaweedfs,
+    server_cpu_seconds,
     status_kb,
     write_random_files,
 )
@@ -268,9 +271,11 @@ def bench_many(endpoint: str, tmp: Path, count: int, fetch_workers: int, upload_
         arch.poll()
         reset_peak_rss()
         rss_before = rss_mb()
+        cpu_before = (_own_cpu(), cpu_seconds(fake.proc.pid), server_cpu_seconds(endpoint))
         arch.pipeline.start()
         fake.command(op="end", ids=ids)
         wall = wait_archived(arch, ids, 3600)
+        cpu_after = (_own_cpu(), cpu_seconds(fake.proc.pid), server_cpu_seconds(endpoint))
         rss_growth = peak_rss_mb() - rss_before
         outcomes = arch.state.outcome_counts()
         sizes = [(i.kind, i.size or 0) for sid in ids for i in arch.state.items_of(_key(arch.state, sid))]
@@ -285,7 +290,13 @@ def bench_many(endpoint: str, tmp: Path, count: int, fetch_workers: int, upload_
     source.mkdir()
     for n, (kind, size) in enumerate(sizes):
         write_random_files(source, 1, size, name=f"{n:06d}-{kind}.bin")
+    rclone_cpu_before = (_children_cpu(), server_cpu_seconds(endpoint))
     rclone_seconds = rclone_copy(endpoint, source, bucket, "rclone/")
+    rclone_cpu = [
+        after - before
+        for before, after in zip(rclone_cpu_before, (_children_cpu(), server_cpu_seconds(endpoint)), strict=True)
+    ]
+    ours_cpu = [after - before for before, after in zip(cpu_before, cpu_after, strict=True)]
     total_bytes = sum(size for _, size in sizes)
     archived = outcomes.get(("logs", "archived"), 0) + outcomes.get(("artifact", "archived"), 0)
     return {
@@ -301,7 +312,24 @@ def bench_many(endpoint: str, tmp: Path, count: int, fetch_workers: int, upload_
         "upload_workers": workers,
         "rclone_s": round(rclone_seconds, 1),
         "vs_rclone": round(wall / rclone_seconds, 2),
+        # Where the 2 cores went (CPU seconds): the archiver (this process), the stand-in upstream,
+        # SeaweedFS; and during the reference, rclone and SeaweedFS.
+        "cpu_archiver_s": round(ours_cpu[0], 1),
+        "cpu_fake_s": round(ours_cpu[1], 1),
+        "cpu_seaweedfs_s": round(ours_cpu[2], 1),
+        "cpu_rclone_s": round(rclone_cpu[0], 1),
+        "cpu_seaweedfs_rclone_s": round(rclone_cpu[1], 1),
     }
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -365,6 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  rclone copy of the same bytes from disk: {m['rclone_s']} s; ours/rclone {m['vs_rclone']}x "
             f"(goal <= {BUDGETS['many_vs_rclone']}) {_pf(verdicts['many_vs_rclone'])}"
+        )
+        print(
+            f"  CPU seconds: archiver {m['cpu_archiver_s']}, stand-in upstream {m['cpu_fake_s']}, "
+            f"SeaweedFS {m['cpu_seaweedfs_s']}; during rclone: rclone {m['cpu_rclone_s']}, "
+            f"SeaweedFS {m['cpu_seaweedfs_rclone_s']}"
         )
     return finish(results, verdicts, args.json)
 

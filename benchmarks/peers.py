@@ -29,6 +29,8 @@ AWS_ENV = {
     "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
 }
 MIB = 1024 * 1024
+#: The `weed` process behind each endpoint `seaweedfs()` yielded, for `server_cpu_seconds`.
+_SERVER_PIDS: dict[str, int] = {}
 
 
 @contextlib.contextmanager
@@ -45,10 +47,26 @@ def seaweedfs() -> Iterator[str]:
     with tempfile.TemporaryDirectory(prefix="archiver-bench-weed-") as tmp:
         server = SeaweedServer(binary, Path(tmp))
         server.start()
+        assert server.process is not None
+        _SERVER_PIDS[server.endpoint] = server.process.pid
         try:
             yield server.endpoint
         finally:
+            _SERVER_PIDS.pop(server.endpoint, None)
             server.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process `pid` has used so far (all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    # After the command name: state is field 3, utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_seconds(endpoint: str) -> float:
+    """CPU seconds used so far by the SeaweedFS server behind `endpoint` (started by `seaweedfs()`)."""
+    return cpu_seconds(_SERVER_PIDS[endpoint])
 
 
 def boto3_client(endpoint: str) -> Any:

@@ -6,6 +6,8 @@ shards mid-run, loses nothing and produces no conflict."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import hashlib
 import re
 import sqlite3
 import time
@@ -295,3 +297,43 @@ def test_a_healthy_pair_fetches_each_session_once(
     assert fake.request_count("GET /artifacts") == len(ids)
     assert pair[1].registry.get_sample_value("archiver_archives_recognised_total") == len(ids)
     assert archived_ids(tmp_path / "store") == dict.fromkeys(ids, 1)
+
+
+@pytest.mark.parametrize("same_log", [True, False], ids=["same-log", "other-log"])
+def test_a_log_another_archiver_compressed_otherwise_is_the_same_evidence(
+    fake: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness], same_log: bool
+) -> None:
+    """An archiver of another version (or zlib build) stored the session's log first, in other gzip
+    bytes: the same uncompressed log is recorded as archived with the stored object's size and
+    sha256, nothing kept aside. A log whose content differs stays a conflict, our bytes kept."""
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    sid = fake.add_session(TOKEN, id="mixed-versions", files={REPLAY: 3000})
+    h = harness_factory(fake, store, state_dir=tmp_path / "b", artifact_paths=(REPLAY,), start=False)
+    h.poll()
+    fake.end_session(TOKEN, sid)
+    h.poll()
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    served = httpx.get(f"{fake.base_url}/query/log", params={"matchKey": sid}, headers=headers, timeout=10).content
+    assert served.count(b"\n") > 10
+    theirs = gzip.compress(served if same_log else served + b"one more line\n", compresslevel=9, mtime=0)
+    key = keys.logs_key("", sid, "txt", h.instance(sid))
+    store.put_bytes(key, theirs, content_type="application/gzip")
+
+    h.pipeline.recover()
+    h.pipeline.start(reconcile=False)
+    assert h.pipeline.run_until_idle(20)
+
+    assert h.object_bytes(key) == theirs  # never overwritten
+    row = h.state.latest(sid)
+    assert row is not None and row.manifest_key is not None
+    (logs,) = [i for i in parse_manifest(h.object_bytes(row.manifest_key)).items if i.kind == "logs"]
+    kept = list((tmp_path / "b" / "conflicts").glob("*"))
+    if same_log:
+        assert h.items_total("logs", "archived") == 1 and h.items_total("logs", "conflict") == 0
+        assert (logs.outcome, logs.size, logs.sha256) == ("archived", len(theirs), hashlib.sha256(theirs).hexdigest())
+        assert kept == []
+    else:
+        assert h.items_total("logs", "conflict") == 1
+        assert logs.outcome == "conflict"
+        assert [gzip.decompress(p.read_bytes()) for p in kept] == [served]

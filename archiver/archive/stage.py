@@ -149,8 +149,12 @@ class Stage:
         source: str | None = None,
         key: str | None = None,
         spool_path: str | None = None,
+        stored: tuple[int, str] | None = None,
     ) -> None:
-        """The item's outcome is final: committed, counted, and the others woken (finalization may be due)."""
+        """The item's outcome is final: committed, counted, and the others woken (finalization may be due).
+
+        `stored`: the (size, sha256) of the object at the key when it is not our spool file's (a log
+        another archiver compressed)."""
         self.state.finish_item(
             item.id,
             outcome,
@@ -160,6 +164,7 @@ class Stage:
             key=key,
             spool_path=spool_path,
             instance=item.instance,
+            stored=stored,
         )
         self.metrics.item_done(item.kind, outcome)
         # An outcome may complete its session: finalization is the upload workers' job.

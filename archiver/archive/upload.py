@@ -7,15 +7,25 @@ after the row that no longer needs them is committed.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from archiver.archive.crashpoints import crashpoint
 from archiver.archive.replicas import same_archive
 from archiver.archive.state import ItemRow, SessionRow
-from archiver.errors import ManifestError, ObjectConflictError, SourceFileError, StoreUnavailableError
+from archiver.errors import (
+    ArchiveIntegrityError,
+    ManifestError,
+    ObjectConflictError,
+    ObjectNotFoundError,
+    SourceFileError,
+    StoreUnavailableError,
+)
+from archiver.gzipstream import gunzip
 from archiver.layout import keys
 from archiver.layout.manifest import (
     Manifest,
@@ -27,7 +37,7 @@ from archiver.layout.manifest import (
     parse_manifest,
 )
 from archiver.layout.players import player_entries
-from archiver.store.base import MultipartJournal, ObjectStore, PutOutcome
+from archiver.store.base import READ_CHUNK, MultipartJournal, ObjectStore, PutOutcome
 from archiver.vocabulary import Outcome
 
 log = logging.getLogger("archiver.upload")  # the name it had before the rooms: log filters keep working
@@ -37,9 +47,13 @@ JSON_CONTENT_TYPE = "application/json"
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """The object is at its key with our size and sha256 (freshly created or already there)."""
+    """The object is at its key with our size and sha256 (freshly created or already there), or,
+    for a log, with our uncompressed bytes compressed by another archiver (`theirs`)."""
 
     outcome: PutOutcome
+    #: The size and sha256 of the object at the key when it is another archiver's gzip of the very
+    #: log we fetched: recorded instead of ours, since that object is the archive's evidence.
+    theirs: tuple[int, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +71,33 @@ class SpoolBroken:
 
 
 UploadResult = Stored | Conflict | SpoolBroken
+
+
+@dataclass(frozen=True, slots=True)
+class LogDigests:
+    """A stored gzip log's size and sha256, and the sha256 of what it decompresses to."""
+
+    size: int
+    sha256: str
+    content_sha256: str
+
+
+def log_digests(chunks: Iterable[bytes], key: str) -> LogDigests:
+    """Digests of a gzip stream read once; ArchiveIntegrityError when it is not valid gzip."""
+    packed = hashlib.sha256()
+    content = hashlib.sha256()
+    size = 0
+
+    def counted() -> Iterator[bytes]:
+        nonlocal size
+        for chunk in chunks:
+            packed.update(chunk)
+            size += len(chunk)
+            yield chunk
+
+    for out in gunzip(counted(), key):
+        content.update(out)
+    return LogDigests(size, packed.hexdigest(), content.hexdigest())
 
 
 def build_session_manifest(
@@ -140,7 +181,18 @@ class Uploader:
                 journal=self._journal,
             )
         except ObjectConflictError as exc:
-            return Conflict(str(exc))
+            if item.kind != "logs":
+                return Conflict(str(exc))
+            try:
+                theirs = self._same_log(item.key, Path(item.spool_path))
+            except OSError as read_error:
+                return SpoolBroken(f"{item.spool_path}: {read_error.strerror or read_error}")
+            if theirs is None:
+                return Conflict(str(exc))
+            log.info("logs of %r: %s holds the same log, compressed by another archiver; recorded as archived",
+                     item.session_id, item.key)  # fmt: skip
+            crashpoint("after_upload_complete")
+            return Stored(PutOutcome.ALREADY_PRESENT, theirs=theirs)
         except SourceFileError as exc:
             return SpoolBroken(str(exc))
         if not (outcome is PutOutcome.CREATED and self.store.conditional_writes):
@@ -152,6 +204,30 @@ class Uploader:
             self._verify(item.key, item.size, item.sha256)
         crashpoint("after_upload_complete")
         return Stored(outcome)
+
+    def _same_log(self, key: str, spool_path: Path) -> tuple[int, str] | None:
+        """(size, sha256) of the object at `key` when it decompresses to the same bytes as our spooled
+        log, else None (the conflict stands).
+
+        Archivers of other versions (a replica mid-upgrade) or other zlib builds compress the same
+        log into other gzip bytes; the evidence is the log, not its compression. OSError: our
+        spool file cannot be read.
+        """
+        try:
+            theirs = log_digests(self.store.iter_bytes(key), key)
+        except ObjectNotFoundError:
+            # Gone between the refused write and this read (a lifecycle rule, an operator): decide later.
+            raise StoreUnavailableError(f"{key}: refused a create-once write, then was not there") from None
+        except ArchiveIntegrityError:
+            return None
+        with spool_path.open("rb") as spooled:
+            try:
+                ours = log_digests(iter(functools.partial(spooled.read, READ_CHUNK), b""), str(spool_path))
+            except ArchiveIntegrityError:
+                return None
+        if theirs.content_sha256 != ours.content_sha256:
+            return None
+        return theirs.size, theirs.sha256
 
     def _verify(self, key: str, size: int, sha256: str) -> None:
         """HEAD the object: our size and sha256 must be there before the spool file may go."""

@@ -173,7 +173,7 @@ class UploadStage(Stage):
         assert item.spool_path is not None  # checked by the uploader
         spool_path = Path(item.spool_path)
         if isinstance(result, Stored):
-            self.finish(item, Outcome.ARCHIVED)
+            self.finish(item, Outcome.ARCHIVED, stored=result.theirs)
             # Only now, with `done` committed, is the spool copy no longer needed.
             self.spool.remove(spool_path)
             self.metrics.add_bytes("upload", item.kind, item.size or 0)

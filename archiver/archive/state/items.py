@@ -103,6 +103,7 @@ class ItemRepo(Connection):
         key: str | None = None,
         spool_path: str | None = None,
         instance: str | None = None,
+        stored: tuple[int, str] | None = None,
     ) -> bool:
         """The in-flight item reached its outcome. True when that completed its session, which is
         then `finalizing` with `archived_at=now` fixed in the same transaction.
@@ -110,6 +111,7 @@ class ItemRepo(Connection):
         A re-open drops a session's unfinished items and its real end creates new ones, which SQLite
         may give the very same ids: only an item still in flight (and, given `instance`, of that
         archive instance) takes the outcome, so a worker still holding a dropped item changes nothing.
+        `stored` replaces the item's size and sha256 with those of the object found at its key.
         """
         with self.write() as db:
             found = db.execute(
@@ -119,10 +121,12 @@ class ItemRepo(Connection):
             ).fetchone()
             if found is None:  # dropped meanwhile: its session was re-opened
                 return False
+            size, sha256 = stored if stored is not None else (None, None)
             db.execute(
                 "UPDATE items SET status = 'done', outcome = ?, last_error = ?, "
-                "source = COALESCE(?, source), key = COALESCE(?, key), spool_path = ? WHERE id = ?",
-                (outcome, error[:500] if error else None, source, key, spool_path, item_id),
+                "source = COALESCE(?, source), key = COALESCE(?, key), spool_path = ?, "
+                "size = COALESCE(?, size), sha256 = COALESCE(?, sha256) WHERE id = ?",
+                (outcome, error[:500] if error else None, source, key, spool_path, size, sha256, item_id),
             )
             skey = found[0]
             open_left = db.execute(
