@@ -75,20 +75,25 @@ def session_files(extra: Mapping[str, int], *, crashed: bool) -> dict[str, FileS
 
 def iter_file(session_id: str, spec: FileSpec) -> Iterator[bytes]:
     """The file's bytes in blocks of at most ``BLOCK_SIZE``, generated as they are consumed."""
-    rng = random.Random(seed_for(session_id, "file:" + spec.path))
+    seed = seed_for(session_id, "file:" + spec.path)
     if spec.kind == "binary":
-        yield from _binary_blocks(rng, spec.size)
+        yield from _binary_blocks(seed, spec.size)
     else:
         pool = _CRASH_POOL if "crash" in spec.path or "core" in spec.path else _LOG_POOL
-        yield from _text_blocks(rng, spec.size, pool)
+        yield from _text_blocks(random.Random(seed), spec.size, pool)
 
 
-def _binary_blocks(rng: random.Random, size: int) -> Iterator[bytes]:
+def _binary_blocks(seed: int, size: int) -> Iterator[bytes]:
+    # SHAKE-128 of (seed, block number): incompressible like random bytes, at about three times the
+    # speed of Mersenne Twister's randbytes, so that in the benchmarks the stand-in upstream takes
+    # less of the machine's CPU from the archiver it serves.
     remaining = size
+    index = 0
     while remaining > 0:
         n = min(BLOCK_SIZE, remaining)
         remaining -= n
-        yield rng.randbytes(n)
+        yield hashlib.shake_128(b"%d:%d" % (seed, index)).digest(n)
+        index += 1
 
 
 def _text_blocks(rng: random.Random, size: int, templates: tuple[str, ...]) -> Iterator[bytes]:

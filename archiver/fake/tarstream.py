@@ -10,6 +10,8 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from isal import isal_zlib
+
 from archiver.fake.content import FileSpec, iter_file, normalise_path
 
 #: Fixed mtime of every entry (2023-06-01T00:00:00Z, the interface's date): bytes never depend on "now".
@@ -77,7 +79,7 @@ def gzip_stream(chunks: Iterable[bytes], *, level: int) -> Iterator[bytes]:
     pending: list[bytes] = [_GZIP_HEADER]
     pending_len = len(_GZIP_HEADER)
     for chunk in chunks:
-        crc = zlib.crc32(chunk, crc)
+        crc = isal_zlib.crc32(chunk, crc)  # the same CRC, 4x faster than zlib's
         size += len(chunk)
         out = compressor.compress(chunk)
         if out:
