@@ -46,7 +46,13 @@ class UploadStage(Stage):
         self.spool = spool
         self._conflicts_dir = conflicts_dir
         self.committer = OutcomeCommitter(
-            self.state, spool, self.metrics, self.wake, self.clock, idle_wait=self.tuning.idle_wait
+            self.state,
+            spool,
+            self.metrics,
+            self.wake,
+            self.clock,
+            idle_wait=self.tuning.idle_wait,
+            gather=self.tuning.outcome_gather,
         )
         # Stage pause after store failures (monotonic).
         self._pause_lock = threading.Lock()
