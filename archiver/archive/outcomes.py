@@ -76,7 +76,10 @@ class OutcomeCommitter:
                 self._cv.wait(self._idle_wait)
             self._pending.append(entry)
             if self._queueing:
-                self._cv.notify_all()
+                if len(self._pending) in (1, MAX_PENDING):
+                    # The committer waits for a first outcome, or gathers until a batch is full:
+                    # waking it for every other hand-over would only cost a GIL turn.
+                    self._cv.notify_all()
                 return
         self.commit_pending()
 
