@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,3 +162,45 @@ def test_with_four_workers_every_spool_file_goes_only_after_its_outcome_is_commi
     assert archived == 12 and len(removed) == archived  # logs + the replay of each session
     assert all((row := h.state.latest(sid)) is not None and row.state == "archived" for sid in ids)
     assert not list((state_dir / "spool").iterdir())
+
+
+def test_a_failed_commit_deletes_nothing_and_the_committer_thread_records_the_outcomes_once_it_can(
+    tmp_path: Path,
+) -> None:
+    """The state DB refuses the transaction (a trigger stands in for a full disk): the outcomes stay
+    queued, every spool file stays, the error is counted, and the next attempt records them."""
+    state = StateDB.open(tmp_path / "state")
+    spool = Spool(tmp_path / "state" / "spool")
+    registry = CollectorRegistry()
+    wake = Wakeups(idle_wait=30.0)
+    committer = OutcomeCommitter(state, spool, SelfMetrics(registry), wake, lambda: 50.0, retry_wait=0.05)
+    items = _uploading(state, spool, "sess-00001", ("/a",))
+    with state.write() as db:
+        db.execute(
+            "CREATE TRIGGER refuse_done BEFORE UPDATE OF status ON items WHEN NEW.status = 'done' "
+            "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+    stop = threading.Event()
+    thread = threading.Thread(target=committer.run, args=(stop,), daemon=True)
+    thread.start()
+    for item in items:
+        committer.hand_over(item, Path(item.spool_path or ""))
+    errors = {"where": "upload"}
+    until = time.monotonic() + 30.0
+    while not registry.get_sample_value("archiver_errors_total", errors) and time.monotonic() < until:
+        wake.wait(wake.snapshot(UPLOAD), 0.05, UPLOAD)  # nothing notifies a failure: look again shortly
+    assert registry.get_sample_value("archiver_errors_total", errors)
+    assert set(_committed_statuses(tmp_path / "state").values()) == {"uploading"}
+    assert all(Path(item.spool_path or "").is_file() for item in items)
+
+    generation = wake.snapshot(UPLOAD)
+    with state.write() as db:
+        db.execute("DROP TRIGGER refuse_done")
+    wake.wait(generation, 30.0, UPLOAD)  # the retry commits and wakes the upload workers
+    assert set(_committed_statuses(tmp_path / "state").values()) == {"done"}
+    assert not any(Path(item.spool_path or "").exists() for item in items)
+    assert committer.pending() == 0
+    stop.set()
+    committer.wake()
+    thread.join(30.0)
+    state.close()
