@@ -33,6 +33,7 @@ CRASH_POINTS = (
     "after_spool_rename",
     "after_part_upload",
     "after_upload_complete",
+    "after_outcome_commit",
     "after_manifest",
 )
 
@@ -232,6 +233,9 @@ def _assert_crashed_mid_way(point: str, state_dir: Path, ids: list[str], s3: Any
         assert len(uploads) == 1 and journal == {uploads[0]["Key"]: uploads[0]["UploadId"]}
     elif point == "after_upload_complete":
         assert any(i.status == "uploading" and i.key in stored for i in items)
+    elif point == "after_outcome_commit":
+        # Committed `done`, its spool file still there: recovery's sweep must delete it, nothing else.
+        assert any(i.outcome == "archived" and i.key in stored and str(i.id) in spool for i in items), (items, spool)
     elif point == "after_manifest":
         finalizing = [s for s in sessions if s is not None and s.state == "finalizing"]
         assert any(keys.manifest_key(PREFIX, s.id, s.instance) in stored for s in finalizing)

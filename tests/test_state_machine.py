@@ -1,7 +1,8 @@
 """A rule-based test (hypothesis.stateful) of the state DB, the spool and the two stages: sessions are
 enqueued, fetched (ok, 503, truncated, reset, crash after the spool write), uploaded (ok, failing,
-ambiguous: written but the answer lost, crash after the write), the process crashes and recovers (the
-DB reopened, `Pipeline.recover()`), and the wall clock jumps. After every step: one state per item,
+ambiguous: written but the answer lost, crash after the write), their outcomes group-committed now or
+steps later (a crash after the commit, before the spool files go), the process crashes and recovers
+(the DB reopened, `Pipeline.recover()`), and the wall clock jumps. After every step: one state per item,
 terminal stays terminal, a spooled item's file is intact, and a spool file is gone only once its
 object is verified in the store. At the end, with the faults gone, everything drains into archives.
 
@@ -136,6 +137,9 @@ class ArchiveMachine(RuleBasedStateMachine):
             monotonic=lambda: self.mono,
         )
         self.pipeline.recover()
+        # Outcomes wait for the `commit` rule (or the next upload's), as they wait for the committer
+        # thread in production: the crashes in between are part of the run.
+        self.pipeline._uploads.committer.defer()
 
     def _crash(self) -> None:
         """The process died: its connections go without another write; a new one starts and recovers."""
@@ -181,8 +185,8 @@ class ArchiveMachine(RuleBasedStateMachine):
             vars(spool).pop("write", None)
         self._tick()
 
-    @rule(mode=st.sampled_from(["ok", "ok", "fail", "ambiguous", "crash"]))
-    def upload(self, mode: str) -> None:
+    @rule(mode=st.sampled_from(["ok", "ok", "fail", "ambiguous", "crash"]), commit=st.booleans())
+    def upload(self, mode: str, commit: bool) -> None:
         self.store.mode = mode
         try:
             self.pipeline._uploads.work_once()
@@ -191,7 +195,41 @@ class ArchiveMachine(RuleBasedStateMachine):
             self._crash()
         finally:
             self.store.mode = "ok"
+        if commit:
+            self.commit(crash=False)
         self._tick()
+
+    @rule()
+    def burst(self) -> None:
+        """Fault-free fetches and uploads until none is due: several outcomes wait for one commit."""
+        for _ in range(20):
+            fetched = self.pipeline._fetches.work_once() is None
+            uploaded = self.pipeline._uploads.work_once() is None
+            if not (fetched or uploaded):
+                break
+        self._tick()
+
+    @precondition(lambda self: self.pipeline._uploads.committer.pending() > 0)
+    @rule(crash=st.booleans())
+    def commit(self, crash: bool) -> None:
+        """The committer's turn: every outcome handed over so far in one transaction (`crash`: the
+        process dies once it is committed, before any spool file is deleted)."""
+        committer = self.pipeline._uploads.committer
+        if committer.pending() > 1:
+            _seen("several outcomes in one commit")
+        if crash:
+
+            def crash_instead(path: Path) -> None:
+                raise SimulatedCrash
+
+            self.pipeline.spool.remove = crash_instead  # type: ignore[method-assign]
+        try:
+            committer.commit_pending()
+        except SimulatedCrash:
+            _seen("crashed after a commit")
+            self._crash()
+        finally:
+            vars(self.pipeline.spool).pop("remove", None)
 
     @rule()
     def crash_and_recover(self) -> None:
@@ -265,6 +303,7 @@ class ArchiveMachine(RuleBasedStateMachine):
             for _ in range(200):
                 fetched = self.pipeline._fetches.work_once() is None
                 uploaded = self.pipeline._uploads.work_once() is None
+                self.pipeline._uploads.committer.commit_pending()
                 self._tick()
                 with self.state.read() as db:
                     open_work = db.execute(
@@ -313,4 +352,5 @@ def test_the_state_db_and_spool_keep_their_invariants_under_faults_crashes_and_c
     run_state_machine_as_test(ArchiveMachine, settings=run)
     # The runs reached what the invariants are about: objects archived, and crashes mid-step.
     assert SEEN["item outcome: archived"] > 0, SEEN
-    assert SEEN["crashed mid-fetch"] + SEEN["crashed mid-upload"] > 0, SEEN
+    assert SEEN["crashed mid-fetch"] + SEEN["crashed mid-upload"] + SEEN["crashed after a commit"] > 0, SEEN
+    assert SEEN["several outcomes in one commit"] > 0, SEEN

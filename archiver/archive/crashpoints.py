@@ -24,6 +24,7 @@ POINTS: Final = (
     "after_spool_rename",  # spool file renamed and directory fsynced, before the `spooled` commit
     "after_part_upload",  # a multipart part stored and journaled, before the next part
     "after_upload_complete",  # object stored and verified, before the `done` commit
+    "after_outcome_commit",  # a group commit's `done` rows committed, before their spool files go
     "after_manifest",  # manifest stored, before the index entry and the `archived` commit
 )
 

@@ -13,7 +13,8 @@ is bound to the upstream's removal deadline; an object store outage costs latenc
 Threads: confirmers (`GET /session/{id}` for candidates), a reconciler (`GET /session?all=true`
 at start-up, after a gap in successful polls and every `reconcile_interval`: ended sessions the
 polls never saw are archived too), `fetch_workers` fetchers (earliest deadline first) and
-`upload_workers` uploaders (objects, then manifest + index entry per complete session).
+`upload_workers` uploaders (objects, then manifest + index entry per complete session) and one
+committer (their outcomes, several per transaction: `outcomes.py`).
 
 A session ends only on positive evidence: a terminal status from the upstream, or the API's own
 JSON 404 seen twice `not_found_confirm` apart (an HTML 404 from a proxy is a transient error).
@@ -218,6 +219,8 @@ class Pipeline:
             + [("confirm", self._confirm_loop)] * self.tuning.confirm_workers
             + [("fetch", self._fetches.run)] * self.settings.fetch_workers
             + [("upload", self._uploads.run)] * self.upload_workers
+            # Last, so stop() joins it after the upload workers whose outcomes it commits.
+            + [("commit", functools.partial(self._uploads.committer.run, self._stop))]
         )
         for n, (name, target) in enumerate(specs):
             thread = threading.Thread(target=target, name=f"archiver-{name}-{n}", daemon=True)
@@ -232,6 +235,7 @@ class Pipeline:
         self._stop.set()
         self._reconcile_requested.set()
         self._wake.notify()
+        self._uploads.committer.wake()
         until = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, until - time.monotonic()))

@@ -55,6 +55,9 @@ class Tuning:
     #: Replica r of a shard waits r times this before a session's first fetch, so a healthy pair
     #: fetches once (the later replica finds the first one's manifest; archive/replicas.py).
     replica_stagger: float = 60.0
+    #: Upload outcomes: the committer waits this long after the first one for the others in flight,
+    #: to record them all in one transaction (`outcomes.py`); delays only finalization.
+    outcome_gather: float = 0.02
     #: Longest a worker sleeps before looking at the DB again even without a notification.
     idle_wait: float = 5.0
     #: Minimum interval between gauge refreshes triggered by workers.

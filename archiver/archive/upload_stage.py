@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from archiver.archive.fetch import Spool
+from archiver.archive.outcomes import OutcomeCommitter
 from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
 from archiver.archive.state import ItemRow, SessionRow
 from archiver.archive.upload import Conflict, SpoolBroken, Stored, Uploader
@@ -44,6 +45,15 @@ class UploadStage(Stage):
         self.uploader = uploader
         self.spool = spool
         self._conflicts_dir = conflicts_dir
+        self.committer = OutcomeCommitter(
+            self.state,
+            spool,
+            self.metrics,
+            self.wake,
+            self.clock,
+            idle_wait=self.tuning.idle_wait,
+            gather=self.tuning.outcome_gather,
+        )
         # Stage pause after store failures (monotonic).
         self._pause_lock = threading.Lock()
         self._paused_until = 0.0
@@ -173,10 +183,16 @@ class UploadStage(Stage):
         assert item.spool_path is not None  # checked by the uploader
         spool_path = Path(item.spool_path)
         if isinstance(result, Stored):
-            self.finish(item, Outcome.ARCHIVED, stored=result.theirs)
-            # Only now, with `done` committed, is the spool copy no longer needed.
-            self.spool.remove(spool_path)
             self.metrics.add_bytes("upload", item.kind, item.size or 0)
+            if result.theirs is not None:
+                # Rare (a log another archiver compressed otherwise): recorded at once, with the size
+                # and sha256 of the object at the key, and only then the spool copy goes.
+                self.finish(item, Outcome.ARCHIVED, stored=result.theirs)
+                self.spool.remove(spool_path)
+            else:
+                # Recorded by the group commit (one fsync for the outcomes of every worker), which
+                # deletes the spool copy only once `done` is committed; this worker goes on meanwhile.
+                self.committer.hand_over(item, spool_path)
         elif isinstance(result, Conflict):
             kept = self._keep_conflicting(spool_path)
             log.error(

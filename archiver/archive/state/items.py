@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from archiver.archive.state.connection import Connection
 from archiver.archive.state.rows import (
@@ -10,6 +11,8 @@ from archiver.archive.state.rows import (
     Backlog,
     ItemRow,
     PendingItem,
+    StoredOutcome,
+    chunks,
     item_row,
 )
 from archiver.vocabulary import OPEN_ITEM_STATUSES, ItemStatus, Outcome, SessionState
@@ -140,6 +143,57 @@ class ItemRepo(Connection):
                 (now, skey),
             ).rowcount
         return bool(changed)
+
+    def finish_uploads(self, stored: Sequence[StoredOutcome], now: float) -> tuple[set[int], list[str]]:
+        """Several uploaded items are `archived`, in one transaction: one fsync for all of them (the
+        upload stage's group commit, `archive/outcomes.py`). Returns the ids of the items that took the
+        outcome, and the spool paths that may go now.
+
+        As in `finish_item`, only an item still in flight of the same instance takes the outcome, and
+        a session whose last open item this was becomes `finalizing` with `archived_at=now`. A spool
+        file may go when its item took the outcome, or when no open row refers to it any more (its
+        item was dropped by a re-open); one still referred to (its item was put back to `spooled`
+        meanwhile, or a new item reuses the id) stays.
+        """
+        if not stored:
+            return set(), []
+        applied: dict[int, str] = {}
+        with self.write() as db:
+            for chunk in chunks(stored, 400):
+                pairs = ",".join(["(?, ?)"] * len(chunk))
+                values = [v for s in chunk for v in (s.item_id, s.instance)]
+                applied.update(
+                    db.execute(
+                        f"SELECT id, session_key FROM items WHERE status IN ('fetching', 'uploading') "
+                        f"AND (id, instance) IN (VALUES {pairs})",
+                        values,
+                    ).fetchall()
+                )
+            for ids in chunks(list(applied), 800):
+                db.execute(
+                    "UPDATE items SET status = 'done', outcome = 'archived', last_error = NULL, spool_path = NULL "
+                    f"WHERE id IN ({','.join('?' * len(ids))})",
+                    ids,
+                )
+            for skeys in chunks(sorted(set(applied.values())), 800):
+                db.execute(
+                    "UPDATE sessions SET state = 'finalizing', archived_at = ?, wake_at = 0 "
+                    f"WHERE key IN ({','.join('?' * len(skeys))}) AND state = 'ended' AND NOT EXISTS "
+                    "(SELECT 1 FROM items WHERE items.session_key = sessions.key AND items.status != 'done')",
+                    (now, *skeys),
+                )
+            others = [s.spool_path for s in stored if s.item_id not in applied]
+            in_use: set[str] = set()
+            for paths in chunks(others, 800):
+                in_use.update(
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT spool_path FROM items WHERE spool_path IN ({','.join('?' * len(paths))}) "
+                        "AND status IN ('spooled', 'uploading')",
+                        paths,
+                    )
+                )
+        return set(applied), [s.spool_path for s in stored if s.item_id in applied or s.spool_path not in in_use]
 
     # --- start-up ---------------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ import json
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from archiver.layout import keys
 from archiver.upstream.models import Session
@@ -97,6 +97,15 @@ class Reopened:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredOutcome:
+    """An uploaded item whose `archived` outcome waits for the upload stage's group commit."""
+
+    item_id: int
+    instance: str
+    spool_path: str
+
+
+@dataclass(frozen=True, slots=True)
 class NewItem:
     """An item to create when a session's end is confirmed."""
 
@@ -181,7 +190,10 @@ def item_row(r: Sequence[Any]) -> ItemRow:
     return ItemRow(*r)
 
 
-def chunks(values: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+_T = TypeVar("_T")
+
+
+def chunks(values: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
     for start in range(0, len(values), size):
         yield values[start : start + size]
 

@@ -1,0 +1,206 @@
+"""Group commit of upload outcomes (issue 14): workers hand a stored object over and go on, one
+transaction records every outcome handed over meanwhile, and a spool file goes only after the commit
+that no longer needs it. Crashes around the commit are in `test_crash_recovery.py` (the point
+`after_outcome_commit`) and `test_state_machine.py` (rules `burst` and `commit`)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from archiver.archive.fetch import Spool
+from archiver.archive.outcomes import OutcomeCommitter
+from archiver.archive.stage import UPLOAD, Wakeups
+from archiver.archive.state import DB_NAME, ItemRow, StateDB, StoredOutcome
+from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.fake import FakeService
+from archiver.store import FileStore
+from tests.fixtures_pipeline import TOKEN, Harness
+from tests.test_state import _ended
+
+
+def _uploading(state: StateDB, spool: Spool, sid: str, paths: tuple[str, ...] = ()) -> list[ItemRow]:
+    """The items of an ended session `sid`, fetched into the spool and claimed by an upload worker."""
+    _ended(state, sid, 900.0, paths)
+    for _ in range(1 + len(paths)):
+        item = state.claim_fetch(0.0)
+        assert item is not None
+        path = spool.final_path(item.id)
+        path.write_bytes(b"spooled %d" % item.id)
+        state.mark_spooled(
+            item.id, spool_path=str(path), size=path.stat().st_size, sha256="0" * 64,
+            content_type="application/octet-stream", source="GET /x", key=f"k/{item.id}", fetched_at=3.0,
+        )  # fmt: skip
+    claimed = [state.claim_upload(0.0) for _ in range(1 + len(paths))]
+    assert all(claimed)
+    return [item for item in claimed if item is not None]
+
+
+def _committed_statuses(state_dir: Path) -> dict[int, str]:
+    """Item statuses as a new connection sees them: committed rows only."""
+    conn = sqlite3.connect(f"file:{state_dir / DB_NAME}?mode=ro", uri=True)
+    try:
+        return dict(conn.execute("SELECT id, status FROM items").fetchall())
+    finally:
+        conn.close()
+
+
+def _committer(tmp_path: Path) -> tuple[StateDB, Spool, CollectorRegistry, Wakeups, OutcomeCommitter]:
+    state = StateDB.open(tmp_path / "state")
+    spool = Spool(tmp_path / "state" / "spool")
+    registry = CollectorRegistry()
+    wake = Wakeups(idle_wait=30.0)
+    return state, spool, registry, wake, OutcomeCommitter(state, spool, SelfMetrics(registry), wake, lambda: 50.0)
+
+
+def test_outcomes_handed_over_meanwhile_share_one_commit_and_their_spool_files_go_only_after_it(
+    tmp_path: Path,
+) -> None:
+    state, spool, registry, wake, committer = _committer(tmp_path)
+    items = _uploading(state, spool, "sess-00001", ("/a", "/b"))
+    committer.defer()  # as while the committer thread runs: the workers do not wait
+    for item in items:
+        committer.hand_over(item, Path(item.spool_path or ""))
+    assert committer.pending() == 3
+    assert set(_committed_statuses(tmp_path / "state").values()) == {"uploading"}
+    assert all(Path(item.spool_path or "").is_file() for item in items)
+
+    woken = wake.snapshot(UPLOAD)
+    assert committer.commit_pending() == 3  # all three in one batch
+    assert set(_committed_statuses(tmp_path / "state").values()) == {"done"}
+    assert not any(Path(item.spool_path or "").exists() for item in items)
+    session = state.latest("sess-00001")
+    assert session is not None and session.state == "finalizing" and session.archived_at == 50.0
+    assert state.outcome_counts() == {("logs", "archived"): 1, ("artifact", "archived"): 2}
+    assert registry.get_sample_value("archiver_items_total", {"kind": "artifact", "outcome": "archived"}) == 2
+    assert wake.snapshot(UPLOAD) == woken + 1  # the upload workers are woken once, for finalization
+    assert committer.commit_pending() == 0
+    state.close()
+
+
+def test_an_outcome_lands_only_on_an_item_still_in_flight_and_a_spool_file_a_row_needs_stays(
+    tmp_path: Path,
+) -> None:
+    """The item put back to `spooled` meanwhile (a worker's edge) keeps its file for the next upload;
+    one of another instance (a re-open) is not touched; a file no row refers to any more may go."""
+    state, spool, _, _, _ = _committer(tmp_path)
+    taken, put_back = _uploading(state, spool, "sess-00001", ("/a",))
+    (other,) = _uploading(state, spool, "sess-00002")
+    state.retry_item(put_back.id, status="spooled", not_before=0.0, error="edge")
+    orphan = StoredOutcome(9999, "", str(spool.final_path(9999)))
+    stale = StoredOutcome(other.id, "an-older-instance", other.spool_path or "")
+    applied, removable = state.finish_uploads(
+        [StoredOutcome(taken.id, taken.instance, taken.spool_path or ""),
+         StoredOutcome(put_back.id, put_back.instance, put_back.spool_path or ""), stale, orphan],
+        now=60.0,
+    )  # fmt: skip
+    assert applied == {taken.id}
+    assert removable == [taken.spool_path, orphan.spool_path]
+    assert _committed_statuses(tmp_path / "state") == {taken.id: "done", put_back.id: "spooled", other.id: "uploading"}
+    session = state.latest("sess-00001")
+    assert session is not None and session.state == "ended"  # one item is still open
+    state.close()
+
+
+def test_the_committer_thread_commits_hand_overs_and_once_it_stops_a_worker_commits_its_own(tmp_path: Path) -> None:
+    state, spool, _, wake, committer = _committer(tmp_path)
+    first, second = _uploading(state, spool, "sess-00001", ("/a",))
+    stop = threading.Event()
+    thread = threading.Thread(target=committer.run, args=(stop,), daemon=True)
+    thread.start()
+    generation = wake.snapshot(UPLOAD)
+    committer.hand_over(first, Path(first.spool_path or ""))
+    wake.wait(generation, 30.0, UPLOAD)  # the committer wakes the upload workers after its commit
+    assert _committed_statuses(tmp_path / "state")[first.id] == "done"
+    assert not Path(first.spool_path or "").exists()
+
+    stop.set()
+    committer.wake()
+    thread.join(30.0)
+    assert not thread.is_alive()
+    committer.hand_over(second, Path(second.spool_path or ""))  # no thread: committed before it returns
+    assert _committed_statuses(tmp_path / "state")[second.id] == "done"
+    assert not Path(second.spool_path or "").exists()
+    state.close()
+
+
+def test_with_four_workers_every_spool_file_goes_only_after_its_outcome_is_committed(
+    fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
+) -> None:
+    """The real pipeline (4 upload workers and the committer thread): at the moment each spool file
+    is deleted, a new connection already sees its item `done`."""
+    ids = [fake_service.add_session(TOKEN) for _ in range(6)]
+    (tmp_path / "store").mkdir()
+    h = harness_factory(fake_service, FileStore(tmp_path / "store"), start=False, upload_workers=4)
+    state_dir = h.settings.state_dir
+    early: list[str] = []
+    removed: list[str] = []
+    remove = h.pipeline.spool.remove
+
+    def remove_if_committed(path: Path) -> None:
+        status = _committed_statuses(state_dir).get(int(path.name))
+        if status not in (None, "done"):
+            early.append(f"{path.name}: {status}")
+        removed.append(path.name)
+        remove(path)
+
+    h.pipeline.spool.remove = remove_if_committed  # type: ignore[method-assign]
+    h.pipeline.recover()
+    h.pipeline.start()
+    h.poll()
+    for sid in ids:
+        fake_service.end_session(TOKEN, sid)
+    h.poll()
+    assert h.pipeline.run_until_idle(30)
+    assert early == []
+    archived = sum(count for (_, outcome), count in h.state.outcome_counts().items() if outcome == "archived")
+    assert archived == 12 and len(removed) == archived  # logs + the replay of each session
+    assert all((row := h.state.latest(sid)) is not None and row.state == "archived" for sid in ids)
+    assert not list((state_dir / "spool").iterdir())
+
+
+def test_a_failed_commit_deletes_nothing_and_the_committer_thread_records_the_outcomes_once_it_can(
+    tmp_path: Path,
+) -> None:
+    """The state DB refuses the transaction (a trigger stands in for a full disk): the outcomes stay
+    queued, every spool file stays, the error is counted, and the next attempt records them."""
+    state = StateDB.open(tmp_path / "state")
+    spool = Spool(tmp_path / "state" / "spool")
+    registry = CollectorRegistry()
+    wake = Wakeups(idle_wait=30.0)
+    committer = OutcomeCommitter(state, spool, SelfMetrics(registry), wake, lambda: 50.0, retry_wait=0.05)
+    items = _uploading(state, spool, "sess-00001", ("/a",))
+    with state.write() as db:
+        db.execute(
+            "CREATE TRIGGER refuse_done BEFORE UPDATE OF status ON items WHEN NEW.status = 'done' "
+            "BEGIN SELECT RAISE(ABORT, 'disk full'); END"
+        )
+    stop = threading.Event()
+    thread = threading.Thread(target=committer.run, args=(stop,), daemon=True)
+    thread.start()
+    for item in items:
+        committer.hand_over(item, Path(item.spool_path or ""))
+    errors = {"where": "upload"}
+    until = time.monotonic() + 30.0
+    while not registry.get_sample_value("archiver_errors_total", errors) and time.monotonic() < until:
+        wake.wait(wake.snapshot(UPLOAD), 0.05, UPLOAD)  # nothing notifies a failure: look again shortly
+    assert registry.get_sample_value("archiver_errors_total", errors)
+    assert set(_committed_statuses(tmp_path / "state").values()) == {"uploading"}
+    assert all(Path(item.spool_path or "").is_file() for item in items)
+
+    generation = wake.snapshot(UPLOAD)
+    with state.write() as db:
+        db.execute("DROP TRIGGER refuse_done")
+    wake.wait(generation, 30.0, UPLOAD)  # the retry commits and wakes the upload workers
+    assert set(_committed_statuses(tmp_path / "state").values()) == {"done"}
+    assert not any(Path(item.spool_path or "").exists() for item in items)
+    assert committer.pending() == 0
+    stop.set()
+    committer.wake()
+    thread.join(30.0)
+    state.close()
