@@ -528,8 +528,8 @@ class SnapshotRenderer:
             self._head = self._aggregate_part(aggregates)
         self._last_aggregates = aggregates
         self._last_dropped = dropped
-        self._blocks.update(removed=removed, added=added, changed=changed)
-        self._blocks.build(self._lines)
+        self._blocks.update(removed=removed, added=added, changed=changed, lines_of=self._lines)
+        self._blocks.build()
         self._assemble(len(exported), dropped)
 
     def _apply_delta(
