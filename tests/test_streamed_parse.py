@@ -12,11 +12,13 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from archiver.credentials import Token
 from archiver.sharding import Shard
 from archiver.upstream.api import SessionHostClient
-from archiver.upstream.models import SessionListParser, WholeBodyNeeded
+from archiver.upstream.models import Session, SessionListParser, WholeBodyNeeded
 from tests.test_incremental_parse import QUIRKS, SECRET, body, entry
 
 
@@ -156,3 +158,61 @@ def test_duplicates_in_different_windows_share_one_object() -> None:
     raw = body(entry("dup"), *[entry(f"s{i}") for i in range(8)], entry("dup"))
     listed = SessionListParser().parse_stream(chunked(raw, 64), window=300).sessions
     assert listed[0] is listed[-1]
+
+
+# --- the delta handed to the renderer ---------------------------------------------------------------
+
+_poll_entries = st.lists(
+    st.tuples(
+        st.integers(0, 9),  # ids from a small pool: sessions end, come back, repeat within a body
+        st.integers(0, 2),  # player count: a changed entry
+        st.booleans(),  # a bad entry (left out, never remembered)
+    ),
+    max_size=12,
+)
+
+
+def _poll_body(entries: list[tuple[int, int, bool]]) -> bytes:
+    return body(*(entry(f"s{n}", playerCount=players, image=None if bad else "g") for n, players, bad in entries))
+
+
+def _broken_after(head: bytes) -> Iterator[bytes]:
+    yield head
+    raise OSError("connection reset mid-body")
+
+
+@settings(max_examples=50, deadline=None)
+@given(polls=st.lists(st.tuples(_poll_entries, st.sampled_from(["whole", "stream", "fails"])), min_size=1, max_size=6))
+def test_the_delta_is_exactly_the_identity_difference_between_consecutive_good_lists(
+    polls: list[tuple[list[tuple[int, int, bool]], str]],
+) -> None:
+    """`added` is every object of the new list that the previous good list did not hold (in list
+    order), `removed` every object of the previous good list that the new one does not hold; a parse
+    that fails in between (its stream breaks) changes neither the state nor the next delta's base."""
+    parser = SessionListParser()
+    last: list[Session] | None = None
+    for entries, how in polls:
+        raw = _poll_body(entries)
+        if how == "fails":
+            with pytest.raises(OSError):
+                parser.parse_stream(_broken_after(raw[: len(raw) // 2]), window=64)
+            continue
+        listed = parser.parse(raw) if how == "whole" else parser.parse_stream(chunked(raw, 16), window=64)
+        delta = listed.delta
+        assert delta is not None
+        assert (delta.base is last if last is not None else delta.base == []) and delta.current is listed.sessions
+        before, now = set(map(id, delta.base)), set(map(id, listed.sessions))
+        expected_added = list({id(s): s for s in listed.sessions if id(s) not in before}.values())
+        assert [id(s) for s in delta.added] == [id(s) for s in expected_added]
+        assert sorted(map(id, delta.removed)) == sorted({id(s) for s in delta.base if id(s) not in now})
+        last = listed.sessions
+
+
+def test_a_list_parsed_the_pure_way_has_no_delta_and_the_next_one_is_relative_to_the_last_good_one() -> None:
+    parser = SessionListParser()
+    first = parser.parse(body(entry("a"), entry("b")))
+    odd = parser.parse(body(entry("c"))[:-2] + b', {"id": "n", "created": NaN}]}')  # only Python's json reads NaN
+    assert odd.delta is None
+    third = parser.parse(body(entry("a"), entry("c")))
+    assert third.delta is not None and third.delta.base is first.sessions
+    assert [s.id for s in third.delta.added] == ["c"] and [s.id for s in third.delta.removed] == ["b"]

@@ -568,8 +568,9 @@ class SnapshotRenderer:
             return None
         for sid in removed_ids:
             del all_[sid]
-        all_.update(zip(added_ids, added))
-        return all_, list(zip(added_ids, added)), removed_ids.difference(added_ids), list(removed)
+        touched = list(zip(added_ids, added, strict=True))
+        all_.update(touched)
+        return all_, touched, removed_ids.difference(added_ids), list(removed)
 
     def _update_entries(
         self, touched: list[tuple[str, Session]], removed: list[str]
