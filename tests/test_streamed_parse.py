@@ -5,6 +5,7 @@ a window was already dropped."""
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
 import threading
@@ -16,9 +17,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from archiver.credentials import Token
+from archiver.errors import ApiTransportError
+from archiver.retry import RetryPolicy
 from archiver.sharding import Shard
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.models import Session, SessionListParser, WholeBodyNeeded
+from archiver.upstream.transport import DIRECT_MIN_BYTES
 from tests.test_incremental_parse import QUIRKS, SECRET, body, entry
 
 
@@ -110,21 +114,40 @@ def test_no_secret_is_kept_by_a_streamed_parse() -> None:
 
 
 class _ListServer(http.server.BaseHTTPRequestHandler):
-    """Answers `GET /session` with the queued bodies in turn (the last one repeats)."""
+    """Answers `GET /session` with the queued bodies in turn (the last one repeats). A body in
+    `cut` is announced whole but only its first half is sent: then the connection is closed, or
+    held open until `release` is set when `stall`."""
 
     bodies: list[bytes] = []
     served = 0
+    cut: set[int] = set()
+    stall = False
+    release = threading.Event()
+    encoding: str | None = None
+    #: The client's address of each request (a reused connection repeats its port).
+    peers: list[tuple[str, int]] = []
     protocol_version = "HTTP/1.1"
 
     def do_GET(self) -> None:
         cls = type(self)
-        raw = cls.bodies[min(cls.served, len(cls.bodies) - 1)]
+        cls.peers.append(self.client_address)
+        number = min(cls.served, len(cls.bodies) - 1)
+        raw = cls.bodies[number]
         cls.served += 1
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
+        if cls.encoding:
+            self.send_header("Content-Encoding", cls.encoding)
         self.end_headers()
-        self.wfile.write(raw)
+        if number not in cls.cut:
+            self.wfile.write(raw)
+            return
+        self.wfile.write(raw[: len(raw) // 2])
+        self.wfile.flush()
+        if cls.stall:
+            cls.release.wait()
+        self.close_connection = True
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -132,12 +155,14 @@ class _ListServer(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def list_server() -> Iterator[type[_ListServer]]:
-    handler = type("Handler", (_ListServer,), {"bodies": [], "served": 0})
+    attributes = {"bodies": [], "served": 0, "cut": set(), "release": threading.Event(), "peers": []}
+    handler = type("Handler", (_ListServer,), attributes)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     handler.url = f"http://127.0.0.1:{server.server_port}"  # type: ignore[attr-defined]
     yield handler
+    handler.release.set()
     server.shutdown()
     thread.join()
 
@@ -216,3 +241,55 @@ def test_a_list_parsed_the_pure_way_has_no_delta_and_the_next_one_is_relative_to
     third = parser.parse(body(entry("a"), entry("c")))
     assert third.delta is not None and third.delta.base is first.sessions
     assert [s.id for s in third.delta.added] == ["c"] and [s.id for s in third.delta.removed] == ["b"]
+
+
+_BIG = [entry(f"s{i}") for i in range(3000)]  # ~2 MB: read past httpx's parser (DIRECT_MIN_BYTES)
+_ONCE = RetryPolicy(attempts=1, attempt_timeout=0.5)
+
+
+def test_a_large_list_read_past_httpx_parses_whole_and_each_poll_gets_its_body(list_server: type[_ListServer]) -> None:
+    """The body comes whole and exact over a fresh connection each poll (the last one is not reused
+    after a direct read), unchanged entries still come back as the same objects."""
+    changed = [*_BIG[:-1], entry("s2999", playerCount=9)]
+    raws = [body(*_BIG), body(*changed)]
+    assert len(raws[0]) > DIRECT_MIN_BYTES
+    list_server.bodies = raws
+    parser = SessionListParser()
+    with SessionHostClient.connect(list_server.url, Token("t")) as client:  # type: ignore[attr-defined]
+        first = client.list_sessions(parser=parser).sessions
+        second = client.list_sessions(parser=parser).sessions
+    assert first == SessionListParser().parse(raws[0]).sessions
+    assert second == SessionListParser().parse(raws[1]).sessions
+    assert all(a is b for a, b in zip(first[:-1], second[:-1], strict=True)) and second[-1].player_count == 9
+    assert len(set(list_server.peers)) == 2  # read directly: the connection was not reused
+
+
+def test_a_small_list_keeps_its_connection(list_server: type[_ListServer]) -> None:
+    list_server.bodies = [body(*_BIG[:10])]
+    with SessionHostClient.connect(list_server.url, Token("t")) as client:  # type: ignore[attr-defined]
+        for _ in range(2):
+            assert len(client.list_sessions().sessions) == 10
+    assert len(list_server.peers) == 2 and len(set(list_server.peers)) == 1
+
+
+def test_a_large_gzipped_list_takes_httpxs_path_and_parses_alike(list_server: type[_ListServer]) -> None:
+    list_server.bodies, list_server.encoding = [gzip.compress(body(*_BIG) + b" " * DIRECT_MIN_BYTES)], "gzip"
+    with SessionHostClient.connect(list_server.url, Token("t")) as client:  # type: ignore[attr-defined]
+        assert [s.id for s in client.list_sessions().sessions] == [e["id"] for e in _BIG]
+
+
+def test_a_large_list_cut_short_is_a_transport_error_and_the_next_attempt_reads_it_whole(
+    list_server: type[_ListServer],
+) -> None:
+    list_server.bodies, list_server.cut = [body(*_BIG), body(*_BIG)], {0}
+    with SessionHostClient.connect(list_server.url, Token("t")) as client:  # type: ignore[attr-defined]
+        with pytest.raises(ApiTransportError, match="GET /session broke mid-body"):
+            client.list_sessions(policy=_ONCE)
+        assert [s.id for s in client.list_sessions(policy=_ONCE).sessions] == [e["id"] for e in _BIG]
+
+
+def test_a_large_list_that_stalls_mid_body_fails_with_the_read_timeout(list_server: type[_ListServer]) -> None:
+    list_server.bodies, list_server.cut, list_server.stall = [body(*_BIG)], {0}, True
+    with SessionHostClient.connect(list_server.url, Token("t")) as client:  # type: ignore[attr-defined]
+        with pytest.raises(ApiTransportError, match="broke mid-body: ReadTimeout"):
+            client.list_sessions(policy=_ONCE)
