@@ -290,6 +290,6 @@ def test_a_large_list_cut_short_is_a_transport_error_and_the_next_attempt_reads_
 
 def test_a_large_list_that_stalls_mid_body_fails_with_the_read_timeout(list_server: type[_ListServer]) -> None:
     list_server.bodies, list_server.cut, list_server.stall = [body(*_BIG)], {0}, True
-    with SessionHostClient.connect(list_server.url, Token("t")) as client:  # type: ignore[attr-defined]
-        with pytest.raises(ApiTransportError, match="broke mid-body: ReadTimeout"):
-            client.list_sessions(policy=_ONCE)
+    client = SessionHostClient.connect(list_server.url, Token("t"))  # type: ignore[attr-defined]
+    with client, pytest.raises(ApiTransportError, match="broke mid-body: ReadTimeout"):
+        client.list_sessions(policy=_ONCE)
