@@ -85,8 +85,8 @@ class Download:
         bytes are read from httpcore's `network_stream` (the documented extension; TLS included).
         The connection is not reused afterwards (h11 still waits for the body, so httpcore closes
         it on `close`): one new connection per large body. Anything else (a small body, no length,
-        a content encoding, HTTP/2, a transport without a network stream such as a test's mock)
-        takes `iter_bytes`."""
+        a content or transfer encoding, HTTP/2, a transport without a network stream such as a
+        test's mock) takes `iter_bytes`."""
         response = self._response
         stream = response.extensions.get("network_stream")
         length = self.content_length
@@ -96,6 +96,7 @@ class Download:
             or not isinstance(stream, httpcore.NetworkStream)
             or response.http_version != "HTTP/1.1"
             or response.headers.get("content-encoding", "identity").strip().lower() != "identity"
+            or "transfer-encoding" in response.headers  # chunked framing wins over a length (RFC 9112)
         ):
             yield from self.iter_bytes()
             return
