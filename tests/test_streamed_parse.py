@@ -8,10 +8,12 @@ from __future__ import annotations
 import gzip
 import http.server
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,6 +25,7 @@ from archiver.sharding import Shard
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.models import Session, SessionListParser, WholeBodyNeeded
 from archiver.upstream.transport import DIRECT_MIN_BYTES
+from tests.fixtures_http import TLSFiles
 from tests.test_incremental_parse import QUIRKS, SECRET, body, entry
 
 
@@ -153,18 +156,32 @@ class _ListServer(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def list_server() -> Iterator[type[_ListServer]]:
+def _serve_lists(tls: ssl.SSLContext | None = None) -> Iterator[type[_ListServer]]:
     attributes = {"bodies": [], "served": 0, "cut": set(), "release": threading.Event(), "peers": []}
     handler = type("Handler", (_ListServer,), attributes)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    handler.url = f"http://127.0.0.1:{server.server_port}"  # type: ignore[attr-defined]
+    scheme = "https" if tls else "http"
+    handler.url = f"{scheme}://127.0.0.1:{server.server_port}"  # type: ignore[attr-defined]
     yield handler
     handler.release.set()
     server.shutdown()
     thread.join()
+
+
+@pytest.fixture
+def list_server() -> Iterator[type[_ListServer]]:
+    yield from _serve_lists()
+
+
+@pytest.fixture
+def tls_list_server(self_signed_cert: TLSFiles) -> Iterator[type[_ListServer]]:
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(self_signed_cert.cert, self_signed_cert.key)
+    yield from _serve_lists(tls)
 
 
 def test_the_client_fetches_again_only_when_a_window_was_already_dropped(list_server: type[_ListServer]) -> None:
@@ -262,6 +279,17 @@ def test_a_large_list_read_past_httpx_parses_whole_and_each_poll_gets_its_body(l
     assert second == SessionListParser().parse(raws[1]).sessions
     assert all(a is b for a, b in zip(first[:-1], second[:-1], strict=True)) and second[-1].player_count == 9
     assert len(set(list_server.peers)) == 2  # read directly: the connection was not reused
+
+
+def test_a_large_list_over_tls_is_read_past_httpx_decrypted_and_whole(
+    tls_list_server: type[_ListServer], self_signed_cert: TLSFiles
+) -> None:
+    tls_list_server.bodies = [body(*_BIG)]
+    transport = httpx.HTTPTransport(verify=ssl.create_default_context(cafile=str(self_signed_cert.cert)))
+    with SessionHostClient.connect(tls_list_server.url, Token("t"), transport=transport) as client:  # type: ignore[attr-defined]
+        for _ in range(2):
+            assert [s.id for s in client.list_sessions().sessions] == [e["id"] for e in _BIG]
+    assert len(set(tls_list_server.peers)) == 2  # read directly: the connection was not reused
 
 
 def test_a_small_list_keeps_its_connection(list_server: type[_ListServer]) -> None:
