@@ -653,7 +653,8 @@ class SessionListParser:
     the previous poll's `Session` object for every entry whose bytes did not change.
 
     Between two polls only a few percent of the entries change, so the decode of all the others is
-    skipped, and downstream identity checks (`SnapshotRenderer`) skip their work too. Entries are
+    skipped, and each result says which sessions are new and which vanished (`ListDelta`, against
+    the last good parse), so the renderer skips comparing the others too. Entries are
     recognised by a digest of their bytes (`_digests`: a keyed 64-bit hash) rather than the bytes
     themselves: the bytes hold the container env, whose values must not be kept, and an int per
     session is cheaper than ~650 bytes.
