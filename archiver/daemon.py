@@ -222,7 +222,9 @@ class Daemon:
                 now=result.started_at,
             )
         try:
-            self._snapshot = self.renderer.render(result.sessions, result.families, now=result.started_at)
+            self._snapshot = self.renderer.render(
+                result.sessions, result.families, now=result.started_at, delta=result.delta
+            )
         except Exception:  # the render's edge: the last snapshot keeps being served, and /readyz ages it
             self.metrics.error("render")
             log.exception("rendering the snapshot failed")

@@ -286,7 +286,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
         t0 = time.perf_counter()
         result = poller.poll_once()
         t1 = time.perf_counter()
-        snapshot = renderer.render(result.sessions, result.families, now=result.started_at)
+        snapshot = renderer.render(result.sessions, result.families, now=result.started_at, delta=result.delta)
         t2 = time.perf_counter()
         if result.errors:
             raise RuntimeError(f"poll failed: {result.errors}")

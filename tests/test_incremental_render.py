@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from archiver.exporter import blocks
 from archiver.exporter.blocks import coalesce, combine_crc
 from archiver.exporter.exposition import SnapshotRenderer
-from archiver.upstream.models import Session, parse_session
+from archiver.upstream.models import ListDelta, Session, SessionListParser, parse_session
 from tests.test_exposition import raw_session
 
 ALLOWLIST = ("mode",)
@@ -193,3 +193,88 @@ def test_a_render_that_fails_half_way_keeps_the_last_snapshot_and_the_next_poll_
             renderer.render(changed, [], now=1.0)
     assert renderer.last is first  # what scrapes keep being served
     check_snapshot(renderer, changed, max_sessions=100)
+
+
+# --- the parser's delta -----------------------------------------------------------------------------
+
+
+def _list_body(entries: list[tuple[int, int | None, str, str, int]]) -> bytes:
+    raws = []
+    for number, players, status, mode, created in entries:
+        raw = raw_session(f"s{number}", playerCount=players, status=status, created=1_700_000_000_000 + created)
+        raw["labels"]["tags"] = json.dumps({"mode": mode})
+        raws.append(raw)
+    steady = [raw_session(f"steady{i}", playerCount=i % 3, created=1_700_000_000_100 + i) for i in range(80)]
+    return json.dumps({"sessions": steady + raws}).encode()
+
+
+class _CountingRenderer(SnapshotRenderer):
+    """Counts the polls whose delta was applied (the rest took the full path)."""
+
+    applied = 0
+
+    def _apply_delta(self, sessions: Sequence[Session], delta: ListDelta | None) -> Any:
+        changes = super()._apply_delta(sessions, delta)
+        self.applied += changes is not None
+        return changes
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    polls=st.lists(st.tuples(poll, st.booleans()), min_size=1, max_size=8),
+    block_sessions=st.sampled_from([1, 3, 512]),
+    max_sessions=st.sampled_from([4, 1000]),
+)
+def test_polls_rendered_with_the_parsers_delta_say_what_a_fresh_render_would(
+    polls: list[tuple[list[tuple[int, int | None, str, str, int]], bool]], block_sessions: int, max_sessions: int
+) -> None:
+    """Lists parsed by one SessionListParser and rendered with its delta (sessions that appear,
+    change, end, come back, repeat within a list; a poll whose list failed in between) render what a
+    fresh render of the same sessions renders; the delta is taken whenever it applies."""
+    parser = SessionListParser()
+    renderer = _CountingRenderer(max_sessions=max_sessions, label_allowlist=ALLOWLIST, block_sessions=block_sessions)
+    for entries, failed in polls:
+        if failed:  # the list request failed: neither the parser nor the renderer moves
+            renderer.render(None, [], now=0.0)
+            continue
+        listed = parser.parse(_list_body(entries))
+        snapshot = renderer.render(listed.sessions, [], now=0.0, delta=listed.delta)
+        fresh = SnapshotRenderer(max_sessions=max_sessions, label_allowlist=ALLOWLIST).render(
+            listed.sessions, [], now=0
+        )
+        assert families_of(snapshot.text) == families_of(fresh.text)
+        assert gzip.decompress(snapshot.openmetrics_gzip) == snapshot.openmetrics
+    listed_polls = [entries for entries, failed in polls if not failed]
+    unique = [len({number for number, *_ in entries}) == len(entries) for entries in listed_polls]
+    if max_sessions == 1000 and len(listed_polls) > 1 and all(unique):
+        assert renderer.applied == len(listed_polls) - 1  # every poll after the first
+
+
+def test_a_delta_that_does_not_fit_what_was_rendered_is_not_applied() -> None:
+    """A delta from another base, for another list, removing a session that is not the one rendered,
+    adding an id that is still held, or leaving the count wrong takes the full path: the snapshot
+    still says what a fresh render says."""
+    sessions = [make_session(f"s{i}", 1, "running", "duel", i) for i in range(6)]
+    changed = [*sessions[1:], make_session("s0", 5, "running", "ffa", 0), make_session("s6", 2, "running", "duel", 6)]
+    new_s0, new_s6 = changed[-2], changed[-1]
+    lies = {
+        "another base": ListDelta(list(sessions), changed, [new_s0, new_s6], [sessions[0]]),
+        "another list": ListDelta(sessions, list(changed), [new_s0, new_s6], [sessions[0]]),
+        "removes a copy": ListDelta(sessions, changed, [new_s0, new_s6], [make_session("s0", 1, "running", "duel", 0)]),
+        "adds a held id": ListDelta(sessions, changed, [new_s0, new_s6], []),
+        "count off": ListDelta(sessions, changed, [new_s0], [sessions[0]]),
+    }
+    for name, delta in lies.items():
+        renderer = _CountingRenderer(max_sessions=100, label_allowlist=ALLOWLIST, block_sessions=4)
+        renderer.render(sessions, [], now=0.0)
+        snapshot = renderer.render(changed, [], now=1.0, delta=delta)
+        fresh = SnapshotRenderer(max_sessions=100, label_allowlist=ALLOWLIST).render(changed, [], now=1.0)
+        assert renderer.applied == 0, name
+        assert families_of(snapshot.text) == families_of(fresh.text), name
+    honest = _CountingRenderer(max_sessions=100, label_allowlist=ALLOWLIST, block_sessions=4)
+    honest.render(sessions, [], now=0.0)
+    snapshot = honest.render(changed, [], now=1.0, delta=ListDelta(sessions, changed, [new_s0, new_s6], [sessions[0]]))
+    assert honest.applied == 1
+    assert families_of(snapshot.text) == families_of(
+        SnapshotRenderer(max_sessions=100, label_allowlist=ALLOWLIST).render(changed, [], now=1.0).text
+    )

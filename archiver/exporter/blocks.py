@@ -43,10 +43,11 @@ Lines = Sequence[bytes]
 class _Block:
     """Some sessions (in insertion order) and, per family, their joined lines and what derives from them."""
 
-    __slots__ = ("crc", "deflated", "dirty", "ids", "raw")
+    __slots__ = ("crc", "deflated", "dirty", "members", "raw")
 
     def __init__(self, families: int) -> None:
-        self.ids: dict[str, None] = {}
+        #: Each member's id and current lines: a build reads them in order, with no look-up per id.
+        self.members: dict[str, Lines] = {}
         self.raw: list[bytes] = [b""] * families
         self.deflated: list[bytes] = [b""] * families
         self.crc: list[int] = [0] * families
@@ -58,8 +59,8 @@ class SessionBlocks:
     """Blocks of exported sessions and their built parts, updated by the sessions that changed.
 
     Not thread-safe: the renderer (one poller thread) owns it. `update` takes what changed since the
-    last call; `build` re-joins and re-compresses the dirty parts only; `family_parts` then hands out
-    one family's parts in block order.
+    last call (and the new lines of the sessions added or changed); `build` re-joins and
+    re-compresses the dirty parts only; `family_parts` then hands out one family's parts in block order.
     """
 
     def __init__(self, families: int, *, block_sessions: int = BLOCK_SESSIONS) -> None:
@@ -76,47 +77,58 @@ class SessionBlocks:
     def blocks(self) -> int:
         return len(self._blocks)
 
-    def update(self, *, removed: Iterable[str], added: Iterable[str], changed: Mapping[str, Iterable[int]]) -> None:
+    def update(
+        self,
+        *,
+        removed: Iterable[str],
+        added: Iterable[str],
+        changed: Mapping[str, Iterable[int]],
+        lines_of: Mapping[str, Lines],
+    ) -> None:
         """Record a poll's changes: ids no longer exported, ids newly exported (appended to the tail
-        block), and ids whose lines changed in the given families."""
+        block), and ids whose lines changed in the given families; `lines_of[id]` are the current
+        lines of every added and changed id."""
         families = range(self._families)
         emptied = False
         for sid in removed:
             block = self._where.pop(sid)
-            del block.ids[sid]
+            del block.members[sid]
             block.dirty.update(families)
-            emptied = emptied or not block.ids
+            emptied = emptied or not block.members
         for sid, which in changed.items():
-            self._where[sid].dirty.update(which)
+            block = self._where[sid]
+            block.members[sid] = lines_of[sid]
+            block.dirty.update(which)
         tail = self._blocks[-1] if self._blocks else None
         for sid in added:
-            if tail is None or len(tail.ids) >= self._size:
+            if tail is None or len(tail.members) >= self._size:
                 tail = _Block(self._families)
                 self._blocks.append(tail)
-            tail.ids[sid] = None
+            tail.members[sid] = lines_of[sid]
             tail.dirty.update(families)
             self._where[sid] = tail
         if emptied:
-            self._blocks = [block for block in self._blocks if block.ids]
+            self._blocks = [block for block in self._blocks if block.members]
         # Ends at random positions thin blocks out: once there are twice as many as full blocks would
         # need, all are packed again (one full build, amortised over the polls that thinned them).
         if len(self._blocks) > 2 * (-(-len(self._where) // self._size)) + 1:
             self._repack()
 
     def _repack(self) -> None:
-        ids = [sid for block in self._blocks for sid in block.ids]
+        members = {sid: lines for block in self._blocks for sid, lines in block.members.items()}
         self._blocks, self._where = [], {}
-        self.update(removed=(), added=ids, changed={})
+        self.update(removed=(), added=members, changed={}, lines_of=members)
 
-    def build(self, lines_of: Mapping[str, Lines]) -> None:
-        """Join, checksum and compress every dirty part from each member's current `lines_of[id]`."""
+    def build(self) -> None:
+        """Join, checksum and compress every dirty part from its members' current lines."""
         todo: list[tuple[_Block, int]] = []
         for block in self._blocks:
             if not block.dirty:
                 continue
-            members = list(map(lines_of.__getitem__, block.ids))
+            # One pass over the members turns their lines into one column per family.
+            columns = list(zip(*block.members.values(), strict=True))
             for family in sorted(block.dirty):
-                raw = block.raw[family] = b"".join(map(operator.itemgetter(family), members))
+                raw = block.raw[family] = b"".join(columns[family]) if columns else b""
                 if raw:
                     todo.append((block, family))
                 else:

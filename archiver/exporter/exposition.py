@@ -49,7 +49,7 @@ from archiver.exporter.snapshot import gzip_compress as gzip_compress
 from archiver.exporter.snapshot import gzip_trailer as gzip_trailer
 from archiver.exporter.snapshot import scrape_parts as scrape_parts
 from archiver.upstream.metrics import MetricFamily, render_upstream
-from archiver.upstream.models import Session
+from archiver.upstream.models import ListDelta, Session
 
 _LABEL_KEY_INVALID = re.compile(r"[^a-zA-Z0-9_]")
 DEFAULT_PREFIX = "sessionhost_"
@@ -409,6 +409,8 @@ class SnapshotRenderer:
         self._lines: dict[str, tuple[bytes, ...]] = {}
         self._blocks = SessionBlocks(len(self._session_families), block_sessions=self._block_sessions)
         self._aggregator = _Aggregator()
+        #: The list `_all` holds (every id once), which a parser's `ListDelta.base` must be.
+        self._base: Sequence[Session] | None = None
         # What the last session block was built from, to skip the build when nothing changed.
         self._built = False
         self._last_aggregates: Aggregates = ({}, {})
@@ -435,17 +437,20 @@ class SnapshotRenderer:
         upstream_families: list[MetricFamily] | None,
         *,
         now: float,
+        delta: ListDelta | None = None,
     ) -> Snapshot:
         """Build the snapshot of a poll. `None` for either input means that half of the poll failed:
         its last rendering is kept. When both are None the previous snapshot is returned unchanged,
-        so its `rendered_at` keeps saying how old the data is."""
+        so its `rendered_at` keeps saying how old the data is. `delta` (the parser's account of
+        what changed since the list rendered last) spares comparing every session; it is used only
+        when it links that list to `sessions` and agrees with what was rendered (`_apply_delta`)."""
         if sessions is None and upstream_families is None and self._last is not None:
             return self._last
         if upstream_families is not None:
             self._upstream = self._render_upstream(upstream_families)
         if sessions is not None:
             try:
-                self._update_sessions(sessions)
+                self._update_sessions(sessions, delta)
             except BaseException:
                 # The last snapshot's bytes are immutable and stay served; the state behind them may
                 # be half-updated, so it is dropped.
@@ -475,22 +480,25 @@ class SnapshotRenderer:
         om = render_upstream(families, prefix=prefix, openmetrics=True)
         return text, deflate_segment(text), om, deflate_segment(om)
 
-    def _update_sessions(self, sessions: Sequence[Session]) -> None:
-        # A duplicated id would be a duplicated series, which makes Prometheus reject the scrape
-        # (the last entry of an id wins, at the place of its first, as a dict comprehension does).
-        unique = dict(zip(map(_ID, sessions), sessions, strict=True))
-        touched = _touched(self._all, unique)
-        gone = self._all.keys() - unique.keys()
+    def _update_sessions(self, sessions: Sequence[Session], delta: ListDelta | None) -> None:
+        changes = self._apply_delta(sessions, delta)
+        if changes is None:
+            # A duplicated id would be a duplicated series, which makes Prometheus reject the scrape
+            # (the last entry of an id wins, at the place of its first, as a dict comprehension does).
+            unique = dict(zip(map(_ID, sessions), sessions, strict=True))
+            previous = self._all
+            touched = _touched(previous, unique)
+            gone = self._all.keys() - unique.keys()
+            ended = [previous[sid] for sid in gone]
+            ended += filter(None, map(previous.get, map(operator.itemgetter(0), touched)))
+        else:
+            unique, touched, gone, ended = changes
         if len(touched) + len(gone) > len(unique) // 4:
             self._aggregator.rebuild(unique.values())  # a first poll, or a big change: in C
         else:
-            previous = self._all
-            for sid in gone:
-                self._aggregator.remove(previous[sid])
-            for sid, session in touched:
-                old = previous.get(sid)
-                if old is not None:
-                    self._aggregator.remove(old)
+            for session in ended:
+                self._aggregator.remove(session)
+            for _, session in touched:
                 self._aggregator.add(session)
 
         exported = unique
@@ -504,6 +512,7 @@ class SnapshotRenderer:
             removed = list(self._exported.keys() - exported.keys())
         dropped = len(unique) - len(exported)
         self._all, self._exported = unique, exported
+        self._base = sessions if len(unique) == len(sessions) else None
         added, changed = self._update_entries(touched, removed)
 
         aggregates = self._aggregator.result()
@@ -519,9 +528,49 @@ class SnapshotRenderer:
             self._head = self._aggregate_part(aggregates)
         self._last_aggregates = aggregates
         self._last_dropped = dropped
-        self._blocks.update(removed=removed, added=added, changed=changed)
-        self._blocks.build(self._lines)
+        self._blocks.update(removed=removed, added=added, changed=changed, lines_of=self._lines)
+        self._blocks.build()
         self._assemble(len(exported), dropped)
+
+    def _apply_delta(
+        self, sessions: Sequence[Session], delta: ListDelta | None
+    ) -> tuple[dict[str, Session], list[tuple[str, Session]], set[str], list[Session]] | None:
+        """`_all` moved to `sessions` by the parser's delta, with what `_update_sessions` needs: the
+        touched (id, session) pairs, the ids gone, the sessions that left the aggregates. None (and
+        nothing changed) unless the delta applies: it must lead from the very list rendered last to
+        `sessions`, every session it removes must be the one held for its id, every one it adds must
+        take a free id, and the count must come out at `len(sessions)` (which also proves the ids
+        unique). The per-session cap then takes the full path (it picks the exported sessions anew).
+
+        The parser builds the delta from its own map of the previous list's entries (`ListDelta`), so
+        it cannot describe another pair of lists; these checks guard the link, not the parser."""
+        all_ = self._all
+        if (
+            delta is None
+            or delta.current is not sessions
+            or self._base is None
+            or delta.base is not self._base
+            or self._exported is not all_
+            or len(sessions) > self._max_sessions
+        ):
+            return None
+        removed, added = delta.removed, delta.added
+        if not all(map(operator.is_, map(all_.get, map(_ID, removed)), removed)):
+            return None
+        removed_ids = set(map(_ID, removed))
+        added_ids = list(map(_ID, added))
+        if (
+            len(removed_ids) != len(removed)
+            or len(set(added_ids)) != len(added)
+            or any(sid in all_ and sid not in removed_ids for sid in added_ids)
+            or len(all_) - len(removed) + len(added) != len(sessions)
+        ):
+            return None
+        for sid in removed_ids:
+            del all_[sid]
+        touched = list(zip(added_ids, added, strict=True))
+        all_.update(touched)
+        return all_, touched, removed_ids.difference(added_ids), list(removed)
 
     def _update_entries(
         self, touched: list[tuple[str, Session]], removed: list[str]

@@ -14,7 +14,7 @@ from archiver.retry import RetryPolicy, upstream_poll
 from archiver.textsafe import printable
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.metrics import MetricFamily, parse_upstream_metrics
-from archiver.upstream.models import InvalidEntry, Session, SessionListParser
+from archiver.upstream.models import InvalidEntry, ListDelta, Session, SessionListParser
 
 log = logging.getLogger("archiver.poller")
 
@@ -29,7 +29,8 @@ _ID_SHOWN = 80
 @dataclass(frozen=True, slots=True)
 class PollResult:
     """What one poll saw. `sessions`/`families` are None when that endpoint failed this time;
-    `invalid` holds the list entries left out of `sessions` because a value failed a range check."""
+    `invalid` holds the list entries left out of `sessions` because a value failed a range check;
+    `delta` what changed since the parser's previous list (for the renderer; None when unknown)."""
 
     started_at: float
     sessions: list[Session] | None
@@ -37,6 +38,7 @@ class PollResult:
     durations: dict[str, float] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     invalid: tuple[InvalidEntry, ...] = ()
+    delta: ListDelta | None = None
 
 
 def poll_policy(interval: float) -> RetryPolicy:
@@ -88,10 +90,11 @@ class Poller:
 
         sessions: list[Session] | None = None
         invalid: tuple[InvalidEntry, ...] = ()
+        delta: ListDelta | None = None
         t0 = time.perf_counter()
         try:
             listed = self._client.list_sessions(policy=self._policy, parser=self._parser)
-            sessions, invalid = listed.sessions, listed.invalid
+            sessions, invalid, delta = listed.sessions, listed.invalid, listed.delta
             self._log_invalid(invalid)
         except ApiError as exc:
             errors[SESSIONS] = _describe_error(exc)
@@ -101,7 +104,7 @@ class Poller:
         durations[SESSIONS] = time.perf_counter() - t0
 
         if not self.upstream_metrics:
-            return PollResult(started, sessions, [], durations, errors, invalid)
+            return PollResult(started, sessions, [], durations, errors, invalid, delta)
         families: list[MetricFamily] | None = None
         t0 = time.perf_counter()
         try:
@@ -113,7 +116,7 @@ class Poller:
             self._transition(METRICS, True, None)
         durations[METRICS] = time.perf_counter() - t0
 
-        return PollResult(started, sessions, families, durations, errors, invalid)
+        return PollResult(started, sessions, families, durations, errors, invalid, delta)
 
     def _log_invalid(self, invalid: tuple[InvalidEntry, ...]) -> None:
         """One WARNING per entry left out, the first poll it appears in; the id made printable and cut."""

@@ -343,7 +343,8 @@ class SessionHostClient:
         policy: RetryPolicy | None,
         consume: Callable[[Iterator[bytes]], T],
     ) -> T:
-        """`consume` of a body's chunks as they arrive; a broken body is retried from the start."""
+        """`consume` of a body's chunks as they arrive; a broken body is retried from the start. A
+        large body is read past httpx's HTTP/1.1 parser (`Download.iter_direct`)."""
         timeout = (policy or self._policy).attempt_timeout
 
         def attempt() -> T:
@@ -351,7 +352,7 @@ class SessionHostClient:
                 method, path, endpoint, params, None, accept="application/json", stream=True, timeout=timeout
             )
             with Download(response) as download:
-                return consume(download.iter_bytes())
+                return consume(download.iter_direct())
 
         return self._retrying(attempt, endpoint, policy, True)
 

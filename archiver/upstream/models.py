@@ -13,7 +13,7 @@ import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -369,11 +369,32 @@ class InvalidEntry:
 
 
 @dataclass(frozen=True, slots=True)
+class ListDelta:
+    """What changed between two consecutive lists of one `SessionListParser`: `added` holds the
+    Session objects of `current` that are not objects of `base` (new and changed entries, in list
+    order), `removed` the objects of `base` that are not in `current` (ended sessions, and the old
+    objects of changed ones). Every other session of `current` is the very object `base` held.
+
+    Built only by the parser, from its own map of the previous list's entries, so that a consumer
+    (`SnapshotRenderer`) can follow a poll's changes without comparing every session again; `base`
+    and `current` are the lists themselves, so a consumer applies a delta only to the list it saw
+    last (`base is` what it rendered last, `current is` what it is given)."""
+
+    base: list[Session]
+    current: list[Session]
+    added: list[Session]
+    removed: list[Session]
+
+
+@dataclass(frozen=True, slots=True)
 class SessionList:
-    """One `GET /session` body: the sessions that parsed, and the entries that were left out."""
+    """One `GET /session` body: the sessions that parsed, and the entries that were left out;
+    `delta` when the parser could say what changed since its previous list (see `ListDelta`; not
+    part of what a list says, so two equal lists compare equal whatever came before them)."""
 
     sessions: list[Session]
     invalid: tuple[InvalidEntry, ...] = ()
+    delta: ListDelta | None = field(default=None, compare=False, repr=False)
 
 
 def _invalid_entry(index: int, entry: Any, exc: PayloadError) -> InvalidEntry:
@@ -514,10 +535,15 @@ class _ListBuild:
 
     def __init__(self, parser: SessionListParser) -> None:
         self.parser = parser
+        #: The previous list's entries, each taken out (popped) when it is listed again: what is left
+        #: at the end is what vanished (`ListDelta.removed`), with no diff of the whole list. `abort`
+        #: puts the taken ones back when the parse fails.
         self.previous = parser._by_digest
+        #: Sessions parsed anew by this build (`ListDelta.added`) and their digests.
+        self.added: list[Session] = []
+        self.fresh: list[Digest] = []
         self.known_owners = parser._owners
-        #: None only for an entry that failed, between its piece's update and the removal after it.
-        self.current: dict[Digest, Session | None] = {}
+        self.current: dict[Digest, Session] = {}
         #: The id -> owner map grows with every new id; it is rebuilt from the listed ids only once
         #: it holds twice as many as were listed (rebuilding it every poll costs ~15 ms at 100k).
         prune = len(parser._owners) > 2 * parser._listed + 1024
@@ -541,31 +567,30 @@ class _ListBuild:
             raws = [raws[i] for i in local]
             indices = [offset + i for i in local]
         digests = list(_digests(raws))
-        found: list[Session | None] = list(map(self.previous.get, digests))
+        found: list[Session | None] = list(map(self.previous.pop, digests, itertools.repeat(None)))
         current = self.current
-        failed: list[Digest] = []
+        # At once, so that everything taken out of `previous` is in `current` (see `abort`); only
+        # the found ones (compress), so a None never hides an earlier copy of the same entry.
+        known = itertools.compress(zip(digests, found, strict=True), found)
+        current.update(cast("Iterator[tuple[Digest, Session]]", known))
         for n in _positions_of_none(found):
             digest = digests[n]
-            session = current.get(digest)  # a duplicated entry within this body, parsed already
+            session = current.get(digest)  # a duplicated entry within this body, known already
             if session is None:
                 # Only new or changed entries get here, so the range checks cost nothing on the
                 # unchanged majority.
                 session = _plain_list_entry(raws[n])
-                if session is not None:
-                    current[digest] = found[n] = session
-                    continue
-                entry = loads_json(bytes(raws[n]))
-                try:
-                    session = parse_session(entry, what=_entry_name(indices[n]), with_env_keys=False)
-                except PayloadError as exc:
-                    self.invalid.append(_invalid_entry(indices[n], entry, exc))
-                    failed.append(digest)
-                    continue
-                current[digest] = session
-            found[n] = session
-        current.update(zip(digests, found, strict=True))
-        for digest in failed:  # left out, not remembered (the same bytes fail the same way)
-            current.pop(digest, None)
+                if session is None:
+                    entry = loads_json(bytes(raws[n]))
+                    try:
+                        session = parse_session(entry, what=_entry_name(indices[n]), with_env_keys=False)
+                    except PayloadError as exc:
+                        # Left out, not remembered (the same bytes fail the same way).
+                        self.invalid.append(_invalid_entry(indices[n], entry, exc))
+                        continue
+                self.added.append(session)
+                self.fresh.append(digest)
+            current[digest] = found[n] = session
         self.sessions.extend(filter(None, found))
 
     def _owned_indices(self, doc: bytes | bytearray | memoryview, raws: Sequence[msgspec.Raw | bytes]) -> list[int]:
@@ -594,10 +619,20 @@ class _ListBuild:
         return list(itertools.compress(range(len(ids)), mine))
 
     def finish(self) -> SessionList:
-        self.parser._by_digest = self.current
-        self.parser._owners = self.owners
-        self.parser._listed = self.offset
-        return SessionList(self.sessions, tuple(self.invalid))
+        parser = self.parser
+        # Every entry listed again was taken out of `previous`: the rest vanished.
+        delta = ListDelta(parser._sessions, self.sessions, self.added, list(self.previous.values()))
+        parser._by_digest = self.current
+        parser._sessions = self.sessions
+        parser._owners = self.owners
+        parser._listed = self.offset
+        return SessionList(self.sessions, tuple(self.invalid), delta)
+
+    def abort(self) -> None:
+        """Puts back what this build took out of the parser's state: a failed parse leaves the state
+        of the last good one in place."""
+        fresh = set(self.fresh)
+        self.previous.update((d, s) for d, s in self.current.items() if d not in fresh)
 
 
 def _positions_of_none(values: list[Any]) -> Iterator[int]:
@@ -618,7 +653,8 @@ class SessionListParser:
     the previous poll's `Session` object for every entry whose bytes did not change.
 
     Between two polls only a few percent of the entries change, so the decode of all the others is
-    skipped, and downstream identity checks (`SnapshotRenderer`) skip their work too. Entries are
+    skipped, and each result says which sessions are new and which vanished (`ListDelta`, against
+    the last good parse), so the renderer skips comparing the others too. Entries are
     recognised by a digest of their bytes (`_digests`: a keyed 64-bit hash) rather than the bytes
     themselves: the bytes hold the container env, whose values must not be kept, and an int per
     session is cheaper than ~650 bytes.
@@ -628,14 +664,15 @@ class SessionListParser:
     """
 
     def __init__(self, owns: Callable[[str | None], bool] | None = None) -> None:
-        #: Never holds None once a parse finished (the type is the one its build fills it with).
-        self._by_digest: dict[Digest, Session | None] = {}
+        self._by_digest: dict[Digest, Session] = {}
         #: Sharding (`archiver.sharding.Shard.owns`): entries of other shards' sessions are left out
         #: before their full parse (one small decode of the id when new, nothing when unchanged).
         self._owns = owns
         self._owners: dict[str | None, bool] = {}
         #: Entries in the last body parsed.
         self._listed = 0
+        #: The sessions of the last good parse (`ListDelta.base` of the next one).
+        self._sessions: list[Session] = []
 
     def parse(self, body: bytes | bytearray) -> SessionList:
         """The sessions of one list body, and its entries that failed parsing or a range check (left
@@ -651,7 +688,11 @@ class SessionListParser:
                 # the result or the error message is exactly the one parse_session_list gives.
                 return _only_owned(parse_session_list(decode_json(body)), self._owns)
         build = _ListBuild(self)
-        build.add(body, raws)
+        try:
+            build.add(body, raws)
+        except BaseException:
+            build.abort()
+            raise
         return build.finish()
 
     def parse_stream(self, chunks: Iterable[bytes], *, window: int = STREAM_WINDOW) -> SessionList:
@@ -667,40 +708,49 @@ class SessionListParser:
         envelope fails to decode and an earlier cut is tried. Correct cuts are thus proved by msgspec
         itself, never guessed."""
         build = _ListBuild(self)
-        buf = bytearray()
-        stream = iter(chunks)
-        head = None
+        try:
+            return _stream_windows(build, chunks, window)
+        except BaseException:
+            build.abort()
+            raise
+
+
+def _stream_windows(build: _ListBuild, chunks: Iterable[bytes], window: int) -> SessionList:
+    """The body of `SessionListParser.parse_stream`: every window of `chunks` into `build`."""
+    buf = bytearray()
+    stream = iter(chunks)
+    head = None
+    for chunk in stream:
+        buf += chunk
+        head = _STREAM_HEAD.match(buf)
+        if head is not None or len(buf) >= _HEAD_LIMIT:
+            break
+    if head is None:
         for chunk in stream:
             buf += chunk
-            head = _STREAM_HEAD.match(buf)
-            if head is not None or len(buf) >= _HEAD_LIMIT:
-                break
-        if head is None:
-            for chunk in stream:
-                buf += chunk
-            raise WholeBodyNeeded(bytes(buf))
-        # The window is kept as an envelope of its own: its entries follow `{"sessions":[`, so a
-        # window is decoded where it lies, never copied.
-        buf = bytearray(_ENVELOPE_HEAD) + buf[head.end() :]
-        limit = window
-        for chunk in stream:
-            buf += chunk
-            if len(buf) >= limit:
-                rest = _cut_window(build, buf)
-                # No cut found (a huge entry, or one msgspec refuses): wait for twice as much, so
-                # the retries stay linear in the body.
-                limit = window if rest is not buf else 2 * len(buf)
-                buf = rest
-        # What is left is the last window and the envelope's end: `]`, `}`, whitespace, and only that.
-        end = len(buf.rstrip(_WS))
-        if not buf.endswith(b"}", 0, end):
-            raise WholeBodyNeeded
-        close = len(buf.rstrip(_WS)[: end - 1].rstrip(_WS))
-        if not buf.endswith(b"]", 0, close) or close <= len(_ENVELOPE_HEAD):
-            raise WholeBodyNeeded
-        if buf[len(_ENVELOPE_HEAD) : close - 1].strip(_WS) and not _add_window(build, buf, end):
-            raise WholeBodyNeeded
-        return build.finish()
+        raise WholeBodyNeeded(bytes(buf))
+    # The window is kept as an envelope of its own: its entries follow `{"sessions":[`, so a
+    # window is decoded where it lies, never copied.
+    buf = bytearray(_ENVELOPE_HEAD) + buf[head.end() :]
+    limit = window
+    for chunk in stream:
+        buf += chunk
+        if len(buf) >= limit:
+            rest = _cut_window(build, buf)
+            # No cut found (a huge entry, or one msgspec refuses): wait for twice as much, so
+            # the retries stay linear in the body.
+            limit = window if rest is not buf else 2 * len(buf)
+            buf = rest
+    # What is left is the last window and the envelope's end: `]`, `}`, whitespace, and only that.
+    end = len(buf.rstrip(_WS))
+    if not buf.endswith(b"}", 0, end):
+        raise WholeBodyNeeded
+    close = len(buf.rstrip(_WS)[: end - 1].rstrip(_WS))
+    if not buf.endswith(b"]", 0, close) or close <= len(_ENVELOPE_HEAD):
+        raise WholeBodyNeeded
+    if buf[len(_ENVELOPE_HEAD) : close - 1].strip(_WS) and not _add_window(build, buf, end):
+        raise WholeBodyNeeded
+    return build.finish()
 
 
 _ENVELOPE_HEAD = b'{"sessions":['
