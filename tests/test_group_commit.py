@@ -87,21 +87,29 @@ def test_an_outcome_lands_only_on_an_item_still_in_flight_and_a_spool_file_a_row
     tmp_path: Path,
 ) -> None:
     """The item put back to `spooled` meanwhile (a worker's edge) keeps its file for the next upload;
-    one of another instance (a re-open) is not touched; a file no row refers to any more may go."""
+    one of another instance (a re-open) is not touched; an open item reusing a dropped item's id
+    (and so its spool file name) while it fetches keeps that name; a file no row refers to any more
+    may go."""
     state, spool, _, _, _ = _committer(tmp_path)
     taken, put_back = _uploading(state, spool, "sess-00001", ("/a",))
     (other,) = _uploading(state, spool, "sess-00002")
     state.retry_item(put_back.id, status="spooled", not_before=0.0, error="edge")
+    _ended(state, "sess-00003", 900.0, ())
+    fetching = state.claim_fetch(0.0)
+    assert fetching is not None and fetching.spool_path is None
     orphan = StoredOutcome(9999, "", str(spool.final_path(9999)))
     stale = StoredOutcome(other.id, "an-older-instance", other.spool_path or "")
+    reused = StoredOutcome(fetching.id, "an-older-instance", str(spool.final_path(fetching.id)))
     applied, removable = state.finish_uploads(
         [StoredOutcome(taken.id, taken.instance, taken.spool_path or ""),
-         StoredOutcome(put_back.id, put_back.instance, put_back.spool_path or ""), stale, orphan],
+         StoredOutcome(put_back.id, put_back.instance, put_back.spool_path or ""), stale, reused, orphan],
         now=60.0,
     )  # fmt: skip
     assert applied == {taken.id}
     assert removable == [taken.spool_path, orphan.spool_path]
-    assert _committed_statuses(tmp_path / "state") == {taken.id: "done", put_back.id: "spooled", other.id: "uploading"}
+    assert _committed_statuses(tmp_path / "state") == {
+        taken.id: "done", put_back.id: "spooled", other.id: "uploading", fetching.id: "fetching",
+    }  # fmt: skip
     session = state.latest("sess-00001")
     assert session is not None and session.state == "ended"  # one item is still open
     state.close()

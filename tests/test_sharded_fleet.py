@@ -27,7 +27,7 @@ from archiver.layout import keys
 from archiver.layout.manifest import parse_index_entry, parse_manifest
 from archiver.settings import Settings
 from archiver.sharding import Shard, shard_of
-from archiver.store import open_store
+from archiver.store import ObjectStore, open_store
 from archiver.store.file import FileStore
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_pipeline import FAST, FAST_POLICY, MISSING, REPLAY, TOKEN, Harness
@@ -299,15 +299,34 @@ def test_a_healthy_pair_fetches_each_session_once(
     assert archived_ids(tmp_path / "store") == dict.fromkeys(ids, 1)
 
 
-@pytest.mark.parametrize("same_log", [True, False], ids=["same-log", "other-log"])
+@pytest.mark.parametrize(
+    ("where", "writer", "adopted"),
+    [
+        ("dir", "archiver", True),
+        ("dir", "other-log", False),
+        ("s3", "archiver", True),
+        ("s3", "other-log", False),
+        ("s3", "no-checksum", False),
+    ],
+)
 def test_a_log_another_archiver_compressed_otherwise_is_the_same_evidence(
-    fake: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness], same_log: bool
+    fake: FakeService,
+    tmp_path: Path,
+    harness_factory: Callable[..., Harness],
+    request: pytest.FixtureRequest,
+    where: str,
+    writer: str,
+    adopted: bool,
 ) -> None:
     """An archiver of another version (or zlib build) stored the session's log first, in other gzip
     bytes: the same uncompressed log is recorded as archived with the stored object's size and
-    sha256, nothing kept aside. A log whose content differs stays a conflict, our bytes kept."""
-    (tmp_path / "store").mkdir()
-    store = FileStore(tmp_path / "store")
+    sha256, nothing kept aside. A log whose content differs, or one written without the checksum
+    the manifest would then claim (S3), stays a conflict, our bytes kept."""
+    if where == "dir":
+        (tmp_path / "store").mkdir()
+        store: ObjectStore = FileStore(tmp_path / "store")
+    else:
+        store = request.getfixturevalue("s3_store")
     sid = fake.add_session(TOKEN, id="mixed-versions", files={REPLAY: 3000})
     h = harness_factory(fake, store, state_dir=tmp_path / "b", artifact_paths=(REPLAY,), start=False)
     h.poll()
@@ -316,9 +335,13 @@ def test_a_log_another_archiver_compressed_otherwise_is_the_same_evidence(
     headers = {"Authorization": f"Bearer {TOKEN}"}
     served = httpx.get(f"{fake.base_url}/query/log", params={"matchKey": sid}, headers=headers, timeout=10).content
     assert served.count(b"\n") > 10
-    theirs = gzip.compress(served if same_log else served + b"one more line\n", compresslevel=9, mtime=0)
-    key = keys.logs_key("", sid, "txt", h.instance(sid))
-    store.put_bytes(key, theirs, content_type="application/gzip")
+    theirs = gzip.compress(served + (b"one more line\n" if writer == "other-log" else b""), compresslevel=9, mtime=0)
+    key = keys.logs_key(store.prefix, sid, "txt", h.instance(sid))
+    if writer == "no-checksum":
+        bucket, _, _prefix = store.url.removeprefix("s3://").partition("/")
+        store._client.put_object(Bucket=bucket, Key=key, Body=theirs)  # type: ignore[attr-defined]
+    else:
+        store.put_bytes(key, theirs, content_type="application/gzip")
 
     h.pipeline.recover()
     h.pipeline.start(reconcile=False)
@@ -329,7 +352,7 @@ def test_a_log_another_archiver_compressed_otherwise_is_the_same_evidence(
     assert row is not None and row.manifest_key is not None
     (logs,) = [i for i in parse_manifest(h.object_bytes(row.manifest_key)).items if i.kind == "logs"]
     kept = list((tmp_path / "b" / "conflicts").glob("*"))
-    if same_log:
+    if adopted:
         assert h.items_total("logs", "archived") == 1 and h.items_total("logs", "conflict") == 0
         assert (logs.outcome, logs.size, logs.sha256) == ("archived", len(theirs), hashlib.sha256(theirs).hexdigest())
         assert kept == []

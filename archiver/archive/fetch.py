@@ -13,7 +13,7 @@ import contextlib
 import hashlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -36,6 +36,8 @@ log = logging.getLogger("archiver.fetch")  # the name it had before the rooms: l
 #: limit). The stored bytes therefore differ from an older archiver's; replicas compare logs by
 #: their uncompressed content (`Uploader.upload`), so that is no conflict.
 GZIP_LEVEL = 1
+#: The pieces logs are compressed in (see `gzip_blocks`).
+DEFLATE_BLOCK = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 #: Content type of every stored log object: the key says what is inside (`.txt.gz` / `.jsonl.gz`).
 LOGS_CONTENT_TYPE = "application/gzip"
@@ -113,6 +115,29 @@ def _usable_log_type(content_type: str) -> bool:
     return "html" not in content_type.lower()
 
 
+def gzip_blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """One gzip member of `chunks` (mtime 0, no name), fed to ISA-L in blocks of `DEFLATE_BLOCK` bytes.
+
+    ISA-L's output depends on how its input is cut (zlib's does not), and chunks arrive as the
+    network cuts them: re-cut into fixed blocks, the same log always gives the same bytes (with the
+    same ISA-L), so two fetches of it store one object, not a conflict to resolve.
+    """
+    compressor = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31)  # 31: gzip
+    pending = bytearray()
+    for chunk in chunks:
+        pending += chunk
+        whole = len(pending) - len(pending) % DEFLATE_BLOCK
+        if not whole:
+            continue
+        with memoryview(pending) as view:
+            for start in range(0, whole, DEFLATE_BLOCK):
+                data = compressor.compress(view[start : start + DEFLATE_BLOCK])
+                if data:
+                    yield data
+        del pending[:whole]
+    yield compressor.compress(pending) + compressor.flush()
+
+
 class Spool:
     """The spool directory: durable files named by item id."""
 
@@ -132,27 +157,24 @@ class Spool:
         digest = hashlib.sha256()
         size = received = 0
         head = b""
-        compressor = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31) if compress else None  # 31: gzip
+
+        def raw() -> Iterator[bytes]:
+            nonlocal received, head
+            for chunk in chunks:
+                received += len(chunk)
+                if limit is not None and received > limit:
+                    raise TooLargeError(f"body passed {limit} bytes while streaming")
+                if len(head) < _HEAD:
+                    head += chunk[: _HEAD - len(head)]
+                yield chunk
+
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             with os.fdopen(fd, "wb") as out:
-                for chunk in chunks:
-                    received += len(chunk)
-                    if limit is not None and received > limit:
-                        raise TooLargeError(f"body passed {limit} bytes while streaming")
-                    if len(head) < _HEAD:
-                        head += chunk[: _HEAD - len(head)]
-                    data = compressor.compress(chunk) if compressor is not None else chunk
-                    if data:
-                        digest.update(data)
-                        out.write(data)
-                        size += len(data)
-                if compressor is not None:
-                    # wbits=31 writes mtime 0 and no name: the same body gives the same bytes.
-                    tail = compressor.flush()
-                    digest.update(tail)
-                    out.write(tail)
-                    size += len(tail)
+                for data in gzip_blocks(raw()) if compress else raw():
+                    digest.update(data)
+                    out.write(data)
+                    size += len(data)
                 crashpoint("after_spool_write")
                 out.flush()
                 os.fsync(out.fileno())

@@ -97,6 +97,9 @@ def log_digests(chunks: Iterable[bytes], key: str) -> LogDigests:
 
     for out in gunzip(counted(), key):
         content.update(out)
+    if not size:
+        # No gzip member at all is not the gzip of an empty log (which is 20 bytes).
+        raise ArchiveIntegrityError(f"{key} is empty, not gzip")
     return LogDigests(size, packed.hexdigest(), content.hexdigest())
 
 
@@ -227,6 +230,15 @@ class Uploader:
                 return None
         if theirs.content_sha256 != ours.content_sha256:
             return None
+        # The manifest will record the checksum the store keeps for an object of that size and sha256
+        # as we write them; one written otherwise (no checksum, or multipart where we send one PUT)
+        # would then fail `archiver verify`: not adopted, the conflict stands.
+        expected = self.store.store_checksum(key, sha256=theirs.sha256, size=theirs.size)
+        if expected is not None:
+            info = self.store.head(key)
+            kept = info.checksum_sha256 if info is not None else None
+            if kept is None or kept.split("-")[0] != expected.split("-")[0]:
+                return None
         return theirs.size, theirs.sha256
 
     def _verify(self, key: str, size: int, sha256: str) -> None:

@@ -164,7 +164,9 @@ class ItemRepo(Connection):
                 values = [v for s in chunk for v in (s.item_id, s.instance)]
                 applied.update(
                     db.execute(
-                        f"SELECT id, session_key FROM items WHERE status IN ('fetching', 'uploading') "
+                        # Only an upload in flight: a row put back to fetch meanwhile must not take an
+                        # outcome (and a size and sha256) recorded for other bytes.
+                        f"SELECT id, session_key FROM items WHERE status = 'uploading' "
                         f"AND (id, instance) IN (VALUES {pairs})",
                         values,
                     ).fetchall()
@@ -182,9 +184,11 @@ class ItemRepo(Connection):
                     "(SELECT 1 FROM items WHERE items.session_key = sessions.key AND items.status != 'done')",
                     (now, *skeys),
                 )
-            others = [s.spool_path for s in stored if s.item_id not in applied]
+            others = [s for s in stored if s.item_id not in applied]
             in_use: set[str] = set()
-            for paths in chunks(others, 800):
+            for chunk in chunks(others, 400):
+                paths = [s.spool_path for s in chunk]
+                ids = [s.item_id for s in chunk]
                 in_use.update(
                     r[0]
                     for r in db.execute(
@@ -193,6 +197,15 @@ class ItemRepo(Connection):
                         paths,
                     )
                 )
+                # Spool files are named by item id: an open item reusing the id (a re-open dropped the
+                # old one, the real end made it anew) may be fetching into that very name right now.
+                reused = {
+                    r[0]
+                    for r in db.execute(
+                        f"SELECT id FROM items WHERE id IN ({','.join('?' * len(ids))}) AND status != 'done'", ids
+                    )
+                }
+                in_use.update(s.spool_path for s in chunk if s.item_id in reused)
         return set(applied), [s.spool_path for s in stored if s.item_id in applied or s.spool_path not in in_use]
 
     # --- start-up ---------------------------------------------------------------------------

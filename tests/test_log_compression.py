@@ -1,0 +1,62 @@
+"""Logs are stored as ISA-L gzip: the same log gives the same bytes however the network cut it, and
+the digests that compare logs by content refuse what is not gzip."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from archiver.archive.fetch import DEFLATE_BLOCK, Spool
+from archiver.archive.upload import log_digests
+from archiver.errors import ArchiveIntegrityError
+
+LINES = st.lists(st.text(min_size=0, max_size=80), min_size=0, max_size=4000)
+
+
+def cut(body: bytes, sizes: list[int]) -> list[bytes]:
+    """`body` in pieces of the given sizes (cycled), as a network might deliver it."""
+    pieces, at, n = [], 0, 0
+    while at < len(body):
+        step = sizes[n % len(sizes)]
+        pieces.append(body[at : at + step])
+        at += step
+        n += 1
+    return pieces
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    lines=LINES,
+    sizes=st.lists(st.integers(min_value=1, max_value=3 * DEFLATE_BLOCK), min_size=1, max_size=6),
+    repeat=st.integers(min_value=1, max_value=40),
+)
+def test_the_same_log_gives_the_same_stored_bytes_however_it_arrives(
+    tmp_path: Path, lines: list[str], sizes: list[int], repeat: int
+) -> None:
+    """Spool files of one log delivered whole and in arbitrary pieces are byte for byte the same
+    gzip, which decompresses to the log."""
+    body = ("\n".join(lines) + "\n").encode() * repeat
+    spool = Spool(tmp_path / "spool")
+    whole = spool.write(1, iter([body]), compress=True, limit=None)
+    pieces = spool.write(2, iter(cut(body, sizes)), compress=True, limit=None)
+    assert whole.path.read_bytes() == pieces.path.read_bytes()
+    assert (whole.sha256, whole.size, whole.received) == (pieces.sha256, pieces.size, len(body))
+    assert gzip.decompress(pieces.path.read_bytes()) == body
+
+
+def test_log_digests_compare_content_and_refuse_what_is_not_gzip() -> None:
+    """Two compressions of one log share the content digest, not the stored one; an empty object
+    or other bytes are not a log."""
+    log = b"12:00:01 INFO match started\n" * 5000
+    fast, small = gzip.compress(log, compresslevel=1, mtime=0), gzip.compress(log, compresslevel=9, mtime=0)
+    a, b = log_digests([fast], "a"), log_digests([small[:100], small[100:]], "b")
+    assert a.content_sha256 == b.content_sha256 and a.sha256 != b.sha256
+    assert (a.size, b.size) == (len(fast), len(small))
+    with pytest.raises(ArchiveIntegrityError):
+        log_digests([b""], "empty")
+    with pytest.raises(ArchiveIntegrityError):
+        log_digests([log[:100]], "plain text")
