@@ -1,7 +1,8 @@
-"""Streaming gunzip of stored logs: read back (`archiver logs/grep`) and compared by content (uploads)."""
+"""Streaming gunzip and hashing of stored logs: read back (`archiver logs/grep`) and compared by content (uploads)."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Iterator
 
 # ISA-L's inflate (already the exporter's deflate): the zlib API at 2-3 times zlib's speed, which
@@ -52,3 +53,20 @@ def gunzip(chunks: Iterable[bytes], key: str, max_out: int = MAX_DECOMPRESSED_CH
         if tail:
             yield tail
         raise ArchiveIntegrityError(f"{printable(key)} ends in the middle of its gzip data (truncated)")
+
+
+class Hashing:
+    """Passes chunks through while hashing and counting them (verification after streaming)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self.digest = hashlib.sha256()
+        self.size = 0
+        self.complete = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self.digest.update(chunk)
+            self.size += len(chunk)
+            yield chunk
+        self.complete = True

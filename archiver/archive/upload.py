@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from archiver.errors import (
     SourceFileError,
     StoreUnavailableError,
 )
-from archiver.gzipstream import gunzip
+from archiver.gzipstream import Hashing, gunzip
 from archiver.layout import keys
 from archiver.layout.manifest import (
     Manifest,
@@ -84,23 +84,14 @@ class LogDigests:
 
 def log_digests(chunks: Iterable[bytes], key: str) -> LogDigests:
     """Digests of a gzip stream read once; ArchiveIntegrityError when it is not valid gzip."""
-    packed = hashlib.sha256()
+    packed = Hashing(chunks)
     content = hashlib.sha256()
-    size = 0
-
-    def counted() -> Iterator[bytes]:
-        nonlocal size
-        for chunk in chunks:
-            packed.update(chunk)
-            size += len(chunk)
-            yield chunk
-
-    for out in gunzip(counted(), key):
+    for out in gunzip(packed, key):
         content.update(out)
-    if not size:
+    if not packed.size:
         # No gzip member at all is not the gzip of an empty log (which is 20 bytes).
         raise ArchiveIntegrityError(f"{key} is empty, not gzip")
-    return LogDigests(size, packed.hexdigest(), content.hexdigest())
+    return LogDigests(packed.size, packed.digest.hexdigest(), content.hexdigest())
 
 
 def build_session_manifest(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from archiver.errors import (
     ArchiveIntegrityError,
     SessionNotArchivedError,
 )
-from archiver.gzipstream import gunzip
+from archiver.gzipstream import Hashing, gunzip
 from archiver.layout.manifest import (
     Manifest,
     ManifestItem,
@@ -31,23 +30,6 @@ from archiver.retrieval.render import escape_line
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
 from archiver.vocabulary import Outcome
-
-
-class _Hashing:
-    """Passes chunks through while hashing and counting them (verification after streaming)."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks = chunks
-        self.digest = hashlib.sha256()
-        self.size = 0
-        self.complete = False
-
-    def __iter__(self) -> Iterator[bytes]:
-        for chunk in self._chunks:
-            self.digest.update(chunk)
-            self.size += len(chunk)
-            yield chunk
-        self.complete = True
 
 
 def _sniffed(chunks: Iterable[bytes], content_type: str) -> tuple[str, Iterator[bytes]]:
@@ -90,7 +72,7 @@ class OpenedLogs:
     item: ManifestItem
     shape: str
     chunks: Iterator[bytes]
-    hashing: _Hashing
+    hashing: Hashing
 
     @property
     def tampered(self) -> bool:
@@ -113,7 +95,7 @@ def open_logs(store: ObjectStore, loaded: LoadedArchive) -> OpenedLogs:
     sid = loaded.manifest.session_id
     item = logs_item(loaded.manifest)
     key, relative = item_key(store, sid, item, loaded.ref.instance)
-    hashing = _Hashing(store.iter_bytes(key))
+    hashing = Hashing(store.iter_bytes(key))
     # The extension is the archiver's own verdict on the upstream shape; sniff still decides.
     hint = "application/x-ndjson" if relative.endswith(".jsonl.gz") else "text/plain"
     shape, chunks = _sniffed(gunzip(hashing, key), hint)
