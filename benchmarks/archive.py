@@ -186,6 +186,7 @@ class Archiver:
             self.settings, self.client, self.store, self.state, SelfMetrics(self.registry),
             tuning=Tuning(idle_wait=0.5),
         )  # fmt: skip
+        self.pipeline.probe_store()  # as the daemon does at start-up (create-once, checksum checks)
 
     def poll(self) -> None:
         self.pipeline.observe_poll(self.client.list_sessions().sessions, time.time())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -229,6 +230,49 @@ def test_a_real_server_refuses_an_unsigned_body_not_matching_its_checksum(seawee
     assert store.head("forged") is None
     client.put_object(Bucket=bucket, Key="true", Body=b"the bytes we claim", ChecksumSHA256=claimed)
     assert read_back(store, "true") == (hashlib.sha256(b"the bytes we claim").hexdigest(), 18)
+
+
+def test_on_a_server_that_checks_checksums_files_are_not_hashed_first_and_a_mismatch_is_still_caught(
+    seaweed_server: Any, tmp_path: Path
+) -> None:
+    """SeaweedFS refuses a body not matching its checksum (the start-up probe proves it), so a small
+    file goes out without being hashed here first. A file that is not what was recorded is then
+    refused by the server and told apart as SourceFileError (fetch it again); bytes damaged on the
+    way are a transient error, and the next try stores the object. Nothing wrong is ever stored."""
+    from archiver.store import make_s3_client
+
+    client = make_s3_client(endpoint_url=seaweed_server.endpoint)
+    bucket = f"test-{uuid.uuid4().hex[:20]}"
+    client.create_bucket(Bucket=bucket)
+    store = open_store(f"s3://{bucket}/", s3_client=client)
+    assert store.probe_conditional_writes() is True
+    assert isinstance(store, S3Store) and store.verifies_checksums
+    assert list(store.list_keys("")) == []  # the probe's objects are gone
+
+    path, sha, size = write_file(tmp_path / "f", MIB)
+    recorded = hashlib.sha256(b"the bytes fetched before the spool file changed").hexdigest()
+    store.requests_made.reset()
+    with pytest.raises(SourceFileError, match="sha256"):
+        store.put_file("broken", path, sha256=recorded, size=size, content_type="x/y")
+    assert store.requests_made.snapshot() == {"PutObject": 1}  # sent unhashed, refused by the server
+    assert store.head("broken") is None
+
+    damaged: list[bool] = []
+
+    def damage_once(request: Any, **_: Any) -> None:
+        """One bit flipped on the way (botocore hands the body over as a file object)."""
+        body = request.body.getvalue() if isinstance(request.body, io.BytesIO) else b""
+        if not damaged and len(body) == size:
+            damaged.append(True)
+            request.body = io.BytesIO(bytes([body[0] ^ 1]) + body[1:])
+
+    client.meta.events.register("before-send.s3.PutObject", damage_once)
+    with pytest.raises(StoreUnavailableError) as on_the_way:
+        store.put_file("k", path, sha256=sha, size=size, content_type="x/y")
+    assert not isinstance(on_the_way.value, SourceFileError) and damaged == [True]
+    assert store.head("k") is None
+    assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+    assert read_back(store, "k") == (sha, size)
 
 
 @pytest.mark.parametrize("size", [MIB, 12 * MIB], ids=["small", "multipart"])
@@ -537,10 +581,13 @@ def strip_params(
         client.meta.events.register(f"before-parameter-build.s3.{operation}", hook)
 
 
-def test_probe_passes_on_a_server_honouring_if_none_match(s3_store: S3Store) -> None:
-    """moto honours If-None-Match and keeps metadata: probe True, probe object deleted afterwards."""
+def test_probe_passes_on_a_server_honouring_if_none_match(s3_store: S3Store, request: pytest.FixtureRequest) -> None:
+    """moto and SeaweedFS honour If-None-Match and keep metadata: probe True, probe object deleted
+    afterwards. SeaweedFS refuses a body not matching its checksum, moto accepts it (so files are
+    still hashed before they are sent there)."""
     assert s3_store.probe_conditional_writes() is True
     assert s3_store.conditional_writes and s3_store.metadata_supported
+    assert s3_store.verifies_checksums is (request.node.callspec.params["s3_endpoint"] == "seaweedfs")
     assert list(s3_store.list_keys(s3_store.prefix)) == []
     assert s3_store.requests_made["DeleteObject"] == 1
 

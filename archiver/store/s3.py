@@ -52,10 +52,12 @@ from archiver.store.base import (
 )
 from archiver.store.s3_multipart import (
     COMPLETION_REFUSED_CODES,
+    ChecksumMismatchError,
     CompletionRefusedError,
     MultipartUploads,
     NoSuchUploadError,
     PreconditionFailedError,
+    check_size,
     check_source,
 )
 
@@ -86,6 +88,9 @@ _PERMISSION_CODES = frozenset(
         "SignatureDoesNotMatch",
     }
 )
+#: The body that arrived does not match the checksum sent with it (AWS and most servers: BadDigest;
+#: MinIO for the x-amz-checksum-* headers: XAmzContentChecksumMismatch).
+_CHECKSUM_MISMATCH_CODES = frozenset({"BadDigest", "XAmzContentChecksumMismatch"})
 #: Error codes (besides 5xx) that a later retry may get past: pause and retry.
 _TRANSIENT_CODES = frozenset(
     {
@@ -193,6 +198,10 @@ class S3Store(MultipartUploads):
         self.conditional_writes = True
         self.metadata_supported = True
         self.keeps_checksums = self._crc32
+        #: The server refuses a body that does not match the checksum sent with it (proved by the
+        #: start-up probe, `probe_conditional_writes`): small objects then go out without being
+        #: hashed again here first. False until proved: moto, for one, accepts any checksum.
+        self.verifies_checksums = False
         #: Encryption, storage class, tags and Object Lock retention of every archived object.
         self.evidence = evidence
         self.requests_made = RequestCounter()
@@ -235,6 +244,8 @@ class S3Store(MultipartUploads):
             return PreconditionFailedError(message)
         if code == "NoSuchUpload":
             return NoSuchUploadError(message)
+        if code in _CHECKSUM_MISMATCH_CODES:
+            return ChecksumMismatchError(message)
         if operation == "CompleteMultipartUpload" and code in COMPLETION_REFUSED_CODES:
             return CompletionRefusedError(message)
         if code == "NoSuchKey" or (
@@ -394,8 +405,19 @@ class S3Store(MultipartUploads):
         with source:
             if size < self._threshold:
                 data = source.read(size + 1)
-                check_source(path, hashlib.sha256(data).hexdigest(), len(data), sha256, size)
-                return self._put_small(key, data, sha256, content_type)
+                if not self.verifies_checksums:
+                    check_source(path, hashlib.sha256(data).hexdigest(), len(data), sha256, size)
+                    return self._put_small(key, data, sha256, content_type)
+                # The server hashes what arrives against the signed checksum of `sha256` and refuses
+                # a mismatch: hashing the file here first would repeat its proof (0.7 ms per MiB).
+                check_size(path, len(data), size)
+                try:
+                    return self._put_small(key, data, sha256, content_type)
+                except ChecksumMismatchError:
+                    # Either the file is not what was recorded (SourceFileError: fetch it again) or
+                    # the bytes were damaged on the way (transient: this error, retried later).
+                    check_source(path, hashlib.sha256(data).hexdigest(), len(data), sha256, size)
+                    raise
             return self._put_multipart(key, source, path, sha256, size, content_type, journal)
 
     # --- start-up probe -----------------------------------------------------------------------
@@ -434,6 +456,7 @@ class S3Store(MultipartUploads):
                     enforced = False
             info = self.head(key)
             metadata = info is not None and info.sha256 in sums
+            verifies = self._probe_checksum_check(key)
         finally:
             try:
                 self._call("DeleteObject", key, Key=key)
@@ -442,6 +465,7 @@ class S3Store(MultipartUploads):
         self._delete_probe_leftovers()
         self.conditional_writes = enforced
         self.metadata_supported = metadata
+        self.verifies_checksums = verifies
         if not enforced:
             log.warning(
                 "%s ignores If-None-Match: falling back to HEAD-before-PUT (a concurrent writer could "
@@ -451,6 +475,33 @@ class S3Store(MultipartUploads):
         if not metadata:
             log.warning("%s drops user metadata: sha256 comparisons will re-read objects", self.url)
         return enforced
+
+    def _probe_checksum_check(self, key: str) -> bool:
+        """Does the server refuse a body that does not match the checksum sent with it?
+
+        Writes the probe key (deleted by the caller) with a checksum of other bytes. Refused with
+        BadDigest: the server proves every upload's integrity on arrival, so `put_file` need not
+        hash a file before sending it. Accepted, or refused otherwise: we keep hashing first.
+        """
+        body = b"archiver probe: checksum check\n"
+        other = b"not the body"
+        params: dict[str, Any] = {"Key": key, "Body": body, "ContentType": "text/plain"}
+        if self._crc32:
+            params["ChecksumAlgorithm"] = "SHA256"
+            params["ChecksumSHA256"] = sha256_checksum(hashlib.sha256(other).digest())
+        else:
+            params["ContentMD5"] = base64.b64encode(hashlib.md5(other, usedforsecurity=False).digest()).decode()
+        try:
+            self._call("PutObject", key, **params)
+        except ChecksumMismatchError:
+            return True
+        except (StoreUnavailableError, StorePermissionError):
+            raise
+        except StoreError as exc:
+            log.info("%s refused the checksum probe otherwise (%s): uploads are hashed before sending", self.url, exc)
+            return False
+        log.info("%s accepts a body that does not match its checksum: uploads are hashed before sending", self.url)
+        return False
 
     # --- evidence -----------------------------------------------------------------------------
 

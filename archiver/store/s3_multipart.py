@@ -14,7 +14,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from archiver.errors import SourceFileError, StoreError
+from archiver.errors import SourceFileError, StoreError, StoreUnavailableError
 from archiver.evidence import Evidence
 from archiver.store.base import (
     MAX_PARTS,
@@ -43,6 +43,12 @@ class PreconditionFailedError(StoreError):
     """412: a create-once write met an existing object (internal: resolved by comparing sha256)."""
 
 
+class ChecksumMismatchError(StoreUnavailableError):
+    """400 BadDigest (or MinIO's XAmzContentChecksumMismatch): the body that arrived does not match
+    the checksum sent with it (internal). Damage on the way is transient; a source file that is not
+    what its caller recorded is told apart by `S3Store.put_file`."""
+
+
 class NoSuchUploadError(StoreError):
     """The multipart upload id is unknown: completed (answer lost) or aborted (internal)."""
 
@@ -61,10 +67,15 @@ class _StartAfresh(StoreError):
     the caller starts one fresh multipart upload instead (internal)."""
 
 
-def check_source(path: Path, got_sha: str, got_size: int, sha256: str, size: int) -> None:
-    """The local file is the bytes the caller recorded, or SourceFileError (it can never be stored)."""
+def check_size(path: Path, got_size: int, size: int) -> None:
+    """The local file has the size the caller recorded, or SourceFileError."""
     if got_size != size:
         raise SourceFileError(f"local file {path} has {'more' if got_size > size else got_size} bytes, expected {size}")
+
+
+def check_source(path: Path, got_sha: str, got_size: int, sha256: str, size: int) -> None:
+    """The local file is the bytes the caller recorded, or SourceFileError (it can never be stored)."""
+    check_size(path, got_size, size)
     if got_sha != sha256:
         raise SourceFileError(f"local file {path} has sha256 {got_sha[:16]}…, expected {sha256[:16]}…")
 
