@@ -24,7 +24,6 @@ import argparse
 import datetime
 import hashlib
 import json
-import logging
 import os
 import platform
 import resource
@@ -32,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,6 +48,7 @@ from benchmarks.peers import (
     status_kb,
     write_random_files,
 )
+from benchmarks.signals import ArchivedSignal
 
 BUCKET = "bench-upload"
 #: Goals of issue 14 (same run, this machine).
@@ -106,7 +105,7 @@ def run_ours(endpoint: str, state_dir: Path, files: list[Path], tag: str, worker
     pipeline = Pipeline(settings, client, store, state, SelfMetrics(CollectorRegistry()), tuning=Tuning(idle_wait=0.2))
     pipeline.probe_store()  # as the daemon does at start-up
     key = f"1700000000000:{tag}"
-    archived = ArchivedSignal(tag)
+    archived = ArchivedSignal([tag])
     reset_peak_rss()
     rss_before = status_kb("VmRSS")
     cpu_before = process_cpu()
@@ -136,31 +135,6 @@ def run_ours(endpoint: str, state_dir: Path, files: list[Path], tag: str, worker
         "workers": float(pipeline.upload_workers),
         "cpu_ms_per_object": cpu * 1000 / len(files),
     }
-
-
-class ArchivedSignal(logging.Handler):
-    """Set when the pipeline logs that the session `tag` is archived: the end of the timing without
-    polling the state DB (a 5 ms poll loop held the GIL about 15 % as long as all upload workers
-    together, sampled with py-spy --gil: it slowed what it measured)."""
-
-    def __init__(self, tag: str) -> None:
-        super().__init__(logging.INFO)
-        self._tag = tag
-        self._done = threading.Event()
-        self._logger = logging.getLogger("archiver.pipeline")
-        self._logger.setLevel(logging.INFO)
-        self._logger.addHandler(self)
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if str(record.msg).startswith("session %r archived") and record.args and record.args[0] == self._tag:
-            self._done.set()
-
-    def wait(self, timeout: float) -> bool:
-        return self._done.wait(timeout)
-
-    def close(self) -> None:
-        self._logger.removeHandler(self)
-        super().close()
 
 
 def process_cpu() -> float:
