@@ -260,11 +260,12 @@ def test_on_a_server_that_checks_checksums_files_are_not_hashed_first_and_a_mism
     damaged: list[bool] = []
 
     def damage_once(request: Any, **_: Any) -> None:
-        """One bit flipped on the way (botocore hands the body over as a file object)."""
-        body = request.body.getvalue() if isinstance(request.body, io.BytesIO) else b""
-        if not damaged and len(body) == size:
-            damaged.append(True)
-            request.body = io.BytesIO(bytes([body[0] ^ 1]) + body[1:])
+        """One bit flipped on the way (the body is the spool file itself, handed to botocore)."""
+        if damaged or not hasattr(request.body, "read"):
+            return
+        body = request.body.read()
+        damaged.append(True)
+        request.body = io.BytesIO(bytes([body[0] ^ 1]) + body[1:])
 
     client.meta.events.register("before-send.s3.PutObject", damage_once)
     with pytest.raises(StoreUnavailableError) as on_the_way:
@@ -272,6 +273,36 @@ def test_on_a_server_that_checks_checksums_files_are_not_hashed_first_and_a_mism
     assert not isinstance(on_the_way.value, SourceFileError) and damaged == [True]
     assert store.head("k") is None
     assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+    assert read_back(store, "k") == (sha, size)
+
+
+def test_a_put_retried_after_a_503_mid_body_sends_the_whole_file_again(
+    s3_bucket: tuple[str, str], s3_client: Callable[..., Any], tmp_path: Path
+) -> None:
+    """The spool file itself is the body: when the first attempt dies after part of it was read
+    (a 503 SlowDown injected at the transport), botocore's retry rewinds it and the object holds
+    every byte."""
+    from botocore.awsrequest import AWSResponse
+
+    class Raw:
+        def stream(self, **_: Any) -> Iterator[bytes]:
+            yield b"<Error><Code>SlowDown</Code><Message>reduce your request rate</Message></Error>"
+
+    _, bucket = s3_bucket
+    client = s3_client()
+    failed: list[int] = []
+
+    def slow_down_once(request: Any, **_: Any) -> AWSResponse | None:
+        if failed or not hasattr(request.body, "read"):
+            return None
+        failed.append(len(request.body.read(MIB // 2)))  # half a file gone to the first attempt
+        return AWSResponse(request.url, 503, {}, Raw())
+
+    client.meta.events.register("before-send.s3.PutObject", slow_down_once)
+    store = open_store(f"s3://{bucket}/", s3_client=client)
+    path, sha, size = write_file(tmp_path / "f", 3 * MIB)
+    assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+    assert failed == [MIB // 2]
     assert read_back(store, "k") == (sha, size)
 
 
