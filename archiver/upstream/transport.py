@@ -10,11 +10,13 @@ from types import TracebackType
 from typing import Protocol
 from urllib.parse import quote
 
+import h11
 import httpcore
 import httpx
 
 from archiver.credentials import Token
 from archiver.errors import ApiTransportError
+from archiver.upstream.chunked import decode_chunked
 
 
 class BearerAuth(httpx.Auth):
@@ -74,7 +76,7 @@ class Download:
                 path=request_path(request),
             ) from None
 
-    def iter_direct(self) -> Iterator[bytes]:
+    def iter_direct(self, min_bytes: int = DIRECT_MIN_BYTES) -> Iterator[bytes]:
         """`iter_bytes` of a large plain HTTP/1.1 body, with a third of its CPU: past the first chunk,
         the body is read from the connection itself rather than through httpx's HTTP/1.1 parser,
         which copies every byte four more times (h11's buffer, two slices, `bytes()`: at 50,000
@@ -82,26 +84,28 @@ class Download:
 
         h11 hands over everything it has buffered after the headers in its first data event, so
         after the first chunk the rest of the body is still in the socket: exactly `Content-Length`
-        bytes are read from httpcore's `network_stream` (the documented extension; TLS included).
-        The connection is not reused afterwards (h11 still waits for the body, so httpcore closes
-        it on `close`): one new connection per large body. Anything else (a small body, no length,
-        a content or transfer encoding, HTTP/2, a transport without a network stream such as a
-        test's mock) takes `iter_bytes`."""
+        bytes (at least `min_bytes`) are read from httpcore's `network_stream` (the documented
+        extension; TLS included). A chunked body is decoded from the raw bytes instead
+        (`iter_chunked_direct`). The connection is not reused afterwards (h11 still waits for the
+        body, so httpcore closes it on `close`): one new connection per large body. Anything else
+        (a small body, no length, a content or transfer encoding, HTTP/2, a transport without a
+        network stream such as a test's mock) takes `iter_bytes`."""
         response = self._response
         stream = response.extensions.get("network_stream")
         length = self.content_length
+        if self._chunked():
+            yield from self.iter_chunked_direct()
+            return
         if (
             length is None
-            or length < DIRECT_MIN_BYTES
+            or length < min_bytes
             or not isinstance(stream, httpcore.NetworkStream)
             or response.http_version != "HTTP/1.1"
-            or response.headers.get("content-encoding", "identity").strip().lower() != "identity"
+            or not self._identity()
             or "transfer-encoding" in response.headers  # chunked framing wins over a length (RFC 9112)
         ):
             yield from self.iter_bytes()
             return
-        request = response.request
-        timeout = request.extensions.get("timeout", {}).get("read")
         # Kept alive (not advanced, not closed) until the response closes: closing it would close
         # the connection under the reads below.
         parsed = self.iter_bytes()
@@ -109,21 +113,79 @@ class Download:
         if first:
             yield first
         left = length - len(first)
-        try:
+
+        def read() -> Iterator[bytes]:
+            nonlocal left
             while left > 0:
-                chunk = stream.read(min(left, _DIRECT_READ), timeout)
+                chunk = stream.read(min(left, _DIRECT_READ), self._read_timeout())
                 if not chunk:
                     raise httpcore.ReadError("the server closed the connection")
                 left -= len(chunk)
                 yield chunk
-        except (httpcore.TimeoutException, httpcore.NetworkError) as exc:
+
+        try:
+            yield from self._raw(read())
+        finally:
+            del parsed
+
+    def iter_chunked_direct(self) -> Iterator[bytes]:
+        """`iter_bytes` of a chunked HTTP/1.1 body, decoded from the connection's raw bytes
+        (`decode_chunked`) rather than by h11, which copies every byte several times and hands out
+        one chunk per event (a 5 MB artifact: see README "Reading bodies past httpx").
+
+        Nothing of the body has gone through h11 yet: what it buffered past the headers is its
+        `trailing_data` (public API), the rest is read from httpcore's `network_stream`. Reaching
+        h11's connection takes httpx's and httpcore's private attributes (`_h11_connection`): when
+        one of them is not what it was (an upgrade), or the body is not plain chunked HTTP/1.1 over
+        a network stream, this is `iter_bytes`; tests fail when the direct path is not taken. As for
+        Content-Length bodies, h11 never sees the body end, so httpcore closes the connection."""
+        response = self._response
+        stream = response.extensions.get("network_stream")
+        state = _h11_connection(response)
+        if (
+            state is None
+            or not isinstance(stream, httpcore.NetworkStream)
+            or not self._chunked()
+            or not self._identity()
+            or response.num_bytes_downloaded
+            or response.is_stream_consumed
+        ):
+            yield from self.iter_bytes()
+            return
+        buffered, closed = state.trailing_data
+
+        def read() -> bytes:
+            return b"" if closed else stream.read(_DIRECT_READ, self._read_timeout())
+
+        yield from self._raw(decode_chunked(buffered, read))
+
+    def _raw(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        """`chunks` read past httpx, with its errors as `iter_bytes` raises them."""
+        request = self._response.request
+        try:
+            yield from chunks
+        except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
             raise ApiTransportError(
                 f"{request.method} {request_path(request)} broke mid-body: {type(exc).__name__}: {exc}",
                 method=request.method,
                 path=request_path(request),
             ) from None
-        finally:
-            del parsed
+
+    def _read_timeout(self) -> float | None:
+        timeout: float | None = self._response.request.extensions.get("timeout", {}).get("read")
+        return timeout
+
+    def _identity(self) -> bool:
+        encoding: str = self._response.headers.get("content-encoding", "identity")
+        return encoding.strip().lower() == "identity"
+
+    def _chunked(self) -> bool:
+        # h11 accepts no other transfer coding: this is exactly when it decodes the body as chunked.
+        response = self._response
+        return (
+            response.http_version == "HTTP/1.1"
+            and response.headers.get("transfer-encoding", "").strip().lower() == "chunked"
+        )
 
     def close(self) -> None:
         self._response.close()
@@ -135,6 +197,25 @@ class Download:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _h11_connection(response: httpx.Response) -> h11.Connection | None:
+    """The h11 connection `response` is read through, or None when httpx's or httpcore's private
+    attributes on the way are not what httpx 0.28 / httpcore 1.0 have (then the caller falls back).
+
+    The way: httpx's BoundSyncStream `_stream` -> its transport's ResponseStream `_httpcore_stream`
+    -> httpcore's PoolByteStream `_stream` -> HTTP11ConnectionByteStream `_connection` (an
+    HTTP11Connection) -> `_h11_state`. Only a connection still waiting for this response's body
+    (h11 `SEND_BODY`) is returned."""
+    stream: object = response.stream
+    for attribute in ("_stream", "_httpcore_stream", "_stream", "_connection"):
+        stream = getattr(stream, attribute, None)
+    if not isinstance(stream, httpcore.HTTP11Connection):
+        return None
+    state = getattr(stream, "_h11_state", None)
+    if not isinstance(state, h11.Connection) or state.their_state is not h11.SEND_BODY:
+        return None
+    return state
 
 
 def describe_transport_error(exc: httpx.TransportError) -> str:
