@@ -1,7 +1,8 @@
 """Chunked bodies read past httpx's HTTP/1.1 parser (`Download.iter_chunked_direct`, `decode_chunked`):
 hostile framings against the decoder over arbitrary read boundaries, and over real loopback sockets
-(plain and TLS) the same bytes as `iter_bytes`, one `ApiTransportError` for every broken body, and a
-connection that is not reused (the proof that the direct path was taken)."""
+(plain and TLS) the same bytes as `iter_bytes` with none through httpx (the proof that the direct
+path was taken), one `ApiTransportError` for every broken body, and the connection reused exactly
+when the body ended where the reads did."""
 
 from __future__ import annotations
 
@@ -171,8 +172,12 @@ def _client(url: str, transport: httpx.BaseTransport | None = None) -> SessionHo
 
 
 def _direct(client: SessionHostClient) -> bytes:
+    """The body read with `iter_direct`; asserts that httpx's parser saw none of it (what httpx
+    counts is what went through h11), which fails if the direct path is silently not taken."""
     with client.open_artifact("s-1", "replay.tar.gz") as download:
-        return b"".join(download.iter_direct())
+        body = b"".join(download.iter_direct())
+        assert download._response.num_bytes_downloaded == 0
+        return body
 
 
 def _parsed(client: SessionHostClient) -> bytes:
@@ -183,18 +188,40 @@ def _parsed(client: SessionHostClient) -> bytes:
 _BODY = [bytes([i]) * (1000 + 37 * i) for i in range(40)] + [b"x" * 300_000]
 
 
-def test_a_chunked_artifact_read_directly_equals_iter_bytes_and_its_connection_is_not_reused(
-    raw_server: RawServer,
-) -> None:
-    """The proof the direct path is taken (fails after an httpx/httpcore change that makes it fall
-    back): h11 never sees the body end, so each direct read needs a new connection, where the same
-    body read through httpx keeps its one."""
+def test_a_chunked_artifact_read_directly_equals_iter_bytes_and_keeps_its_connection(raw_server: RawServer) -> None:
+    """Read past h11 (`_direct` checks httpx saw no byte), h11 is then told the body ended: the
+    connection serves the next requests, direct or not."""
     raw_server.pieces = [_HEAD + frame(_BODY, extension=b";ext=1", trailers=b"X-Sum: 1\r\n")]
     with _client(raw_server.url) as client:
+        assert _direct(client) == _direct(client) == _parsed(client) == _direct(client) == b"".join(_BODY)
+    assert raw_server.connections == 1
+
+
+@pytest.mark.parametrize(
+    ("head", "tail"),
+    [
+        (_HEAD, b"HTTP/1.1 200 OK\r\n"),  # bytes past the body's end: the next response is not trusted
+        (_HEAD.replace(b"\r\n\r\n", b"\r\nConnection: close\r\n\r\n"), b""),
+    ],
+    ids=["bytes-past-the-end", "connection-close"],
+)
+def test_a_connection_with_bytes_past_the_body_or_marked_close_is_not_reused(
+    raw_server: RawServer, head: bytes, tail: bytes
+) -> None:
+    raw_server.pieces = [head + frame(_BODY) + tail]
+    with _client(raw_server.url) as client:
         assert _direct(client) == _direct(client) == b"".join(_BODY)
-        assert raw_server.connections == 2
-        assert _parsed(client) == _parsed(client) == b"".join(_BODY)
-    assert raw_server.connections == 3
+    assert raw_server.connections == 2
+
+
+def test_a_body_left_half_read_closes_its_connection_and_the_next_read_is_whole(raw_server: RawServer) -> None:
+    raw_server.pieces = [_HEAD + frame(_BODY)]
+    with _client(raw_server.url) as client:
+        with client.open_artifact("s-1", "a") as download:
+            first = next(iter(download.iter_direct()))
+            assert first and b"".join(_BODY).startswith(first)
+        assert _direct(client) == b"".join(_BODY)
+    assert raw_server.connections == 2
 
 
 def test_the_h11_connection_is_reached_on_a_real_response_before_its_body_is_read(raw_server: RawServer) -> None:
@@ -249,4 +276,4 @@ def test_a_chunked_body_over_tls_is_read_directly_decrypted_and_whole(self_signe
             assert _direct(client) == _direct(client) == b"".join(_BODY)
     finally:
         server.close()
-    assert server.connections == 2  # read directly: the connection was not reused
+    assert server.connections == 1

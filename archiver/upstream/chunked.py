@@ -4,7 +4,7 @@ strictly: a body either comes out whole or the decoder raises; it never guesses 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 
 import httpcore
 
@@ -19,11 +19,12 @@ _SIZE_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(;[^\x00-\x08\x0a-\x1f\x7f]*
 _TRAILER_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[^\x00-\x08\x0a-\x1f\x7f]*")
 
 
-def decode_chunked(buffered: bytes, read: Callable[[], bytes]) -> Iterator[bytes]:
+def decode_chunked(buffered: bytes, read: Callable[[], bytes]) -> Generator[bytes, None, int]:
     """The body's data, from `buffered` (raw bytes already received past the headers) then `read()`
     (the next raw bytes; b"" when the peer closed). Ends after the last chunk and its trailers;
-    bytes after those are not asked for. A malformed framing raises `httpcore.RemoteProtocolError`,
-    a body cut short `httpcore.ReadError`.
+    bytes after those are not asked for, and how many of them were already read is the generator's
+    return value (0: the connection is at the start of the next response). A malformed framing
+    raises `httpcore.RemoteProtocolError`, a body cut short `httpcore.ReadError`.
 
     Chunk data is yielded as slices of the reads (a read wholly inside a chunk is yielded as is):
     one copy at most per byte."""
@@ -52,7 +53,7 @@ def decode_chunked(buffered: bytes, read: Callable[[], bytes]) -> Iterator[bytes
     while True:
         line, data, pos = _line(data, pos, read, "trailers")
         if not line:
-            return
+            return len(data) - pos
         trailers += len(line) + 2
         if trailers > MAX_TRAILERS or _TRAILER_LINE.fullmatch(line) is None:
             raise httpcore.RemoteProtocolError(f"malformed or oversized trailer {line[:40]!r}")

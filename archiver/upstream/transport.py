@@ -85,9 +85,10 @@ class Download:
         h11 hands over everything it has buffered after the headers in its first data event, so
         after the first chunk the rest of the body is still in the socket: exactly `Content-Length`
         bytes (at least `min_bytes`) are read from httpcore's `network_stream` (the documented
-        extension; TLS included). A chunked body is decoded from the raw bytes instead
-        (`iter_chunked_direct`). The connection is not reused afterwards (h11 still waits for the
-        body, so httpcore closes it on `close`): one new connection per large body. Anything else
+        extension; TLS included). The connection is not reused afterwards (h11 still waits
+        for the body, so httpcore closes it on `close`): one new connection per large body. A
+        chunked body, whatever its size, is decoded from the raw bytes instead
+        (`iter_chunked_direct`), and there the connection is kept. Anything else
         (a small body, no length, a content or transfer encoding, HTTP/2, a transport without a
         network stream such as a test's mock) takes `iter_bytes`."""
         response = self._response
@@ -114,7 +115,7 @@ class Download:
             yield first
         left = length - len(first)
 
-        def read() -> Iterator[bytes]:
+        def read() -> Generator[bytes, None, int]:
             nonlocal left
             while left > 0:
                 chunk = stream.read(min(left, _DIRECT_READ), self._read_timeout())
@@ -122,6 +123,7 @@ class Download:
                     raise httpcore.ReadError("the server closed the connection")
                 left -= len(chunk)
                 yield chunk
+            return 0
 
         try:
             yield from self._raw(read())
@@ -137,8 +139,9 @@ class Download:
         `trailing_data` (public API), the rest is read from httpcore's `network_stream`. Reaching
         h11's connection takes httpx's and httpcore's private attributes (`_h11_connection`): when
         one of them is not what it was (an upgrade), or the body is not plain chunked HTTP/1.1 over
-        a network stream, this is `iter_bytes`; tests fail when the direct path is not taken. As for
-        Content-Length bodies, h11 never sees the body end, so httpcore closes the connection."""
+        a network stream, this is `iter_bytes`; tests fail when the direct path is not taken. Once the
+        body ended exactly where the reads did, h11 is told so (`_body_done`) and the connection is
+        reused; otherwise (bytes past the end, an error, a body left unread) httpcore closes it."""
         response = self._response
         stream = response.extensions.get("network_stream")
         state = _h11_connection(response)
@@ -157,13 +160,15 @@ class Download:
         def read() -> bytes:
             return b"" if closed else stream.read(_DIRECT_READ, self._read_timeout())
 
-        yield from self._raw(decode_chunked(buffered, read))
+        past_end = yield from self._raw(decode_chunked(buffered, read))
+        if not past_end and not closed:
+            _body_done(state, buffered)
 
-    def _raw(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    def _raw(self, chunks: Generator[bytes, None, int]) -> Generator[bytes, None, int]:
         """`chunks` read past httpx, with its errors as `iter_bytes` raises them."""
         request = self._response.request
         try:
-            yield from chunks
+            return (yield from chunks)
         except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
             raise ApiTransportError(
                 f"{request.method} {request_path(request)} broke mid-body: {type(exc).__name__}: {exc}",
@@ -216,6 +221,24 @@ def _h11_connection(response: httpx.Response) -> h11.Connection | None:
     if not isinstance(state, h11.Connection) or state.their_state is not h11.SEND_BODY:
         return None
     return state
+
+
+def _body_done(state: h11.Connection, buffered: bytes) -> None:
+    """Tells h11 that the chunked body it never read has ended, so httpcore reuses the connection.
+
+    h11's receive buffer still holds the body's first bytes (`buffered`, copied out through
+    `trailing_data`): it is replaced by an empty one of its own type (a private attribute: left
+    alone unless it is what h11 0.16 has, then the connection is just closed), and a bare last-chunk
+    is fed through the public API; h11 then reaches DONE, or MUST_CLOSE for a `Connection: close`."""
+    buffer = getattr(state, "_receive_buffer", None)
+    if buffer is None or state.their_state is not h11.SEND_BODY or len(buffer) != len(buffered):
+        return
+    try:
+        state._receive_buffer = type(buffer)()
+        state.receive_data(b"0\r\n\r\n")
+        state.next_event()
+    except (h11.ProtocolError, TypeError):
+        return  # h11 is then in ERROR: httpcore closes the connection
 
 
 def describe_transport_error(exc: httpx.TransportError) -> str:
