@@ -13,6 +13,7 @@ from urllib.parse import quote
 import h11
 import httpcore
 import httpx
+from h11._receivebuffer import ReceiveBuffer  # private: guarded use in `_body_done`
 
 from archiver.credentials import Token
 from archiver.errors import ApiTransportError
@@ -227,17 +228,18 @@ def _body_done(state: h11.Connection, buffered: bytes) -> None:
     """Tells h11 that the chunked body it never read has ended, so httpcore reuses the connection.
 
     h11's receive buffer still holds the body's first bytes (`buffered`, copied out through
-    `trailing_data`): it is replaced by an empty one of its own type (a private attribute: left
-    alone unless it is what h11 0.16 has, then the connection is just closed), and a bare last-chunk
-    is fed through the public API; h11 then reaches DONE, or MUST_CLOSE for a `Connection: close`."""
+    `trailing_data`): it is replaced by an empty one (a private attribute: left alone unless it is
+    h11 0.16's `ReceiveBuffer` holding just those bytes, then the connection is closed as after a
+    Content-Length direct read), and a bare last-chunk is fed through the public API; h11 then
+    reaches DONE, or MUST_CLOSE for a `Connection: close` response."""
     buffer = getattr(state, "_receive_buffer", None)
-    if buffer is None or state.their_state is not h11.SEND_BODY or len(buffer) != len(buffered):
+    if not isinstance(buffer, ReceiveBuffer) or len(buffer) != len(buffered) or state.their_state is not h11.SEND_BODY:
         return
+    state._receive_buffer = ReceiveBuffer()
     try:
-        state._receive_buffer = type(buffer)()
         state.receive_data(b"0\r\n\r\n")
         state.next_event()
-    except (h11.ProtocolError, TypeError):
+    except h11.ProtocolError:
         return  # h11 is then in ERROR: httpcore closes the connection
 
 
