@@ -77,7 +77,7 @@ class Download:
                 path=request_path(request),
             ) from None
 
-    def iter_direct(self, min_bytes: int = DIRECT_MIN_BYTES) -> Iterator[bytes]:
+    def iter_direct(self) -> Iterator[bytes]:
         """`iter_bytes` of a large plain HTTP/1.1 body, with a third of its CPU: past the first chunk,
         the body is read from the connection itself rather than through httpx's HTTP/1.1 parser,
         which copies every byte four more times (h11's buffer, two slices, `bytes()`: at 50,000
@@ -85,7 +85,7 @@ class Download:
 
         h11 hands over everything it has buffered after the headers in its first data event, so
         after the first chunk the rest of the body is still in the socket: exactly `Content-Length`
-        bytes (at least `min_bytes`) are read from httpcore's `network_stream` (the documented
+        bytes (at least `DIRECT_MIN_BYTES`) are read from httpcore's `network_stream` (the documented
         extension; TLS included). The connection is not reused afterwards (h11 still waits
         for the body, so httpcore closes it on `close`): one new connection per large body. A
         chunked body, whatever its size, is decoded from the raw bytes instead
@@ -100,7 +100,7 @@ class Download:
             return
         if (
             length is None
-            or length < min_bytes
+            or length < DIRECT_MIN_BYTES
             or not isinstance(stream, httpcore.NetworkStream)
             or response.http_version != "HTTP/1.1"
             or not self._identity()
