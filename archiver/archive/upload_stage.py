@@ -64,6 +64,9 @@ class UploadStage(Stage):
         # Uploads of this process start after this (wall clock, a minute of skew to spare): the sweep
         # leaves them alone, so it never has to run before the first upload.
         self._started_at = time.time() - 60.0
+        # The last look that found no manifest due, shared by the stage's workers: (the state DB's
+        # finalize generation then, monotonic time to look again anyway, earliest finalize gate).
+        self._no_manifest_due: tuple[int, float, float | None] | None = None
 
     def sweep_orphans(self) -> None:
         """Abort multipart uploads under our prefix the journal does not know (a crash before its commit).
@@ -146,7 +149,9 @@ class UploadStage(Stage):
                 return None
             item = self.state.claim_upload(self._mono())
             if item is None:
-                gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), self.state.next_finalize_wake()) if g]
+                last_look = self._no_manifest_due
+                finalize_gate = last_look[2] if last_look is not None else self.state.next_finalize_wake()
+                gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), finalize_gate) if g]
                 return self.wake.until(min(gates) if gates else None)
             self._upload(item)
             self._store_ok()
@@ -230,6 +235,8 @@ class UploadStage(Stage):
         backed off on its own (the others go on), and given up as `failed` once its fetch deadline
         has passed: its reason is kept for `archiver status` and counted.
         """
+        if not self._manifest_may_be_due():
+            return False
         row = self.state.claim_finalize(self._mono(), self.tuning.finalize_lease)
         if row is None:
             return False
@@ -252,6 +259,28 @@ class UploadStage(Stage):
                 delay = backoff(self.tuning.finalize_backoff_initial, self.tuning.finalize_backoff_max, attempts)
                 self.state.finalize_retry(row.key, self._mono() + delay, reason)
         return True
+
+    def _manifest_may_be_due(self) -> bool:
+        """False when no finalizing session can be due: the last look found none, no write of this
+        process has made one due since (the state DB's finalize generation stands still), and no
+        retry gate has passed. Else one look on the reader connection decides.
+
+        Why: workers ask before every item and the answer is almost always no; the look cost about
+        a millisecond of a worker's time per object (issue 14). A look is taken at least every
+        `idle_wait` all the same, so a change the generation does not see (another process writing
+        the DB) costs latency, never a manifest.
+        """
+        generation = self.state.finalize_generation()
+        now = self._mono()
+        last = self._no_manifest_due
+        if last is not None and last[0] == generation and now < last[1]:
+            return False
+        gate = self.state.next_finalize_wake()
+        if gate is not None and gate <= now:
+            return True
+        look_again = now + self.tuning.idle_wait
+        self._no_manifest_due = (generation, look_again if gate is None else min(gate, look_again), gate)
+        return False
 
     def _finalize(self, session: SessionRow) -> None:
         items = self.state.items_of(session.key)

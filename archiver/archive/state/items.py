@@ -46,15 +46,15 @@ class ItemRepo(Connection):
 
     def claim_upload(self, now_mono: float) -> ItemRow | None:
         """The oldest spooled item whose retry gate is open, now `uploading`."""
+        # One statement (UPDATE ... RETURNING): the 4 upload workers take turns on the write lock
+        # for every object, so its hold is kept short (issue 14).
         with self.write(durable=False) as db:  # a lost claim is one recovery undoes anyway
-            row = db.execute(
-                f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? ORDER BY id LIMIT 1",
+            rows = db.execute(
+                f"UPDATE items SET status = 'uploading' WHERE id = (SELECT id FROM items WHERE status = 'spooled' "
+                f"AND not_before <= ? ORDER BY id LIMIT 1) RETURNING {ITEM_COLUMNS}",
                 (now_mono,),
-            ).fetchone()
-            if row is None:
-                return None
-            db.execute("UPDATE items SET status = 'uploading' WHERE id = ?", (row[0],))
-        return dataclasses.replace(item_row(row), status=ItemStatus.UPLOADING)
+            ).fetchall()
+        return item_row(rows[0]) if rows else None
 
     def next_gate(self, status: ItemStatus) -> float | None:
         """The earliest retry gate (monotonic) among items in `status`, for a worker's wait."""
@@ -142,6 +142,8 @@ class ItemRepo(Connection):
                 "WHERE key = ? AND state = 'ended'",
                 (now, skey),
             ).rowcount
+            if changed:
+                self._finalize_may_be_due()
         return bool(changed)
 
     def finish_uploads(self, stored: Sequence[StoredOutcome], now: float) -> tuple[set[int], list[str]]:
@@ -178,12 +180,13 @@ class ItemRepo(Connection):
                     ids,
                 )
             for skeys in chunks(sorted(set(applied.values())), 800):
-                db.execute(
+                if db.execute(
                     "UPDATE sessions SET state = 'finalizing', archived_at = ?, wake_at = 0 "
                     f"WHERE key IN ({','.join('?' * len(skeys))}) AND state = 'ended' AND NOT EXISTS "
                     "(SELECT 1 FROM items WHERE items.session_key = sessions.key AND items.status != 'done')",
                     (now, *skeys),
-                )
+                ).rowcount:
+                    self._finalize_may_be_due()
             others = [s for s in stored if s.item_id not in applied]
             in_use: set[str] = set()
             for chunk in chunks(others, 400):
@@ -220,6 +223,7 @@ class ItemRepo(Connection):
             uploads = db.execute("UPDATE items SET status = 'spooled' WHERE status = 'uploading'").rowcount
             db.execute("UPDATE items SET not_before = 0 WHERE not_before != 0")
             db.execute("UPDATE sessions SET wake_at = 0 WHERE wake_at != 0")
+            self._finalize_may_be_due()
         return fetches, uploads
 
     def spool_paths_in_use(self) -> set[str]:
