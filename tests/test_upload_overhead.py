@@ -1,5 +1,6 @@
 """The upload path's per-object work: what a create-once write already proves is not asked again,
-claims commit without a sync, and upload workers are sized to the store (issue 14)."""
+claims commit without a sync, the look for a due manifest is skipped while none can have become due,
+and upload workers are sized to the store (issue 14)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,19 @@ import threading
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from archiver.archive.fetch import Spool
 from archiver.archive.pipeline import auto_upload_workers
-from archiver.archive.stage import ANY, CONFIRM, FETCH, UPLOAD, Wakeups
-from archiver.archive.state import ItemRow, StateDB
+from archiver.archive.stage import ANY, CONFIRM, FETCH, UPLOAD, StageParts, Tuning, Wakeups
+from archiver.archive.state import ItemRow, StateDB, StoredOutcome
 from archiver.archive.upload import Stored, Uploader
+from archiver.archive.upload_stage import UploadStage
 from archiver.errors import ConfigError
+from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.store import FileStore, ObjectStore
 from archiver.store.base import MemoryJournal, PutOutcome
+from tests.test_group_commit import _uploading
 from tests.test_settings import settings_from
 
 
@@ -123,3 +129,88 @@ def test_the_finalize_claim_with_nothing_due_does_not_wait_for_the_write_lock(tm
         asker.join(10.0)
         assert answers == [None]
     state.close()
+
+
+class _Monotonic:
+    """The upload stage's monotonic clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _upload_stage(tmp_path: Path, mono: _Monotonic) -> tuple[UploadStage, StateDB, FileStore]:
+    state = StateDB.open(tmp_path / "state")
+    (tmp_path / "store").mkdir()
+    store = FileStore(tmp_path / "store")
+    tuning = Tuning(idle_wait=30.0)
+    parts = StageParts(
+        state, SelfMetrics(CollectorRegistry()), tuning, Wakeups(tuning.idle_wait, mono), lambda: 50.0, mono,
+        lambda: None,
+    )  # fmt: skip
+    spool = Spool(tmp_path / "state" / "spool")
+    return UploadStage(store, Uploader(store, state.journal), spool, tmp_path / "conflicts", parts), state, store
+
+
+def _uploaded(state: StateDB, tmp_path: Path, sid: str) -> None:
+    """Every item of `sid` uploaded and its outcome committed (as the group commit does): `finalizing`."""
+    items = _uploading(state, Spool(tmp_path / "state" / "spool"), sid)
+    state.finish_uploads([StoredOutcome(i.id, i.instance, i.spool_path or "") for i in items], now=50.0)
+    row = state.latest(sid)
+    assert row is not None and row.state == "finalizing"
+
+
+def _manifests(store: FileStore) -> list[str]:
+    return [key for key in store.list_keys(store.prefix) if key.endswith(".json") and "manifest" in key]
+
+
+def _finalized_at_the_next_step(stage: UploadStage, state: StateDB, store: FileStore, sid: str) -> None:
+    """The stage's next step writes the manifest of `sid`, the only one in the store."""
+    assert stage.work_once() is None
+    row = state.latest(sid)
+    assert row is not None and row.state == "archived" and _manifests(store) == [row.manifest_key]
+    state.close()
+
+
+def test_a_session_this_process_made_due_is_finalized_at_the_next_step_though_the_last_look_found_none(
+    tmp_path: Path,
+) -> None:
+    mono = _Monotonic()
+    stage, state, store = _upload_stage(tmp_path, mono)
+    assert stage.work_once() == 30.0  # nothing to do: it looked, found no manifest due, and waits
+    _uploaded(state, tmp_path, "sess-00001")  # the clock has not moved: only the commit tells
+    _finalized_at_the_next_step(stage, state, store, "sess-00001")
+
+
+def test_a_session_made_due_behind_the_workers_back_is_finalized_once_idle_wait_has_passed(tmp_path: Path) -> None:
+    """Another connection's commit does not move this process's finalize generation: the look stays
+    skipped, which costs latency (up to `idle_wait`), never the manifest."""
+    mono = _Monotonic()
+    stage, state, store = _upload_stage(tmp_path, mono)
+    assert stage.work_once() == 30.0
+    other = StateDB.open(tmp_path / "state")
+    _uploaded(other, tmp_path, "sess-00002")
+    other.close()
+    mono.now += 29.0
+    assert stage.work_once() == pytest.approx(1.0)  # skipped: the last look still holds for 1 s
+    assert _manifests(store) == []
+    mono.now += 1.0
+    _finalized_at_the_next_step(stage, state, store, "sess-00002")
+
+
+def test_a_session_whose_finalize_gate_passes_is_finalized_then_without_any_commit(tmp_path: Path) -> None:
+    """A worker leased the session and died (nothing is committed when a lease runs out): the skip
+    lasts only until the lease's end, which the idle worker also waits for instead of `idle_wait`."""
+    mono = _Monotonic()
+    stage, state, store = _upload_stage(tmp_path, mono)
+    _uploaded(state, tmp_path, "sess-00003")
+    leased = state.claim_finalize(mono(), lease=10.0)  # the worker that dies with it
+    assert leased is not None
+    assert stage.work_once() == pytest.approx(10.0)
+    mono.now += 9.5
+    assert stage.work_once() == pytest.approx(0.5)
+    assert _manifests(store) == []
+    mono.now += 0.5
+    _finalized_at_the_next_step(stage, state, store, "sess-00003")

@@ -65,8 +65,8 @@ class UploadStage(Stage):
         # leaves them alone, so it never has to run before the first upload.
         self._started_at = time.time() - 60.0
         # The last look that found no manifest due, shared by the stage's workers: (the state DB's
-        # finalize generation then, monotonic time to look again anyway, earliest finalize gate).
-        self._no_manifest_due: tuple[int, float, float | None] | None = None
+        # finalize generation then, monotonic time to look again anyway).
+        self._no_manifest_due: tuple[int, float] | None = None
 
     def sweep_orphans(self) -> None:
         """Abort multipart uploads under our prefix the journal does not know (a crash before its commit).
@@ -149,9 +149,10 @@ class UploadStage(Stage):
                 return None
             item = self.state.claim_upload(self._mono())
             if item is None:
+                # The next look for a due manifest, as the last one fixed it (it took the finalize gates in).
                 last_look = self._no_manifest_due
-                finalize_gate = last_look[2] if last_look is not None else self.state.next_finalize_wake()
-                gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), finalize_gate) if g]
+                look_again = last_look[1] if last_look is not None else self.state.next_finalize_wake()
+                gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), look_again) if g]
                 return self.wake.until(min(gates) if gates else None)
             self._upload(item)
             self._store_ok()
@@ -279,7 +280,7 @@ class UploadStage(Stage):
         if gate is not None and gate <= now:
             return True
         look_again = now + self.tuning.idle_wait
-        self._no_manifest_due = (generation, look_again if gate is None else min(gate, look_again), gate)
+        self._no_manifest_due = (generation, look_again if gate is None else min(gate, look_again))
         return False
 
     def _finalize(self, session: SessionRow) -> None:
