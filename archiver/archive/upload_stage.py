@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from archiver.archive.fetch import Spool
@@ -67,6 +68,8 @@ class UploadStage(Stage):
         # The last look that found no manifest due, shared by the stage's workers: (the state DB's
         # finalize generation then, monotonic time to look again anyway).
         self._no_manifest_due: tuple[int, float] | None = None
+        # Items a worker thread claimed and has not attempted yet (`run()` only; see `_next_item`).
+        self._held = threading.local()
 
     def sweep_orphans(self) -> None:
         """Abort multipart uploads under our prefix the journal does not know (a crash before its commit).
@@ -125,15 +128,45 @@ class UploadStage(Stage):
 
     def run(self) -> None:
         """One upload worker: manifests of complete sessions first, then spooled items, until the pipeline stops."""
-        while not self.wake.stop.is_set():
-            generation = self.wake.snapshot(UPLOAD)
-            paused = self._paused_for()
-            if paused > 0:
-                self.wake.wait(generation, paused, UPLOAD)
-                continue
-            idle = self.work_once()
-            if idle is not None:
-                self.wake.wait(generation, idle, UPLOAD)
+        held: deque[ItemRow] = deque()
+        self._held.items = held
+        try:
+            while not self.wake.stop.is_set():
+                generation = self.wake.snapshot(UPLOAD)
+                paused = self._paused_for()
+                if paused > 0:
+                    self.wake.wait(generation, paused, UPLOAD)
+                    continue
+                idle = self.work_once()
+                if idle is not None:
+                    self.wake.wait(generation, idle, UPLOAD)
+        finally:
+            self._hand_back()
+            del self._held.items
+
+    def _next_item(self) -> ItemRow | None:
+        """The next spooled item to upload, now `uploading`. A running worker (`run()`) claims a few
+        per transaction and keeps the rest in hand: its claims take the write lock, which every
+        other worker's claim and the group commit's fsync also take, a few times less often."""
+        held: deque[ItemRow] | None = getattr(self._held, "items", None)
+        if held is None:  # driven one step at a time (tests): nothing is kept in hand
+            return self.state.claim_upload(self._mono())
+        if not held:
+            held.extend(self.state.claim_uploads(self._mono(), self.tuning.upload_claim_batch))
+        return held.popleft() if held else None
+
+    def _hand_back(self) -> None:
+        """Items in hand that were not attempted go back to `spooled` for any worker (the store
+        failed, or the worker stops). Should this fail, start-up recovery puts them back."""
+        held: deque[ItemRow] | None = getattr(self._held, "items", None)
+        if held:
+            items = list(held)
+            held.clear()
+            try:
+                self.state.release_uploads(items)
+            except Exception:  # the worker's edge: they stay `uploading` until the next start
+                log.exception("could not hand back %d claimed uploads (the next start does)", len(items))
+                self.metrics.error("upload")
 
     def work_once(self) -> float | None:
         """One unit of work (a due sweep, then one manifest or one spooled item); None when something
@@ -147,7 +180,7 @@ class UploadStage(Stage):
                     self._sweep_lock.release()
             if self._finalize_one():
                 return None
-            item = self.state.claim_upload(self._mono())
+            item = self._next_item()
             if item is None:
                 # The next look for a due manifest, as the last one fixed it (it took the finalize gates in).
                 last_look = self._no_manifest_due
@@ -169,10 +202,12 @@ class UploadStage(Stage):
         except StoreError as exc:
             if item is not None:
                 self.state.retry_item(item.id, status=ItemStatus.SPOOLED, not_before=0.0, error=str(exc))
+            self._hand_back()  # the stage pauses: the items in hand wait in the DB, for any worker
             self._store_failed(exc)
         except Exception as exc:  # loop edge
             log.exception("upload worker failed")
             self.metrics.error("upload")
+            self._hand_back()
             if item is not None:
                 with contextlib.suppress(Exception):
                     self.state.retry_item(

@@ -45,23 +45,40 @@ class ItemRepo(Connection):
         return dataclasses.replace(item, status=ItemStatus.FETCHING, attempts=item.attempts + 1)
 
     def claim_upload(self, now_mono: float) -> ItemRow | None:
-        """The spooled item with the earliest deadline whose retry gate is open, now `uploading`.
+        """The spooled item with the earliest deadline whose retry gate is open, now `uploading`."""
+        claimed = self.claim_uploads(now_mono, 1)
+        return claimed[0] if claimed else None
+
+    def claim_uploads(self, now_mono: float, limit: int) -> list[ItemRow]:
+        """Up to `limit` spooled items whose retry gate is open, earliest deadline first, now `uploading`.
 
         Deadline order (then id), not id alone: it is the order of the `items_by_status` index, so
-        the claim reads the first open entry instead of sorting every spooled item under the write
+        the claim reads the first open entries instead of sorting every spooled item under the write
         lock the upload workers share (milliseconds per object with thousands spooled, issue 14).
         Items of one session share their deadline, so they still go together, oldest first.
         """
         with self.write(durable=False) as db:  # a lost claim is one recovery undoes anyway
-            row = db.execute(
+            rows = db.execute(
                 f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? "
-                "ORDER BY deadline, id LIMIT 1",
-                (now_mono,),
-            ).fetchone()
-            if row is None:
-                return None
-            db.execute("UPDATE items SET status = 'uploading' WHERE id = ?", (row[0],))
-        return dataclasses.replace(item_row(row), status=ItemStatus.UPLOADING)
+                "ORDER BY deadline, id LIMIT ?",
+                (now_mono, limit),
+            ).fetchall()
+            if rows:
+                db.execute(
+                    f"UPDATE items SET status = 'uploading' WHERE id IN ({','.join('?' * len(rows))})",
+                    [r[0] for r in rows],
+                )
+        return [dataclasses.replace(item_row(r), status=ItemStatus.UPLOADING) for r in rows]
+
+    def release_uploads(self, items: Sequence[ItemRow]) -> None:
+        """Claimed items a worker did not attempt go back to `spooled`, their retry gate and error
+        untouched. Only a row still `uploading` of the same instance moves: a re-open may have
+        dropped the item meanwhile and given its id to a new one."""
+        with self.write(durable=False) as db:  # lost in a crash, recovery puts them back all the same
+            db.executemany(
+                "UPDATE items SET status = 'spooled' WHERE id = ? AND instance = ? AND status = 'uploading'",
+                [(item.id, item.instance) for item in items],
+            )
 
     def next_gate(self, status: ItemStatus) -> float | None:
         """The earliest retry gate (monotonic) among items in `status`, for a worker's wait."""
