@@ -181,6 +181,29 @@ def test_fetch_claims_go_earliest_deadline_first_and_respect_retry_gates(tmp_pat
     assert again is not None and again.id == first.id and again.attempts == 2
 
 
+def test_upload_claims_go_earliest_deadline_first_with_a_sessions_items_together_and_respect_retry_gates(
+    tmp_path: Path,
+) -> None:
+    """Deadline order is the status index's own, so a claim sorts nothing (issue 14)."""
+    state = StateDB.open(tmp_path)
+    _ended(state, "sess-00001", 900.0, ("/a",))
+    _ended(state, "sess-00002", 500.0, ("/a",))
+    while (item := state.claim_fetch(0.0)) is not None:
+        state.mark_spooled(
+            item.id, spool_path=f"/spool/{item.id}", size=1, sha256="0" * 64, content_type="t", source="s",
+            key=f"k/{item.id}", fetched_at=3.0,
+        )  # fmt: skip
+    first = state.claim_upload(0.0)
+    assert first is not None and first.session_id == "sess-00002" and first.status == "uploading"
+    state.retry_item(first.id, status="spooled", not_before=50.0, error="store down")
+    claimed = [state.claim_upload(10.0) for _ in range(3)]
+    assert [c.session_id if c else None for c in claimed] == ["sess-00002", "sess-00001", "sess-00001"]
+    assert state.claim_upload(10.0) is None
+    again = state.claim_upload(60.0)
+    assert again is not None and again.id == first.id
+    state.close()
+
+
 def test_restart_puts_in_flight_items_back(tmp_path: Path) -> None:
     state = StateDB.open(tmp_path)
     _ended(state, "sess-00001", 900.0, ("/a", "/b"))

@@ -58,6 +58,10 @@ class Tuning:
     #: Upload outcomes: the committer waits this long after the first one for the others in flight,
     #: to record them all in one transaction (`outcomes.py`); delays only finalization.
     outcome_gather: float = 0.02
+    #: Spooled items a running upload worker claims per transaction (one hold of the write lock,
+    #: which the group commit's fsync also takes); those it has not attempted go back when it
+    #: stops or the store fails.
+    upload_claim_batch: int = 4
     #: Longest a worker sleeps before looking at the DB again even without a notification.
     idle_wait: float = 5.0
     #: Minimum interval between gauge refreshes triggered by workers.

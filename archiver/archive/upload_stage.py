@@ -11,6 +11,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from archiver.archive.fetch import Spool
@@ -64,6 +65,11 @@ class UploadStage(Stage):
         # Uploads of this process start after this (wall clock, a minute of skew to spare): the sweep
         # leaves them alone, so it never has to run before the first upload.
         self._started_at = time.time() - 60.0
+        # The last look that found no manifest due, shared by the stage's workers: (the state DB's
+        # finalize generation then, monotonic time to look again anyway).
+        self._no_manifest_due: tuple[int, float] | None = None
+        # Items a worker thread claimed and has not attempted yet (`run()` only; see `_next_item`).
+        self._held = threading.local()
 
     def sweep_orphans(self) -> None:
         """Abort multipart uploads under our prefix the journal does not know (a crash before its commit).
@@ -122,15 +128,45 @@ class UploadStage(Stage):
 
     def run(self) -> None:
         """One upload worker: manifests of complete sessions first, then spooled items, until the pipeline stops."""
-        while not self.wake.stop.is_set():
-            generation = self.wake.snapshot(UPLOAD)
-            paused = self._paused_for()
-            if paused > 0:
-                self.wake.wait(generation, paused, UPLOAD)
-                continue
-            idle = self.work_once()
-            if idle is not None:
-                self.wake.wait(generation, idle, UPLOAD)
+        held: deque[ItemRow] = deque()
+        self._held.items = held
+        try:
+            while not self.wake.stop.is_set():
+                generation = self.wake.snapshot(UPLOAD)
+                paused = self._paused_for()
+                if paused > 0:
+                    self.wake.wait(generation, paused, UPLOAD)
+                    continue
+                idle = self.work_once()
+                if idle is not None:
+                    self.wake.wait(generation, idle, UPLOAD)
+        finally:
+            self._hand_back()
+            del self._held.items
+
+    def _next_item(self) -> ItemRow | None:
+        """The next spooled item to upload, now `uploading`. A running worker (`run()`) claims a few
+        per transaction and keeps the rest in hand: its claims take the write lock, which every
+        other worker's claim and the group commit's fsync also take, a few times less often."""
+        held: deque[ItemRow] | None = getattr(self._held, "items", None)
+        if held is None:  # driven one step at a time (tests): nothing is kept in hand
+            return self.state.claim_upload(self._mono())
+        if not held:
+            held.extend(self.state.claim_uploads(self._mono(), self.tuning.upload_claim_batch))
+        return held.popleft() if held else None
+
+    def _hand_back(self) -> None:
+        """Items in hand that were not attempted go back to `spooled` for any worker (the store
+        failed, or the worker stops). Should this fail, start-up recovery puts them back."""
+        held: deque[ItemRow] | None = getattr(self._held, "items", None)
+        if held:
+            items = list(held)
+            held.clear()
+            try:
+                self.state.release_uploads(items)
+            except Exception:  # the worker's edge: they stay `uploading` until the next start
+                log.exception("could not hand back %d claimed uploads (the next start does)", len(items))
+                self.metrics.error("upload")
 
     def work_once(self) -> float | None:
         """One unit of work (a due sweep, then one manifest or one spooled item); None when something
@@ -144,9 +180,12 @@ class UploadStage(Stage):
                     self._sweep_lock.release()
             if self._finalize_one():
                 return None
-            item = self.state.claim_upload(self._mono())
+            item = self._next_item()
             if item is None:
-                gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), self.state.next_finalize_wake()) if g]
+                # The next look for a due manifest, as the last one fixed it (it took the finalize gates in).
+                last_look = self._no_manifest_due
+                look_again = last_look[1] if last_look is not None else self.state.next_finalize_wake()
+                gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), look_again) if g]
                 return self.wake.until(min(gates) if gates else None)
             self._upload(item)
             self._store_ok()
@@ -163,10 +202,12 @@ class UploadStage(Stage):
         except StoreError as exc:
             if item is not None:
                 self.state.retry_item(item.id, status=ItemStatus.SPOOLED, not_before=0.0, error=str(exc))
+            self._hand_back()  # the stage pauses: the items in hand wait in the DB, for any worker
             self._store_failed(exc)
         except Exception as exc:  # loop edge
             log.exception("upload worker failed")
             self.metrics.error("upload")
+            self._hand_back()
             if item is not None:
                 with contextlib.suppress(Exception):
                     self.state.retry_item(
@@ -230,6 +271,8 @@ class UploadStage(Stage):
         backed off on its own (the others go on), and given up as `failed` once its fetch deadline
         has passed: its reason is kept for `archiver status` and counted.
         """
+        if not self._manifest_may_be_due():
+            return False
         row = self.state.claim_finalize(self._mono(), self.tuning.finalize_lease)
         if row is None:
             return False
@@ -252,6 +295,28 @@ class UploadStage(Stage):
                 delay = backoff(self.tuning.finalize_backoff_initial, self.tuning.finalize_backoff_max, attempts)
                 self.state.finalize_retry(row.key, self._mono() + delay, reason)
         return True
+
+    def _manifest_may_be_due(self) -> bool:
+        """False when no finalizing session can be due: the last look found none, no write of this
+        process has made one due since (the state DB's finalize generation stands still), and no
+        retry gate has passed. Else one look on the reader connection decides.
+
+        Why: workers ask before every item and the answer is almost always no; the look cost about
+        a millisecond of a worker's time per object (issue 14). A look is taken at least every
+        `idle_wait` all the same, so a change the generation does not see (another process writing
+        the DB) costs latency, never a manifest.
+        """
+        generation = self.state.finalize_generation()
+        now = self._mono()
+        last = self._no_manifest_due
+        if last is not None and last[0] == generation and now < last[1]:
+            return False
+        gate = self.state.next_finalize_wake()
+        if gate is not None and gate <= now:
+            return True
+        look_again = now + self.tuning.idle_wait
+        self._no_manifest_due = (generation, look_again if gate is None else min(gate, look_again))
+        return False
 
     def _finalize(self, session: SessionRow) -> None:
         items = self.state.items_of(session.key)

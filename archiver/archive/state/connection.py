@@ -39,6 +39,10 @@ class Connection:
         self.readonly = readonly
         self._write_lock = threading.Lock()
         self._read_lock = threading.Lock()
+        # Moved (under the write lock, after the commit) by every transaction that may have made a
+        # finalizing session due; `_finalize_moved` marks the transaction in progress as one.
+        self._finalize_generation = 0
+        self._finalize_moved = False
         #: True when this open created the DB: the archiver's very first start on this state dir.
         self.created = False
         try:
@@ -129,6 +133,7 @@ class Connection:
             if not durable:
                 self._conn.execute("PRAGMA synchronous=NORMAL")
             try:
+                self._finalize_moved = False
                 self._conn.execute("BEGIN IMMEDIATE")
                 try:
                     yield self._conn
@@ -136,9 +141,22 @@ class Connection:
                     self._conn.execute("ROLLBACK")
                     raise
                 self._conn.execute("COMMIT")
+                if self._finalize_moved:
+                    # Only once committed: a reader that sees the new generation sees the change too.
+                    self._finalize_generation += 1
             finally:
                 if not durable:
                     self._conn.execute("PRAGMA synchronous=FULL")
+
+    def finalize_generation(self) -> int:
+        """Moves whenever a committed write of this process may have made a finalizing session due
+        (one became `finalizing`, or its retry gate moved): while it stands still, and no gate has
+        passed, a look that found no manifest due still holds (`UploadStage`, issue 14)."""
+        return self._finalize_generation
+
+    def _finalize_may_be_due(self) -> None:
+        """Called inside a write transaction that may make a finalizing session due (see above)."""
+        self._finalize_moved = True
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

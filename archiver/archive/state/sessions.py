@@ -277,8 +277,8 @@ class SessionRepo(Connection):
                 ],
             ).rowcount
 
-    @staticmethod
     def _end(
+        self,
         db: sqlite3.Connection,
         key: str,
         described: Session | None,
@@ -331,6 +331,7 @@ class SessionRepo(Connection):
         if not items:
             # Nothing to fetch at all: the session is complete as soon as it ended.
             db.execute("UPDATE sessions SET state = 'finalizing', archived_at = ? WHERE key = ?", (now, key))
+            self._finalize_may_be_due()
         final = db.execute(f"SELECT {SESSION_COLUMNS} FROM sessions WHERE key = ?", (key,)).fetchone()
         return session_row(final)
 
@@ -395,6 +396,7 @@ class SessionRepo(Connection):
     def finalize_retry(self, key: str, retry_at: float, error: str) -> int:
         """Finalization failed: try again at `retry_at`. Returns the attempts so far."""
         with self.write() as db:
+            self._finalize_may_be_due()
             db.execute(
                 "UPDATE sessions SET wake_at = ?, finalize_attempts = finalize_attempts + 1, last_error = ? "
                 "WHERE key = ? AND state = 'finalizing'",
