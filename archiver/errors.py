@@ -22,6 +22,7 @@ traceback. Anything else escaping is a bug. The whole tree::
     │       └── ServerError 5xx (transient)
     └── StoreError                  the object store failed; ``transient`` says pause and retry
         ├── StoreUnavailableError   connection, 5xx, throttling, ENOSPC/EIO (transient)
+        │   └── ChecksumMismatchError (store/s3_multipart.py, internal: BadDigest, told apart by put_file)
         ├── StorePermissionError    access denied, missing bucket, read-only
         ├── StoreUnsupportedError   an optional operation the server does not implement (501)
         ├── InvalidKeyError (ValueError)  a key that could escape its prefix
