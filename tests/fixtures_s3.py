@@ -116,9 +116,11 @@ class SeaweedServer:
     """`weed server` with master, volume, filer and S3 on 127.0.0.1; `stop()` and `start()` again
     keep its data (the same directory and ports), as a real store that restarts does."""
 
-    def __init__(self, binary: str, directory: Path) -> None:
+    def __init__(self, binary: str, directory: Path, *, volume_size_limit_mb: int = 64) -> None:
         self.binary = binary
         self.directory = directory
+        #: Small volumes keep a test's disk small; each one filled makes the server grow new ones.
+        self.volume_size_limit_mb = volume_size_limit_mb
         self.master, self.volume, self.filer, self.s3 = _free_ports(4)
         self.endpoint = f"http://127.0.0.1:{self.s3}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -130,7 +132,7 @@ class SeaweedServer:
             "-master.telemetry=false",  # never phone home
             f"-master.port={self.master}", f"-master.port.grpc={self.master + 10000}",
             "-master.electionTimeout=1s",  # one master: a restart need not wait 10 s for an election
-            "-master.volumeSizeLimitMB=64", "-volume.max=0",
+            f"-master.volumeSizeLimitMB={self.volume_size_limit_mb}", "-volume.max=0",
             f"-volume.port={self.volume}", f"-volume.port.grpc={self.volume + 10000}",
             f"-filer.port={self.filer}", f"-filer.port.grpc={self.filer + 10000}",
             "-s3", f"-s3.port={self.s3}", f"-s3.port.grpc={self.s3 + 10000}",
