@@ -10,7 +10,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Set
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -220,10 +220,12 @@ class MultipartUploads:
     ) -> list[dict[str, Any]]:
         """Read the file part by part, hash all of it, upload the missing parts; the completion list.
 
-        Reading and hashing the next part overlaps the upload of the previous ones: at most
-        ``part_concurrency`` parts are in flight, so memory stays at about
-        ``(part_concurrency + 1) * part_size`` whatever the file size. The journal is told about
-        each part from this thread, in part order.
+        Reading and hashing the next part (its own checksum included, so a pool thread only sends)
+        overlaps the upload of the previous ones: at most ``part_concurrency`` parts are in flight,
+        so memory stays at about ``(part_concurrency + 1) * part_size`` whatever the file size. The
+        next part goes as soon as any part in flight is done, not only the oldest (a slot otherwise
+        idled 7-16 ms of a part's ~130 ms against SeaweedFS). The journal is told about each part
+        from this thread, in part order.
         """
         digest = hashlib.sha256()
         total = 0
@@ -235,6 +237,18 @@ class MultipartUploads:
             completed[number] = future.result()
             if journal is not None:
                 journal.part_done(key, number, str(completed[number]["ETag"]))
+
+        def wait_for_a_slot() -> None:
+            while True:
+                while in_flight and in_flight[0][1].done():
+                    collect_oldest()
+                running = [future for _, future in in_flight if not future.done()]
+                for _, future in in_flight:
+                    if future.done() and future.exception() is not None:
+                        future.result()  # a failed part fails the upload now, not once it is the oldest
+                if len(running) < self._concurrency:
+                    return
+                wait(running, return_when=FIRST_COMPLETED)
 
         with ThreadPoolExecutor(max_workers=self._concurrency, thread_name_prefix="s3-part") as pool:
             try:
@@ -252,9 +266,9 @@ class MultipartUploads:
                         completed[number] = {"PartNumber": number, "ETag": server_part["ETag"]}
                         completed[number].update({f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part})
                         continue
-                    while len(in_flight) >= self._concurrency:
-                        collect_oldest()
-                    in_flight.append((number, pool.submit(self._upload_part, key, upload_id, number, chunk)))
+                    checksum = self._part_checksum(chunk)
+                    wait_for_a_slot()
+                    in_flight.append((number, pool.submit(self._upload_part, key, upload_id, number, chunk, checksum)))
                     del chunk  # the future holds the only reference until the part is sent
                 while in_flight:
                     collect_oldest()
@@ -266,7 +280,16 @@ class MultipartUploads:
         check_source(path, digest.hexdigest(), total, sha256, size)
         return [completed[n] for n in sorted(completed)]
 
-    def _upload_part(self, key: str, upload_id: str, number: int, chunk: bytes) -> dict[str, Any]:
+    def _part_checksum(self, chunk: bytes) -> dict[str, str]:
+        """The checksum parameters of one part: the SHA-256 the server verifies and keeps, or
+        Content-MD5 where checksum headers are refused ("when_required")."""
+        if self._crc32:
+            return {"ChecksumAlgorithm": "SHA256", "ChecksumSHA256": sha256_checksum(hashlib.sha256(chunk).digest())}
+        return {"ContentMD5": base64.b64encode(hashlib.md5(chunk, usedforsecurity=False).digest()).decode()}
+
+    def _upload_part(
+        self, key: str, upload_id: str, number: int, chunk: bytes, checksum: dict[str, str]
+    ) -> dict[str, Any]:
         """UploadPart (in a pool thread); the part's entry for CompleteMultipartUpload."""
         params: dict[str, Any] = {
             "Key": key,
@@ -274,12 +297,8 @@ class MultipartUploads:
             "PartNumber": number,
             "Body": chunk,
             "ContentLength": len(chunk),
+            **checksum,
         }
-        if self._crc32:
-            params["ChecksumAlgorithm"] = "SHA256"
-            params["ChecksumSHA256"] = sha256_checksum(hashlib.sha256(chunk).digest())
-        else:
-            params["ContentMD5"] = base64.b64encode(hashlib.md5(chunk, usedforsecurity=False).digest()).decode()
         response = self._call("UploadPart", key, **params)
         entry = {"PartNumber": number, "ETag": response["ETag"]}
         entry.update({f: response[f] for f in _PART_CHECKSUM_FIELDS if f in response})
