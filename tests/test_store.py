@@ -276,6 +276,29 @@ def test_on_a_server_that_checks_checksums_files_are_not_hashed_first_and_a_mism
     assert read_back(store, "k") == (sha, size)
 
 
+def test_with_content_md5_instead_of_checksum_headers_files_are_still_hashed_before_sending(
+    seaweed_server: Any, tmp_path: Path
+) -> None:
+    """checksum_mode=when_required sends Content-MD5, computed from the file itself: the server's
+    check cannot compare the file with the recorded sha256, so the probe does not let `put_file`
+    skip its own hash, and a changed file is refused before anything is sent."""
+    from archiver.store import make_s3_client
+
+    client = make_s3_client(endpoint_url=seaweed_server.endpoint, checksum_mode="when_required")
+    bucket = f"test-{uuid.uuid4().hex[:20]}"
+    client.create_bucket(Bucket=bucket)
+    store = open_store(f"s3://{bucket}/", s3_client=client, checksum_mode="when_required")
+    assert store.probe_conditional_writes() is True
+    assert isinstance(store, S3Store) and not store.verifies_checksums
+    path, sha, size = write_file(tmp_path / "f", MIB)
+    store.requests_made.reset()
+    with pytest.raises(SourceFileError, match="sha256"):
+        store.put_file("changed", path, sha256=hashlib.sha256(b"recorded").hexdigest(), size=size, content_type="x/y")
+    assert store.requests_made.snapshot() == {}
+    assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+    assert read_back(store, "k") == (sha, size)
+
+
 def test_a_put_retried_after_a_503_mid_body_sends_the_whole_file_again(
     s3_bucket: tuple[str, str], s3_client: Callable[..., Any], tmp_path: Path
 ) -> None:

@@ -114,12 +114,15 @@ DEFAULT_BOTO_TIMEOUT = 60.0
 
 
 def _digest(hasher: Any, data: bytes | BinaryIO) -> bytes:
-    """The digest of `data`, a file read in chunks to its end (no copy of it in memory)."""
+    """The digest of `data`; a file is read in chunks to its end (no copy of it in memory), then
+    put back where it was, so that it can still be sent."""
     if isinstance(data, bytes):
         hasher.update(data)
     else:
+        start = data.tell()
         for chunk in iter(functools.partial(data.read, READ_CHUNK), b""):
             hasher.update(chunk)
+        data.seek(start)
     return bytes(hasher.digest())
 
 
@@ -423,7 +426,6 @@ class S3Store(MultipartUploads):
                 check_size(path, os.fstat(source.fileno()).st_size, size)
                 if not self.verifies_checksums:
                     check_source(path, _digest(hashlib.sha256(), source).hex(), size, sha256, size)
-                    source.seek(0)
                     return self._put_small(key, source, sha256, size, content_type)
                 # The server hashes what arrives against the signed checksum of `sha256` and refuses
                 # a mismatch: hashing the file here first would repeat its proof (0.7 ms per MiB).
@@ -499,15 +501,20 @@ class S3Store(MultipartUploads):
         Writes the probe key (deleted by the caller) with a checksum of other bytes. Refused with
         BadDigest: the server proves every upload's integrity on arrival, so `put_file` need not
         hash a file before sending it. Accepted, or refused otherwise: we keep hashing first.
+        Only with SHA-256 checksum headers ("when_supported"): they carry the sha256 the caller
+        recorded, so the server's check compares the file with it. Content-MD5 ("when_required")
+        is computed from the file itself and proves only that the bytes arrived as read.
         """
+        if not self._crc32:
+            return False
         body = b"archiver probe: checksum check\n"
-        other = b"not the body"
-        params: dict[str, Any] = {"Key": key, "Body": body, "ContentType": "text/plain"}
-        if self._crc32:
-            params["ChecksumAlgorithm"] = "SHA256"
-            params["ChecksumSHA256"] = sha256_checksum(hashlib.sha256(other).digest())
-        else:
-            params["ContentMD5"] = base64.b64encode(hashlib.md5(other, usedforsecurity=False).digest()).decode()
+        params: dict[str, Any] = {
+            "Key": key,
+            "Body": body,
+            "ContentType": "text/plain",
+            "ChecksumAlgorithm": "SHA256",
+            "ChecksumSHA256": sha256_checksum(hashlib.sha256(b"not the body").digest()),
+        }
         try:
             self._call("PutObject", key, **params)
         except ChecksumMismatchError:
