@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import logging
 import operator
 import signal
@@ -278,13 +279,24 @@ class Daemon:
         return True, "ok"
 
 
+#: Net new container objects between two young-generation collections (CPython's default is 700).
+GC_YOUNG_THRESHOLD = 20_000
+
+
 def tune_allocator() -> None:
-    """Keep glibc from hoarding freed memory between polls.
+    """Keep glibc from hoarding freed memory between polls, and the cyclic GC from rescanning them.
 
     glibc raises its mmap threshold after large frees, so the multi-megabyte buffers of each poll
     (list body, decoded JSON, rendered bodies) then come from the heap and fragment it: measured,
     peak RSS at 10k sessions went from 84-93 MB to 76 MB with a fixed 256 KiB threshold.
+
+    A poll that replaces 2 % of 50,000 sessions leaves ~8,000 new container objects (models, label
+    dicts, cached lines), all long-lived: at the default threshold of 700 that made ~19 young and 2
+    middle collections a poll plus a full one every ~7 polls, 14 ms of collector time per poll on
+    average (gc.callbacks, issue 14), for garbage that refcounting frees anyway (nothing here makes
+    cycles). At 20,000 it is ~2 ms; peak RSS did not move (10,000 sessions: 110.7 / 110.5 MB).
     """
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     if sys.platform != "linux":
         return
     with contextlib.suppress(OSError, AttributeError):
