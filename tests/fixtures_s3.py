@@ -116,11 +116,14 @@ class SeaweedServer:
     """`weed server` with master, volume, filer and S3 on 127.0.0.1; `stop()` and `start()` again
     keep its data (the same directory and ports), as a real store that restarts does."""
 
-    def __init__(self, binary: str, directory: Path, *, volume_size_limit_mb: int = 64) -> None:
+    def __init__(self, binary: str, directory: Path, *, volume_size_limit_mb: int = 64, volume_growth: int = 1) -> None:
         self.binary = binary
         self.directory = directory
         #: Small volumes keep a test's disk small; each one filled makes the server grow new ones.
         self.volume_size_limit_mb = volume_size_limit_mb
+        #: Volumes grown at once per collection (SeaweedFS's own default is 7): the writes of
+        #: concurrent PUTs are spread over the writable volumes of their bucket.
+        self.volume_growth = volume_growth
         self.master, self.volume, self.filer, self.s3 = _free_ports(4)
         self.endpoint = f"http://127.0.0.1:{self.s3}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -139,9 +142,9 @@ class SeaweedServer:
             "-s3.port.iceberg=0", "-s3.port.lance=0",  # fixed default ports otherwise: two servers would clash
         ]  # fmt: skip
         # Read from the working directory: one volume per new collection (each bucket is one)
-        # instead of 7, so a test session's hundred buckets do not run out of volumes.
+        # instead of 7 by default, so a test session's hundred buckets do not run out of volumes.
         (self.directory / "master.toml").write_text(
-            "[master.volume_growth]\ncopy_1 = 1\ncopy_2 = 2\ncopy_3 = 3\ncopy_other = 1\n"
+            f"[master.volume_growth]\ncopy_1 = {self.volume_growth}\ncopy_2 = 2\ncopy_3 = 3\ncopy_other = 1\n"
         )
         with self.log.open("ab") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=self.directory)
