@@ -45,8 +45,6 @@ MODES = ("duel", "ffa", "ranked", "casual")
 #: Sessions whose labels change between two consecutive polls, and sessions replaced (ended + new).
 CHANGED_FRACTION = 0.01
 REPLACED_FRACTION = 0.01
-#: Polls cycle back and forth over this many bodies, so each step differs by ~2 %.
-VARIANTS = 6
 BUDGETS = {
     10_000: {
         "gzip_p50_ms": 25.0,
@@ -106,17 +104,22 @@ def make_session(rnd: random.Random, created_ms: int) -> dict[str, Any]:
     }
 
 
-def write_variants(count: int, directory: Path, seed: int = 7, churn: str = "random") -> list[Path]:
-    """VARIANTS session-list bodies, each ~2 % different from the previous one: player counts change
-    at random, and sessions end either at random positions (`random`, the goal's case: every block
-    of the exposition is touched) or oldest first (`oldest`, as matches of similar length do), while
-    as many new ones start."""
+def write_variants(count: int, directory: Path, seed: int = 7, churn: str = "random", *, polls: int) -> list[Path]:
+    """`polls + 1` session-list bodies, one per poll (the first poll renders everything), each ~2 %
+    different from the previous one: player counts change at random, and sessions end either at
+    random positions (`random`, the goal's case: every block of the exposition is touched) or oldest
+    first (`oldest`, as matches of similar length do), while as many new ones start.
+
+    The sequence only goes forward, as the service's list does: a session that ended never comes
+    back. (Polls used to go back and forth over 6 bodies; from the second pass on, every session
+    that came and went had been re-added at the tail of the exposition, so the "random" ends all
+    fell in the last few blocks and the render measured a churn concentrated at the tail.)"""
     rnd = random.Random(seed)
     base_ms = 1_760_000_000_000
     sessions = [make_session(rnd, base_ms + i * 250) for i in range(count)]
     next_created = base_ms + count * 250
     paths = []
-    for v in range(VARIANTS):
+    for v in range(polls + 1):
         if v:
             for entry in rnd.sample(sessions, max(1, int(count * CHANGED_FRACTION))):
                 entry["playerCount"] = rnd.randrange(0, 17)
@@ -135,10 +138,9 @@ def write_variants(count: int, directory: Path, seed: int = 7, churn: str = "ran
     return paths
 
 
-def poll_sequence(polls: int) -> list[int]:
-    """0,1,..,V-1,V-2,..,1,0,1,..: every step moves to a neighbouring variant (~2 % change)."""
-    cycle = list(range(VARIANTS)) + list(range(VARIANTS - 2, 0, -1))
-    return [cycle[i % len(cycle)] for i in range(polls)]
+def variant_paths(directory: Path, count: int, polls: int) -> list[Path]:
+    """The bodies `write_variants` wrote for `count` sessions and `polls` measured polls, in poll order."""
+    return [directory / f"sessions-{count}-{v}.json" for v in range(polls + 1)]
 
 
 def maxrss_mb() -> float:
@@ -160,7 +162,7 @@ def child_upstream(paths: list[Path], polls: int) -> None:
     sequence (read from disk per request, so no process holds every variant), `GET /metrics` a count."""
     import http.server
 
-    sequence = iter([0, *poll_sequence(polls)])
+    sequence = iter(range(len(paths)))
     last = 0
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -282,7 +284,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     first_ms = 0.0
     first_parts = 0
     snapshot = None
-    for i in range(1 + len(poll_sequence(polls))):
+    for i in range(1 + polls):
         t0 = time.perf_counter()
         result = poller.poll_once()
         t1 = time.perf_counter()
@@ -422,8 +424,8 @@ class Child:
 
 def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     generate = ["--child", "generate", "--sessions", str(count), "--paths", str(workdir), "--churn", args.churn]
-    subprocess.run([sys.executable, __file__, *generate], check=True)
-    paths = [workdir / f"sessions-{count}-{v}.json" for v in range(VARIANTS)]
+    subprocess.run([sys.executable, __file__, *generate, "--polls", str(args.polls)], check=True)
+    paths = variant_paths(workdir, count, args.polls)
     common = ["--paths", ",".join(map(str, paths)), "--allowlist", args.allowlist]
     result: dict[str, Any] = {"sessions": count, "body_bytes": paths[0].stat().st_size}
     upstream = Child(["--child", "upstream", "--polls", str(args.polls), *common])
@@ -564,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     allowlist = [k for k in args.allowlist.split(",") if k]
     if args.child == "generate":
-        write_variants(int(args.sessions), Path(args.paths), churn=args.churn)
+        write_variants(int(args.sessions), Path(args.paths), churn=args.churn, polls=args.polls)
         return 0
     if args.child:
         paths = [Path(p) for p in args.paths.split(",")]

@@ -64,7 +64,7 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
     totals, lists, cpus = [], [], []
     snapshot = None
     exported = 0
-    for i in range(1 + len(scrape.poll_sequence(polls))):
+    for i in range(1 + polls):
         t0, c0 = time.perf_counter(), time.process_time()
         result = poller.poll_once()
         snapshot = renderer.render(result.sessions, result.families, now=result.started_at)
@@ -150,10 +150,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"generating {args.sessions:,} sessions ...", file=sys.stderr, flush=True)
         subprocess.run(
             [sys.executable, str(HERE / "scrape.py"), "--child", "generate", "--sessions", str(args.sessions),
-             "--paths", tmp],
+             "--paths", tmp, "--polls", str(args.polls)],
             check=True,
         )  # fmt: skip
-        paths = [Path(tmp) / f"sessions-{args.sessions}-{v}.json" for v in range(scrape.VARIANTS)]
+        paths = scrape.variant_paths(Path(tmp), args.sessions, args.polls)
         results = []
         for shard in range(args.shards):
             print(f"shard {shard} of {args.shards} ...", file=sys.stderr, flush=True)
