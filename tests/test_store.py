@@ -299,33 +299,79 @@ def test_with_content_md5_instead_of_checksum_headers_files_are_still_hashed_bef
     assert read_back(store, "k") == (sha, size)
 
 
+class _SlowDownBody:
+    """The raw body of a 503 SlowDown answer."""
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield b"<Error><Code>SlowDown</Code><Message>reduce your request rate</Message></Error>"
+
+
+def slow_down(request: Any) -> Any:
+    """A 503 SlowDown answer to ``request``, given at the transport (a `before-send` hook) instead
+    of sending it: botocore's standard retry repeats the request."""
+    from botocore.awsrequest import AWSResponse
+
+    return AWSResponse(request.url, 503, {}, _SlowDownBody())
+
+
 def test_a_put_retried_after_a_503_mid_body_sends_the_whole_file_again(
     s3_bucket: tuple[str, str], s3_client: Callable[..., Any], tmp_path: Path
 ) -> None:
     """The spool file itself is the body: when the first attempt dies after part of it was read
     (a 503 SlowDown injected at the transport), botocore's retry rewinds it and the object holds
     every byte."""
-    from botocore.awsrequest import AWSResponse
-
-    class Raw:
-        def stream(self, **_: Any) -> Iterator[bytes]:
-            yield b"<Error><Code>SlowDown</Code><Message>reduce your request rate</Message></Error>"
-
     _, bucket = s3_bucket
     client = s3_client()
     failed: list[int] = []
 
-    def slow_down_once(request: Any, **_: Any) -> AWSResponse | None:
+    def slow_down_once(request: Any, **_: Any) -> Any:
         if failed or not hasattr(request.body, "read"):
             return None
         failed.append(len(request.body.read(MIB // 2)))  # half a file gone to the first attempt
-        return AWSResponse(request.url, 503, {}, Raw())
+        return slow_down(request)
 
     client.meta.events.register("before-send.s3.PutObject", slow_down_once)
     store = open_store(f"s3://{bucket}/", s3_client=client)
     path, sha, size = write_file(tmp_path / "f", 3 * MIB)
     assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
     assert failed == [MIB // 2]
+    assert read_back(store, "k") == (sha, size)
+
+
+def test_a_part_retried_after_a_503_mid_body_is_sent_whole_again(
+    s3_bucket: tuple[str, str], s3_client: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A part's body is read from its buffer in large blocks: when the first attempt of part 2
+    dies after some of it was read (a 503 SlowDown injected at the transport), botocore's retry
+    rewinds the body and the object holds every byte of every part."""
+    _, bucket = s3_bucket
+    client = s3_client()
+    failed: list[int] = []
+
+    def slow_down_once(request: Any, **_: Any) -> Any:
+        if failed or "partNumber=2" not in request.url:
+            return None
+        failed.append(len(request.body.read(16 * 1024)) + len(request.body.read(16 * 1024)))
+        return slow_down(request)
+
+    client.meta.events.register("before-send.s3.UploadPart", slow_down_once)
+    store = open_store(f"s3://{bucket}/", s3_client=client)
+    path, sha, size = write_file(tmp_path / "f", 20 * MIB)
+    assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+    assert failed and 0 < failed[0] < 8 * MIB  # the first attempt had read part of the part
+    assert store.requests_made["UploadPart"] == 3  # botocore's retry is inside the one call
+    assert read_back(store, "k") == (sha, size)
+
+
+def test_parts_sent_from_reused_buffers_arrive_byte_for_byte(s3_bucket: tuple[str, str], tmp_path: Path) -> None:
+    """Seven parts through three part buffers (two in flight, one being read): every part is the
+    file's own bytes (read back whole; moto keeps whatever arrives, so a buffer refilled while
+    still being sent would show here)."""
+    endpoint, bucket = s3_bucket
+    store = open_store(f"s3://{bucket}/", s3_endpoint_url=endpoint, part_size=5 * MIB, part_concurrency=2)
+    path, sha, size = write_file(tmp_path / "f", 31 * MIB)
+    assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+    assert store.requests_made["UploadPart"] == 7
     assert read_back(store, "k") == (sha, size)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import logging
 import math
 import time
@@ -12,7 +13,7 @@ from collections import deque
 from collections.abc import Set
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from archiver.errors import SourceFileError, StoreError, StoreUnavailableError
 from archiver.evidence import Evidence
@@ -65,6 +66,108 @@ COMPLETION_REFUSED_CODES = frozenset({"InvalidRequest", "InvalidPart", "InvalidP
 class _StartAfresh(StoreError):
     """A resumed upload cannot be completed (refused, or gone without an object) and is forgotten:
     the caller starts one fresh multipart upload instead (internal)."""
+
+
+#: Bytes read (and hashed while still in the CPU cache) at a time when a part is read from its file.
+READ_BLOCK = 1024 * 1024
+#: Bytes a part body hands the HTTP connection per read: urllib3 asks for 16 KiB at a time, which
+#: costs a copy and a send() system call per 16 KiB on our side and more wake-ups on the server's.
+SEND_BLOCK = 1024 * 1024
+
+
+class PartBody:
+    """One part's bytes as the file-like body botocore sends: read in large blocks without a copy
+    (memoryview slices of the part buffer), and rewindable (botocore seeks to 0 before a retry)."""
+
+    def __init__(self, data: memoryview) -> None:
+        self._data = data
+        self._pos = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def read(self, size: int | None = -1) -> bytes | memoryview:
+        """Up to max(size, SEND_BLOCK) bytes (all that is left for a negative size); b"" at the end."""
+        left = len(self._data) - self._pos
+        if left <= 0:
+            return b""
+        count = left if size is None or size < 0 else min(left, max(size, SEND_BLOCK))
+        block = self._data[self._pos : self._pos + count]
+        self._pos += count
+        return block
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: len(self._data)}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+
+class _PartBuffers:
+    """At most ``count`` reusable part buffers: one is read into while the others are sent; a
+    buffer lent to a part's upload comes back once that upload is done (its body is never read
+    again then), so an upload allocates them once instead of once per part."""
+
+    def __init__(self, size: int, count: int) -> None:
+        self._size = size
+        self._count = count
+        self._free: list[memoryview] = []
+        self._lent: list[tuple[memoryview, Future[dict[str, Any]]]] = []
+        self._made = 0
+
+    def take(self) -> memoryview:
+        for entry in [e for e in self._lent if e[1].done()]:
+            self._lent.remove(entry)
+            self._free.append(entry[0])
+        if self._free:
+            return self._free.pop()
+        if self._made < self._count:
+            self._made += 1
+            return memoryview(bytearray(self._size))
+        # Every buffer is in flight (the caller sends at most count - 1 parts at once, so this
+        # is only a safeguard): wait for one.
+        wait([future for _, future in self._lent], return_when=FIRST_COMPLETED)
+        return self.take()
+
+    def lend(self, view: memoryview, future: Future[dict[str, Any]]) -> None:
+        self._lent.append((_whole(view), future))
+
+    def give_back(self, view: memoryview) -> None:
+        self._free.append(_whole(view))
+
+
+def _whole(view: memoryview) -> memoryview:
+    """The whole buffer ``view`` is a slice of."""
+    return memoryview(view.obj)
+
+
+def _read_hashed(source: BinaryIO, path: Path, view: memoryview, hashers: tuple[Any, ...]) -> int:
+    """Fill ``view`` from ``source`` (fewer bytes only at the end of the file), each block fed to
+    every hasher while it is still in the CPU cache; the byte count. SourceFileError when unreadable."""
+    readinto = cast(io.BufferedIOBase, source).readinto  # a file opened "rb" (typing.BinaryIO omits it)
+    got = 0
+    while got < len(view):
+        block = view[got : got + READ_BLOCK]
+        try:
+            n = readinto(block)
+        except OSError as exc:
+            raise SourceFileError(f"cannot read local file {path}: {exc.strerror}") from exc
+        if not n:
+            break
+        for hasher in hashers:
+            hasher.update(block[:n])
+        got += n
+    return got
 
 
 def check_size(path: Path, got_size: int, size: int) -> None:
@@ -222,15 +325,17 @@ class MultipartUploads:
 
         Reading and hashing the next part (its own checksum included, so a pool thread only sends)
         overlaps the upload of the previous ones: at most ``part_concurrency`` parts are in flight,
-        so memory stays at about ``(part_concurrency + 1) * part_size`` whatever the file size. The
-        next part goes as soon as any part in flight is done, not only the oldest (a slot otherwise
-        idled 7-16 ms of a part's ~130 ms against SeaweedFS). The journal is told about each part
-        from this thread, in part order.
+        each sent from one of ``part_concurrency + 1`` part buffers reused from part to part, so
+        memory stays at about that many parts whatever the file size. The next part goes as soon
+        as any part in flight is done, not only the oldest (a slot otherwise idled 7-16 ms of a
+        part's ~130 ms against SeaweedFS). The journal is told about each part from this thread,
+        in part order.
         """
         digest = hashlib.sha256()
         total = 0
         completed: dict[int, dict[str, Any]] = {}
         in_flight: deque[tuple[int, Future[dict[str, Any]]]] = deque()
+        buffers = _PartBuffers(max((lengths[0] if lengths else 0), 1), self._concurrency + 1)
 
         def collect_oldest() -> None:
             number, future = in_flight.popleft()
@@ -253,23 +358,23 @@ class MultipartUploads:
         with ThreadPoolExecutor(max_workers=self._concurrency, thread_name_prefix="s3-part") as pool:
             try:
                 for number, length in enumerate(lengths, start=1):
-                    try:
-                        chunk = source.read(length)
-                    except OSError as exc:
-                        raise SourceFileError(f"cannot read local file {path}: {exc.strerror}") from exc
-                    digest.update(chunk)
-                    total += len(chunk)
-                    if len(chunk) != length:
-                        break  # short file: reported by _check_source below
-                    if number in done:
+                    view = buffers.take()[:length]
+                    part_hash = None if number in done else self._part_hasher()
+                    got = _read_hashed(source, path, view, (digest, part_hash) if part_hash else (digest,))
+                    total += got
+                    if got != length:
+                        break  # short file: reported by check_source below
+                    if part_hash is None:
                         server_part = done[number]
                         completed[number] = {"PartNumber": number, "ETag": server_part["ETag"]}
                         completed[number].update({f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part})
+                        buffers.give_back(view)
                         continue
-                    checksum = self._part_checksum(chunk)
+                    checksum = self._part_checksum(part_hash)
                     wait_for_a_slot()
-                    in_flight.append((number, pool.submit(self._upload_part, key, upload_id, number, chunk, checksum)))
-                    del chunk  # the future holds the only reference until the part is sent
+                    future = pool.submit(self._upload_part, key, upload_id, number, view, checksum)
+                    buffers.lend(view, future)
+                    in_flight.append((number, future))
                 while in_flight:
                     collect_oldest()
             finally:
@@ -280,23 +385,27 @@ class MultipartUploads:
         check_source(path, digest.hexdigest(), total, sha256, size)
         return [completed[n] for n in sorted(completed)]
 
-    def _part_checksum(self, chunk: bytes) -> dict[str, str]:
-        """The checksum parameters of one part: the SHA-256 the server verifies and keeps, or
-        Content-MD5 where checksum headers are refused ("when_required")."""
+    def _part_hasher(self) -> Any:
+        """A fresh hasher of one part's bytes: SHA-256, or MD5 where checksum headers are refused."""
+        return hashlib.sha256() if self._crc32 else hashlib.md5(usedforsecurity=False)
+
+    def _part_checksum(self, part_hash: Any) -> dict[str, str]:
+        """The checksum parameters of one part (``part_hash`` has seen its bytes): the SHA-256 the
+        server verifies and keeps, or Content-MD5 where checksum headers are refused ("when_required")."""
         if self._crc32:
-            return {"ChecksumAlgorithm": "SHA256", "ChecksumSHA256": sha256_checksum(hashlib.sha256(chunk).digest())}
-        return {"ContentMD5": base64.b64encode(hashlib.md5(chunk, usedforsecurity=False).digest()).decode()}
+            return {"ChecksumAlgorithm": "SHA256", "ChecksumSHA256": sha256_checksum(part_hash.digest())}
+        return {"ContentMD5": base64.b64encode(part_hash.digest()).decode()}
 
     def _upload_part(
-        self, key: str, upload_id: str, number: int, chunk: bytes, checksum: dict[str, str]
+        self, key: str, upload_id: str, number: int, data: memoryview, checksum: dict[str, str]
     ) -> dict[str, Any]:
         """UploadPart (in a pool thread); the part's entry for CompleteMultipartUpload."""
         params: dict[str, Any] = {
             "Key": key,
             "UploadId": upload_id,
             "PartNumber": number,
-            "Body": chunk,
-            "ContentLength": len(chunk),
+            "Body": PartBody(data),
+            "ContentLength": len(data),
             **checksum,
         }
         response = self._call("UploadPart", key, **params)
