@@ -8,8 +8,9 @@ import hashlib
 import io
 import logging
 import math
+import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Set
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
@@ -66,6 +67,28 @@ COMPLETION_REFUSED_CODES = frozenset({"InvalidRequest", "InvalidPart", "InvalidP
 class _StartAfresh(StoreError):
     """A resumed upload cannot be completed (refused, or gone without an object) and is forgotten:
     the caller starts one fresh multipart upload instead (internal)."""
+
+
+class CompletedChecksums:
+    """The composite SHA-256 checksum each recent CompleteMultipartUpload answered with, by (key,
+    sha256, size): `S3Store.store_checksum` takes it from here instead of a HEAD of the object it
+    just created (the manifest follows within moments). Bounded; shared by the upload workers."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._checksums: OrderedDict[tuple[str, str, int], str] = OrderedDict()
+
+    def remember(self, key: str, sha256: str, size: int, checksum: str) -> None:
+        with self._lock:
+            self._checksums[(key, sha256, size)] = checksum
+            while len(self._checksums) > self.LIMIT:
+                self._checksums.popitem(last=False)
+
+    def get(self, key: str, sha256: str, size: int) -> str | None:
+        with self._lock:
+            return self._checksums.get((key, sha256, size))
 
 
 #: Bytes read (and hashed while still in the CPU cache) at a time when a part is read from its file.
@@ -186,6 +209,7 @@ def check_source(path: Path, got_sha: str, got_size: int, sha256: str, size: int
 class MultipartUploads:
     """The multipart half of `S3Store` (a mixin): everything below uses the store's plumbing."""
 
+    _completed: CompletedChecksums
     _concurrency: int
     _crc32: bool
     _part_size: int
@@ -434,7 +458,7 @@ class MultipartUploads:
                     journal.finish(key)
                 return self._resolve_existing(key, sha256, size, info)
         try:
-            self._call(
+            response = self._call(
                 "CompleteMultipartUpload",
                 key,
                 Key=key,
@@ -475,6 +499,8 @@ class MultipartUploads:
             raise
         if journal is not None:
             journal.finish(key)
+        if response.get("ChecksumSHA256"):
+            self._completed.remember(key, sha256, size, str(response["ChecksumSHA256"]))
         return PutOutcome.CREATED
 
     def _abort_quietly(self, key: str, upload_id: str) -> bool:
