@@ -444,22 +444,27 @@ class MultipartUploads:
         try:
             for number, length in enumerate(lengths, start=1):
                 view = buffers.take()[:length]
-                part_hash = None if number in done else self._part_hasher()
-                got = _read_hashed(source, path, view, (digest, part_hash) if part_hash else (digest,))
-                total += got
-                if got != length:
-                    break  # short file: reported by check_source below
-                if part_hash is None:
+                if number in done:
+                    total += _read_hashed(source, path, view, (digest,))
                     server_part = done[number]
                     completed[number] = {"PartNumber": number, "ETag": server_part["ETag"]}
                     completed[number].update({f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part})
                     buffers.give_back(view)
                     continue
+                part_hash = self._part_hasher()
+                got = _read_hashed(source, path, view, (part_hash,))
+                total += got
+                if got != length:
+                    digest.update(view[:got])
+                    break  # short file: reported by check_source below
                 checksum = self._part_checksum(part_hash)
                 wait_for_a_slot()
                 future = pool.submit(self._upload_part, key, opening.upload_id(), number, view, checksum)
                 buffers.lend(view, future)
                 in_flight.append((number, future))
+                # The whole file's digest is fed while the part is sent (it only reads the buffer):
+                # it is not on the way from a slot falling free to the next part going out.
+                digest.update(view)
             while in_flight:
                 collect_oldest()
         finally:
