@@ -158,10 +158,10 @@ def test_put_file_stores_exact_bytes_once(store: ObjectStore, tmp_path: Path, si
     assert read_back(store, key) == (sha, size)
 
 
-def test_s3_small_files_use_one_put_and_large_files_8mib_parts(
+def test_s3_small_files_use_one_put_and_large_files_6mib_parts(
     s3_store: S3Store, tmp_path: Path, s3_bucket: tuple[str, str]
 ) -> None:
-    """Below 8 MiB one PutObject; a 20 MiB file goes as 3 parts (8+8+4 MiB) and no upload stays open."""
+    """Below 8 MiB one PutObject; a 20 MiB file goes as 4 parts (6+6+6+2 MiB) and no upload stays open."""
     small, small_sha, _ = write_file(tmp_path / "small", 8 * MIB - 1)
     big, big_sha, _ = write_file(tmp_path / "big", 20 * MIB, seed="big")
     s3_store.put_file("arch/small", small, sha256=small_sha, size=8 * MIB - 1, content_type="x/y")
@@ -169,7 +169,7 @@ def test_s3_small_files_use_one_put_and_large_files_8mib_parts(
     s3_store.requests_made.reset()
     s3_store.put_file("arch/big", big, sha256=big_sha, size=20 * MIB, content_type="x/y")
     counts = s3_store.requests_made.snapshot()
-    assert counts["UploadPart"] == 3 and counts["CompleteMultipartUpload"] == 1 and "PutObject" not in counts
+    assert counts["UploadPart"] == 4 and counts["CompleteMultipartUpload"] == 1 and "PutObject" not in counts
     assert in_progress_uploads(*s3_bucket) == []
     assert read_back(s3_store, "arch/big") == (big_sha, 20 * MIB)
 
@@ -358,8 +358,8 @@ def test_a_part_retried_after_a_503_mid_body_is_sent_whole_again(
     store = open_store(f"s3://{bucket}/", s3_client=client)
     path, sha, size = write_file(tmp_path / "f", 20 * MIB)
     assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
-    assert failed and 0 < failed[0] < 8 * MIB  # the first attempt had read part of the part
-    assert store.requests_made["UploadPart"] == 3  # botocore's retry is inside the one call
+    assert failed and 0 < failed[0] < 6 * MIB  # the first attempt had read part of the part
+    assert store.requests_made["UploadPart"] == 4  # botocore's retry is inside the one call
     assert read_back(store, "k") == (sha, size)
 
 
@@ -452,7 +452,7 @@ def test_multipart_upload_resumes_after_a_crash(
 ) -> None:
     """Journal holds upload id + part 1; a new store finishes it: one correct object, no upload left.
 
-    moto completes the resumed upload (parts 2-3 only are sent). SeaweedFS (4.48) refuses to
+    moto completes the resumed upload (parts 2-4 only are sent). SeaweedFS (4.48) refuses to
     complete an upload resumed from ListParts (400 InvalidRequest, on every retry): the store
     aborts it and uploads afresh at once, instead of retrying the item until its deadline."""
     endpoint, bucket = s3_bucket
@@ -463,9 +463,9 @@ def test_multipart_upload_resumes_after_a_crash(
     counts = second.requests_made.snapshot()
     if "seaweedfs" in request.node.name:
         assert counts["CompleteMultipartUpload"] == 2 and counts["AbortMultipartUpload"] == 1
-        assert counts["CreateMultipartUpload"] == 1 and counts["UploadPart"] == 2 + 3
+        assert counts["CreateMultipartUpload"] == 1 and counts["UploadPart"] == 3 + 4
     else:
-        assert counts["UploadPart"] == 2 and "CreateMultipartUpload" not in counts
+        assert counts["UploadPart"] == 3 and "CreateMultipartUpload" not in counts
     assert read_back(second, "art") == (sha, size)
     assert list(second.list_keys("")) == ["art"]
     assert in_progress_uploads(endpoint, bucket) == []
