@@ -42,7 +42,12 @@ _PART_CHECKSUM_FIELDS = (
 
 
 class PreconditionFailedError(StoreError):
-    """412: a create-once write met an existing object (internal: resolved by comparing sha256)."""
+    """412: a create-once write met an existing object (internal: resolved by comparing sha256).
+    Also raised with ``info`` when the HEAD before a fresh multipart upload found one."""
+
+    def __init__(self, message: str, info: ObjectInfo | None = None) -> None:
+        super().__init__(message)
+        self.info = info
 
 
 class ChecksumMismatchError(StoreUnavailableError):
@@ -193,14 +198,6 @@ def _read_hashed(source: BinaryIO, path: Path, view: memoryview, hashers: tuple[
     return got
 
 
-class _KeyTaken(StoreError):
-    """The HEAD before a fresh multipart upload found an object at the key (internal)."""
-
-    def __init__(self, info: ObjectInfo) -> None:
-        super().__init__(f"{info.key} exists")
-        self.info = info
-
-
 class _Opening:
     """The multipart upload a `put_file` sends its parts to: a fresh one is opened in a pool
     thread (HEAD, then CreateMultipartUpload) while the caller reads and hashes the first part,
@@ -218,10 +215,11 @@ class _Opening:
         return cls(future, None)
 
     def upload_id(self) -> str:
-        """The upload id (waits for the opening); _KeyTaken when the HEAD found an object."""
+        """The upload id (waits for the opening); PreconditionFailedError with the HEAD's answer
+        when the HEAD found an object at the key."""
         opened = self._future.result()
         if isinstance(opened, ObjectInfo):
-            raise _KeyTaken(opened)
+            raise PreconditionFailedError(f"{opened.key} exists", opened)
         if self._journal_start is not None:
             start, self._journal_start = self._journal_start, None
             start(opened)
@@ -305,19 +303,17 @@ class MultipartUploads:
             try:
                 parts = self._send_parts(pool, key, opening, source, path, lengths, done, sha256, size, journal)
                 upload_id = opening.upload_id()
-            except _KeyTaken as taken:
-                return self._resolve_existing(key, sha256, size, taken.info)
-            except SourceFileError:
-                # The spool file is not what the caller recorded: this upload can never complete.
+            except StoreError as exc:
+                if isinstance(exc, PreconditionFailedError) and exc.info is not None:
+                    return self._resolve_existing(key, sha256, size, exc.info)  # the HEAD found one
                 created = opening.created_id()
-                if created is not None:
-                    self._abort_quietly(key, created)
-                    if journal is not None:
-                        journal.finish(key)
-                raise
-            except StoreError:
-                created = opening.created_id()
-                if journal is None and created is not None:  # nobody could resume it
+                if isinstance(exc, SourceFileError):
+                    # The spool file is not what the caller recorded: this upload can never complete.
+                    if created is not None:
+                        self._abort_quietly(key, created)
+                        if journal is not None:
+                            journal.finish(key)
+                elif journal is None and created is not None:  # nobody could resume it
                     self._abort_quietly(key, created)
                 raise
         try:
