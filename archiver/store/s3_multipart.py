@@ -417,7 +417,7 @@ class MultipartUploads:
         total = 0
         completed: dict[int, dict[str, Any]] = {}
         in_flight: deque[tuple[int, Future[dict[str, Any]]]] = deque()
-        buffers = _PartBuffers(max((lengths[0] if lengths else 0), 1), self._concurrency + 1)
+        buffers = _PartBuffers(lengths[0], self._concurrency + 1)
 
         def collect_oldest() -> None:
             number, future = in_flight.popleft()
@@ -441,7 +441,10 @@ class MultipartUploads:
             for number, length in enumerate(lengths, start=1):
                 view = buffers.take()[:length]
                 if number in done:
-                    total += _read_hashed(source, path, view, (digest,))
+                    got = _read_hashed(source, path, view, (digest,))
+                    total += got
+                    if got != length:
+                        break  # short file: reported by check_source below
                     server_part = done[number]
                     completed[number] = {"PartNumber": number, "ETag": server_part["ETag"]}
                     completed[number].update({f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part})
