@@ -158,10 +158,10 @@ def test_put_file_stores_exact_bytes_once(store: ObjectStore, tmp_path: Path, si
     assert read_back(store, key) == (sha, size)
 
 
-def test_s3_small_files_use_one_put_and_large_files_8mib_parts(
+def test_s3_small_files_use_one_put_and_large_files_6mib_parts(
     s3_store: S3Store, tmp_path: Path, s3_bucket: tuple[str, str]
 ) -> None:
-    """Below 8 MiB one PutObject; a 20 MiB file goes as 3 parts (8+8+4 MiB) and no upload stays open."""
+    """Below 8 MiB one PutObject; a 20 MiB file goes as 4 parts (6+6+6+2 MiB) and no upload stays open."""
     small, small_sha, _ = write_file(tmp_path / "small", 8 * MIB - 1)
     big, big_sha, _ = write_file(tmp_path / "big", 20 * MIB, seed="big")
     s3_store.put_file("arch/small", small, sha256=small_sha, size=8 * MIB - 1, content_type="x/y")
@@ -169,7 +169,7 @@ def test_s3_small_files_use_one_put_and_large_files_8mib_parts(
     s3_store.requests_made.reset()
     s3_store.put_file("arch/big", big, sha256=big_sha, size=20 * MIB, content_type="x/y")
     counts = s3_store.requests_made.snapshot()
-    assert counts["UploadPart"] == 3 and counts["CompleteMultipartUpload"] == 1 and "PutObject" not in counts
+    assert counts["UploadPart"] == 4 and counts["CompleteMultipartUpload"] == 1 and "PutObject" not in counts
     assert in_progress_uploads(*s3_bucket) == []
     assert read_back(s3_store, "arch/big") == (big_sha, 20 * MIB)
 
@@ -299,33 +299,98 @@ def test_with_content_md5_instead_of_checksum_headers_files_are_still_hashed_bef
     assert read_back(store, "k") == (sha, size)
 
 
+class _SlowDownBody:
+    """The raw body of a 503 SlowDown answer."""
+
+    def stream(self, **_: Any) -> Iterator[bytes]:
+        yield b"<Error><Code>SlowDown</Code><Message>reduce your request rate</Message></Error>"
+
+
+def slow_down(request: Any) -> Any:
+    """A 503 SlowDown answer to ``request``, given at the transport (a `before-send` hook) instead
+    of sending it: botocore's standard retry repeats the request."""
+    from botocore.awsrequest import AWSResponse
+
+    return AWSResponse(request.url, 503, {}, _SlowDownBody())
+
+
 def test_a_put_retried_after_a_503_mid_body_sends_the_whole_file_again(
     s3_bucket: tuple[str, str], s3_client: Callable[..., Any], tmp_path: Path
 ) -> None:
     """The spool file itself is the body: when the first attempt dies after part of it was read
     (a 503 SlowDown injected at the transport), botocore's retry rewinds it and the object holds
     every byte."""
-    from botocore.awsrequest import AWSResponse
-
-    class Raw:
-        def stream(self, **_: Any) -> Iterator[bytes]:
-            yield b"<Error><Code>SlowDown</Code><Message>reduce your request rate</Message></Error>"
-
     _, bucket = s3_bucket
     client = s3_client()
     failed: list[int] = []
 
-    def slow_down_once(request: Any, **_: Any) -> AWSResponse | None:
+    def slow_down_once(request: Any, **_: Any) -> Any:
         if failed or not hasattr(request.body, "read"):
             return None
         failed.append(len(request.body.read(MIB // 2)))  # half a file gone to the first attempt
-        return AWSResponse(request.url, 503, {}, Raw())
+        return slow_down(request)
 
     client.meta.events.register("before-send.s3.PutObject", slow_down_once)
     store = open_store(f"s3://{bucket}/", s3_client=client)
     path, sha, size = write_file(tmp_path / "f", 3 * MIB)
     assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
     assert failed == [MIB // 2]
+    assert read_back(store, "k") == (sha, size)
+
+
+def test_a_part_retried_after_a_503_mid_body_is_sent_whole_again(
+    s3_bucket: tuple[str, str], s3_client: Callable[..., Any], tmp_path: Path
+) -> None:
+    """A part's body is read from its buffer in large blocks: when the first attempt of part 2
+    dies after some of it was read (a 503 SlowDown injected at the transport), botocore's retry
+    rewinds the body and the object holds every byte of every part."""
+    _, bucket = s3_bucket
+    client = s3_client()
+    failed: list[int] = []
+
+    def slow_down_once(request: Any, **_: Any) -> Any:
+        if failed or "partNumber=2" not in request.url:
+            return None
+        failed.append(len(request.body.read(16 * 1024)) + len(request.body.read(16 * 1024)))
+        return slow_down(request)
+
+    client.meta.events.register("before-send.s3.UploadPart", slow_down_once)
+    store = open_store(f"s3://{bucket}/", s3_client=client)
+    path, sha, size = write_file(tmp_path / "f", 20 * MIB)
+    assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+    assert failed and 0 < failed[0] < 6 * MIB  # the first attempt had read part of the part
+    assert store.requests_made["UploadPart"] == 4  # botocore's retry is inside the one call
+    assert read_back(store, "k") == (sha, size)
+
+
+def test_checksum_of_a_just_completed_upload_needs_no_head(
+    s3_bucket: tuple[str, str], tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """`store_checksum` of an object this store just completed is the completion's own answer (no
+    request; moto answers without a checksum, so a HEAD there); another store (a restarted
+    process) finds the same composite with a HEAD."""
+    endpoint, bucket = s3_bucket
+    store = open_store(f"s3://{bucket}/", s3_endpoint_url=endpoint)
+    path, sha, size = write_file(tmp_path / "f", 9 * MIB)
+    assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+    store.requests_made.reset()
+    kept = store.store_checksum("k", sha256=sha, size=size)
+    assert store.requests_made.snapshot() == ({} if "seaweedfs" in request.node.name else {"HeadObject": 1})
+    other = open_store(f"s3://{bucket}/", s3_endpoint_url=endpoint)
+    assert kept is not None and kept.endswith("-2")
+    assert other.store_checksum("k", sha256=sha, size=size) == kept
+    assert other.requests_made.snapshot() == {"HeadObject": 1}
+
+
+def test_parts_sent_from_reused_buffers_arrive_byte_for_byte(s3_bucket: tuple[str, str], tmp_path: Path) -> None:
+    """Seven parts through three part buffers (two in flight, one being read): every part is the
+    file's own bytes (read back whole; moto keeps whatever arrives, so a buffer refilled while
+    still being sent would show here)."""
+    endpoint, bucket = s3_bucket
+    store = open_store(f"s3://{bucket}/", s3_endpoint_url=endpoint, part_size=5 * MIB, part_concurrency=2)
+    path, sha, size = write_file(tmp_path / "f", 31 * MIB)
+    assert store.put_file("k", path, sha256=sha, size=size, content_type="x/y") is PutOutcome.CREATED
+    assert store.requests_made["UploadPart"] == 7
     assert read_back(store, "k") == (sha, size)
 
 
@@ -387,7 +452,7 @@ def test_multipart_upload_resumes_after_a_crash(
 ) -> None:
     """Journal holds upload id + part 1; a new store finishes it: one correct object, no upload left.
 
-    moto completes the resumed upload (parts 2-3 only are sent). SeaweedFS (4.48) refuses to
+    moto completes the resumed upload (parts 2-4 only are sent). SeaweedFS (4.48) refuses to
     complete an upload resumed from ListParts (400 InvalidRequest, on every retry): the store
     aborts it and uploads afresh at once, instead of retrying the item until its deadline."""
     endpoint, bucket = s3_bucket
@@ -398,9 +463,9 @@ def test_multipart_upload_resumes_after_a_crash(
     counts = second.requests_made.snapshot()
     if "seaweedfs" in request.node.name:
         assert counts["CompleteMultipartUpload"] == 2 and counts["AbortMultipartUpload"] == 1
-        assert counts["CreateMultipartUpload"] == 1 and counts["UploadPart"] == 2 + 3
+        assert counts["CreateMultipartUpload"] == 1 and counts["UploadPart"] == 3 + 4
     else:
-        assert counts["UploadPart"] == 2 and "CreateMultipartUpload" not in counts
+        assert counts["UploadPart"] == 3 and "CreateMultipartUpload" not in counts
     assert read_back(second, "art") == (sha, size)
     assert list(second.list_keys("")) == ["art"]
     assert in_progress_uploads(endpoint, bucket) == []

@@ -18,12 +18,13 @@ from archiver.layout.manifest import is_sha256
 
 #: Files below this size are sent with one create-once PUT; larger ones as a multipart upload.
 DEFAULT_MULTIPART_THRESHOLD = 8 * 1024 * 1024
-#: Multipart part size (memory per upload is about one part). S3's own minimum is 5 MiB.
-DEFAULT_PART_SIZE = 8 * 1024 * 1024
+#: Multipart part size. S3's own minimum is 5 MiB. 6 MiB parts, 3 in flight, sent a 100 MiB file
+#: ~13 % faster than 8 MiB parts, 2 in flight, in the same memory (SeaweedFS, issue 14, 2026-11-24).
+DEFAULT_PART_SIZE = 6 * 1024 * 1024
 MIN_PART_SIZE = 5 * 1024 * 1024
 #: Parts of one file in flight at once (upload workers add parallelism across files). Memory per
-#: multipart upload is about (concurrency + 1) parts.
-DEFAULT_PART_CONCURRENCY = 2
+#: multipart upload is about (concurrency + 1) parts: one buffer each, and one being read.
+DEFAULT_PART_CONCURRENCY = 3
 #: S3 allows at most this many parts; the part size grows for larger files.
 MAX_PARTS = 10_000
 #: Chunk size for streamed reads and local copies.

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import logging
 import math
+import threading
 import time
-from collections import deque
-from collections.abc import Set
+from collections import OrderedDict, deque
+from collections.abc import Callable, Set
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 from archiver.errors import SourceFileError, StoreError, StoreUnavailableError
 from archiver.evidence import Evidence
@@ -40,7 +42,12 @@ _PART_CHECKSUM_FIELDS = (
 
 
 class PreconditionFailedError(StoreError):
-    """412: a create-once write met an existing object (internal: resolved by comparing sha256)."""
+    """412: a create-once write met an existing object (internal: resolved by comparing sha256).
+    Also raised with ``info`` when the HEAD before a fresh multipart upload found one."""
+
+    def __init__(self, message: str, info: ObjectInfo | None = None) -> None:
+        super().__init__(message)
+        self.info = info
 
 
 class ChecksumMismatchError(StoreUnavailableError):
@@ -67,6 +74,167 @@ class _StartAfresh(StoreError):
     the caller starts one fresh multipart upload instead (internal)."""
 
 
+class CompletedChecksums:
+    """The composite SHA-256 checksum each recent CompleteMultipartUpload answered with, by (key,
+    sha256, size): `S3Store.store_checksum` takes it from here instead of a HEAD of the object it
+    just created (the manifest follows within moments). Bounded; shared by the upload workers."""
+
+    LIMIT = 1024
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._checksums: OrderedDict[tuple[str, str, int], str] = OrderedDict()
+
+    def remember(self, key: str, sha256: str, size: int, checksum: str) -> None:
+        with self._lock:
+            self._checksums[(key, sha256, size)] = checksum
+            while len(self._checksums) > self.LIMIT:
+                self._checksums.popitem(last=False)
+
+    def get(self, key: str, sha256: str, size: int) -> str | None:
+        with self._lock:
+            return self._checksums.get((key, sha256, size))
+
+
+#: Bytes read (and hashed while still in the CPU cache) at a time when a part is read from its file.
+READ_BLOCK = 1024 * 1024
+#: Bytes a part body hands the HTTP connection per read: urllib3 asks for 16 KiB at a time, which
+#: costs a copy and a send() system call per 16 KiB on our side and more wake-ups on the server's.
+SEND_BLOCK = 1024 * 1024
+
+
+class PartBody:
+    """One part's bytes as the file-like body botocore sends: read in large blocks without a copy
+    (memoryview slices of the part buffer), and rewindable (botocore seeks to 0 before a retry)."""
+
+    def __init__(self, data: memoryview) -> None:
+        self._data = data
+        self._pos = 0
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def read(self, size: int | None = -1) -> bytes | memoryview:
+        """Up to max(size, SEND_BLOCK) bytes (all that is left for a negative size); b"" at the end."""
+        left = len(self._data) - self._pos
+        if left <= 0:
+            return b""
+        count = left if size is None or size < 0 else min(left, max(size, SEND_BLOCK))
+        block = self._data[self._pos : self._pos + count]
+        self._pos += count
+        return block
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self._pos, 2: len(self._data)}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def readable(self) -> bool:
+        return True
+
+
+class _PartBuffers:
+    """At most ``count`` reusable part buffers: one is read into while the others are sent; a
+    buffer lent to a part's upload comes back once that upload is done (its body is never read
+    again then), so an upload allocates them once instead of once per part."""
+
+    def __init__(self, size: int, count: int) -> None:
+        self._size = size
+        self._count = count
+        self._free: list[memoryview] = []
+        self._lent: list[tuple[memoryview, Future[dict[str, Any]]]] = []
+        self._made = 0
+
+    def take(self) -> memoryview:
+        for entry in [e for e in self._lent if e[1].done()]:
+            self._lent.remove(entry)
+            self._free.append(entry[0])
+        if self._free:
+            return self._free.pop()
+        if self._made < self._count:
+            self._made += 1
+            return memoryview(bytearray(self._size))
+        # Every buffer is in flight (the caller sends at most count - 1 parts at once, so this
+        # is only a safeguard): wait for one.
+        wait([future for _, future in self._lent], return_when=FIRST_COMPLETED)
+        return self.take()
+
+    def lend(self, view: memoryview, future: Future[dict[str, Any]]) -> None:
+        self._lent.append((_whole(view), future))
+
+    def give_back(self, view: memoryview) -> None:
+        self._free.append(_whole(view))
+
+
+def _whole(view: memoryview) -> memoryview:
+    """The whole buffer ``view`` is a slice of."""
+    return memoryview(view.obj)
+
+
+def _read_hashed(source: BinaryIO, path: Path, view: memoryview, hashers: tuple[Any, ...]) -> int:
+    """Fill ``view`` from ``source`` (fewer bytes only at the end of the file), each block fed to
+    every hasher while it is still in the CPU cache; the byte count. SourceFileError when unreadable."""
+    readinto = cast(io.BufferedIOBase, source).readinto  # a file opened "rb" (typing.BinaryIO omits it)
+    got = 0
+    while got < len(view):
+        block = view[got : got + READ_BLOCK]
+        try:
+            n = readinto(block)
+        except OSError as exc:
+            raise SourceFileError(f"cannot read local file {path}: {exc.strerror}") from exc
+        if not n:
+            break
+        for hasher in hashers:
+            hasher.update(block[:n])
+        got += n
+    return got
+
+
+class _Opening:
+    """The multipart upload a `put_file` sends its parts to: a fresh one is opened in a pool
+    thread (HEAD, then CreateMultipartUpload) while the caller reads and hashes the first part,
+    and journaled from the caller's thread when its id is first asked for."""
+
+    def __init__(self, future: Future[str | ObjectInfo], journal_start: Callable[[str], None] | None) -> None:
+        self._future = future
+        self._journal_start = journal_start
+
+    @classmethod
+    def of(cls, upload_id: str) -> _Opening:
+        """An upload already open (resumed from the journal)."""
+        future: Future[str | ObjectInfo] = Future()
+        future.set_result(upload_id)
+        return cls(future, None)
+
+    def upload_id(self) -> str:
+        """The upload id (waits for the opening); PreconditionFailedError with the HEAD's answer
+        when the HEAD found an object at the key."""
+        opened = self._future.result()
+        if isinstance(opened, ObjectInfo):
+            raise PreconditionFailedError(f"{opened.key} exists", opened)
+        if self._journal_start is not None:
+            start, self._journal_start = self._journal_start, None
+            start(opened)
+        return opened
+
+    def created_id(self) -> str | None:
+        """The id of the upload this opening created (waits), None when it created none: what a
+        failed `put_file` has to abort."""
+        try:
+            opened = self._future.result()
+        except StoreError:
+            return None
+        return opened if isinstance(opened, str) else None
+
+
 def check_size(path: Path, got_size: int, size: int) -> None:
     """The local file has the size the caller recorded, or SourceFileError."""
     if got_size != size:
@@ -83,6 +251,7 @@ def check_source(path: Path, got_sha: str, got_size: int, sha256: str, size: int
 class MultipartUploads:
     """The multipart half of `S3Store` (a mixin): everything below uses the store's plumbing."""
 
+    _completed: CompletedChecksums
     _concurrency: int
     _crc32: bool
     _part_size: int
@@ -119,35 +288,34 @@ class MultipartUploads:
 
         upload_id, done = self._resume(key, sha256, part_size, lengths, journal)
         resumed = upload_id is not None
-        if upload_id is None:
-            # Fresh upload: a HEAD first avoids sending 100 MB only to learn the key is taken.
-            info = self.head(key)
-            if info is not None:
-                return self._resolve_existing(key, sha256, size, info)
-            params: dict[str, Any] = {
-                "Key": key,
-                "ContentType": content_type,
-                "Metadata": {"sha256": sha256},
-                **self.evidence.put_params(time.time()),
-            }
-            if self._crc32:
-                params["ChecksumAlgorithm"] = "SHA256"
-            upload_id = str(self._call("CreateMultipartUpload", key, **params)["UploadId"])
-            if journal is not None:
-                journal.start(key, upload_id, sha256=sha256, part_size=part_size)
+        with ThreadPoolExecutor(max_workers=self._concurrency, thread_name_prefix="s3-part") as pool:
+            if upload_id is None:
+                # Fresh upload: a HEAD first avoids sending 100 MB only to learn the key is taken.
+                # It and the creation run in a pool thread while this one reads and hashes the
+                # first part (they took ~12 ms before it, as long as hashing 8 MiB twice).
+                def journal_start(new_id: str) -> None:
+                    if journal is not None:
+                        journal.start(key, new_id, sha256=sha256, part_size=part_size)
 
-        try:
-            parts = self._send_parts(key, upload_id, source, path, lengths, done, sha256, size, journal)
-        except SourceFileError:
-            # The spool file is not what the caller recorded: this upload can never complete.
-            self._abort_quietly(key, upload_id)
-            if journal is not None:
-                journal.finish(key)
-            raise
-        except StoreError:
-            if journal is None:  # nobody could resume it
-                self._abort_quietly(key, upload_id)
-            raise
+                opening = _Opening(pool.submit(self._open_upload, key, sha256, content_type), journal_start)
+            else:
+                opening = _Opening.of(upload_id)
+            try:
+                parts = self._send_parts(pool, key, opening, source, path, lengths, done, sha256, size, journal)
+                upload_id = opening.upload_id()
+            except StoreError as exc:
+                if isinstance(exc, PreconditionFailedError) and exc.info is not None:
+                    return self._resolve_existing(key, sha256, size, exc.info)  # the HEAD found one
+                created = opening.created_id()
+                if isinstance(exc, SourceFileError):
+                    # The spool file is not what the caller recorded: this upload can never complete.
+                    if created is not None:
+                        self._abort_quietly(key, created)
+                        if journal is not None:
+                            journal.finish(key)
+                elif journal is None and created is not None:  # nobody could resume it
+                    self._abort_quietly(key, created)
+                raise
         try:
             return self._complete(key, upload_id, parts, sha256, size, journal, resumed=resumed)
         except _StartAfresh:
@@ -155,6 +323,22 @@ class MultipartUploads:
             # fresh upload (HEAD first, If-None-Match on completion), so create-once holds.
             source.seek(0)
             return self._put_multipart(key, source, path, sha256, size, content_type, journal)
+
+    def _open_upload(self, key: str, sha256: str, content_type: str) -> str | ObjectInfo:
+        """HEAD, then CreateMultipartUpload (in a pool thread): the new upload id, or what the HEAD
+        found at the key."""
+        info = self.head(key)
+        if info is not None:
+            return info
+        params: dict[str, Any] = {
+            "Key": key,
+            "ContentType": content_type,
+            "Metadata": {"sha256": sha256},
+            **self.evidence.put_params(time.time()),
+        }
+        if self._crc32:
+            params["ChecksumAlgorithm"] = "SHA256"
+        return str(self._call("CreateMultipartUpload", key, **params)["UploadId"])
 
     def _resume(
         self,
@@ -208,8 +392,9 @@ class MultipartUploads:
 
     def _send_parts(
         self,
+        pool: ThreadPoolExecutor,
         key: str,
-        upload_id: str,
+        opening: _Opening,
         source: BinaryIO,
         path: Path,
         lengths: list[int],
@@ -222,15 +407,17 @@ class MultipartUploads:
 
         Reading and hashing the next part (its own checksum included, so a pool thread only sends)
         overlaps the upload of the previous ones: at most ``part_concurrency`` parts are in flight,
-        so memory stays at about ``(part_concurrency + 1) * part_size`` whatever the file size. The
-        next part goes as soon as any part in flight is done, not only the oldest (a slot otherwise
-        idled 7-16 ms of a part's ~130 ms against SeaweedFS). The journal is told about each part
-        from this thread, in part order.
+        each sent from one of ``part_concurrency + 1`` part buffers reused from part to part, so
+        memory stays at about that many parts whatever the file size. The next part goes as soon
+        as any part in flight is done, not only the oldest (a slot otherwise idled 7-16 ms of a
+        part's ~130 ms against SeaweedFS). The journal is told about each part from this thread,
+        in part order.
         """
         digest = hashlib.sha256()
         total = 0
         completed: dict[int, dict[str, Any]] = {}
         in_flight: deque[tuple[int, Future[dict[str, Any]]]] = deque()
+        buffers = _PartBuffers(lengths[0], self._concurrency + 1)
 
         def collect_oldest() -> None:
             number, future = in_flight.popleft()
@@ -250,53 +437,65 @@ class MultipartUploads:
                     return
                 wait(running, return_when=FIRST_COMPLETED)
 
-        with ThreadPoolExecutor(max_workers=self._concurrency, thread_name_prefix="s3-part") as pool:
-            try:
-                for number, length in enumerate(lengths, start=1):
-                    try:
-                        chunk = source.read(length)
-                    except OSError as exc:
-                        raise SourceFileError(f"cannot read local file {path}: {exc.strerror}") from exc
-                    digest.update(chunk)
-                    total += len(chunk)
-                    if len(chunk) != length:
-                        break  # short file: reported by _check_source below
-                    if number in done:
-                        server_part = done[number]
-                        completed[number] = {"PartNumber": number, "ETag": server_part["ETag"]}
-                        completed[number].update({f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part})
-                        continue
-                    checksum = self._part_checksum(chunk)
-                    wait_for_a_slot()
-                    in_flight.append((number, pool.submit(self._upload_part, key, upload_id, number, chunk, checksum)))
-                    del chunk  # the future holds the only reference until the part is sent
-                while in_flight:
-                    collect_oldest()
-            finally:
-                for _, future in in_flight:
-                    future.cancel()
+        try:
+            for number, length in enumerate(lengths, start=1):
+                view = buffers.take()[:length]
+                if number in done:
+                    got = _read_hashed(source, path, view, (digest,))
+                    total += got
+                    if got != length:
+                        break  # short file: reported by check_source below
+                    server_part = done[number]
+                    completed[number] = {"PartNumber": number, "ETag": server_part["ETag"]}
+                    completed[number].update({f: server_part[f] for f in _PART_CHECKSUM_FIELDS if f in server_part})
+                    buffers.give_back(view)
+                    continue
+                part_hash = self._part_hasher()
+                got = _read_hashed(source, path, view, (part_hash,))
+                total += got
+                if got != length:
+                    digest.update(view[:got])
+                    break  # short file: reported by check_source below
+                checksum = self._part_checksum(part_hash)
+                wait_for_a_slot()
+                future = pool.submit(self._upload_part, key, opening.upload_id(), number, view, checksum)
+                buffers.lend(view, future)
+                in_flight.append((number, future))
+                # The whole file's digest is fed while the part is sent (it only reads the buffer):
+                # it is not on the way from a slot falling free to the next part going out.
+                digest.update(view)
+            while in_flight:
+                collect_oldest()
+        finally:
+            for _, future in in_flight:
+                future.cancel()
+            wait([future for _, future in in_flight])  # nothing still sending when the caller aborts
         if total == size and source.read(1):
             total += 1  # longer than declared
         check_source(path, digest.hexdigest(), total, sha256, size)
         return [completed[n] for n in sorted(completed)]
 
-    def _part_checksum(self, chunk: bytes) -> dict[str, str]:
-        """The checksum parameters of one part: the SHA-256 the server verifies and keeps, or
-        Content-MD5 where checksum headers are refused ("when_required")."""
+    def _part_hasher(self) -> Any:
+        """A fresh hasher of one part's bytes: SHA-256, or MD5 where checksum headers are refused."""
+        return hashlib.sha256() if self._crc32 else hashlib.md5(usedforsecurity=False)
+
+    def _part_checksum(self, part_hash: Any) -> dict[str, str]:
+        """The checksum parameters of one part (``part_hash`` has seen its bytes): the SHA-256 the
+        server verifies and keeps, or Content-MD5 where checksum headers are refused ("when_required")."""
         if self._crc32:
-            return {"ChecksumAlgorithm": "SHA256", "ChecksumSHA256": sha256_checksum(hashlib.sha256(chunk).digest())}
-        return {"ContentMD5": base64.b64encode(hashlib.md5(chunk, usedforsecurity=False).digest()).decode()}
+            return {"ChecksumAlgorithm": "SHA256", "ChecksumSHA256": sha256_checksum(part_hash.digest())}
+        return {"ContentMD5": base64.b64encode(part_hash.digest()).decode()}
 
     def _upload_part(
-        self, key: str, upload_id: str, number: int, chunk: bytes, checksum: dict[str, str]
+        self, key: str, upload_id: str, number: int, data: memoryview, checksum: dict[str, str]
     ) -> dict[str, Any]:
         """UploadPart (in a pool thread); the part's entry for CompleteMultipartUpload."""
         params: dict[str, Any] = {
             "Key": key,
             "UploadId": upload_id,
             "PartNumber": number,
-            "Body": chunk,
-            "ContentLength": len(chunk),
+            "Body": PartBody(data),
+            "ContentLength": len(data),
             **checksum,
         }
         response = self._call("UploadPart", key, **params)
@@ -325,7 +524,7 @@ class MultipartUploads:
                     journal.finish(key)
                 return self._resolve_existing(key, sha256, size, info)
         try:
-            self._call(
+            response = self._call(
                 "CompleteMultipartUpload",
                 key,
                 Key=key,
@@ -366,6 +565,8 @@ class MultipartUploads:
             raise
         if journal is not None:
             journal.finish(key)
+        if response.get("ChecksumSHA256"):
+            self._completed.remember(key, sha256, size, str(response["ChecksumSHA256"]))
         return PutOutcome.CREATED
 
     def _abort_quietly(self, key: str, upload_id: str) -> bool:
