@@ -157,13 +157,19 @@ def _p50_ms(samples: list[float]) -> float:
 # --- children ---------------------------------------------------------------------------------------
 
 
-def child_upstream(paths: list[Path], polls: int) -> None:
+def child_upstream(paths: list[Path], polls: int, *, reads_disk: bool = False) -> None:
     """A stand-in upstream in a process of its own: `GET /session` answers the next body of the poll
-    sequence (read from disk per request, so no process holds every variant), `GET /metrics` a count."""
+    sequence, `GET /metrics` a count.
+
+    Every body is in memory before the first poll, as a real service holds its sessions: read from
+    disk per request (as before 2026-11-24), the first byte of a 50,000-session body came ~28 ms
+    after the request (a 32 MB read into fresh pages), time the poll cycle spent waiting for this
+    process, not working (`--upstream-reads-disk` measures that way again)."""
     import http.server
 
     sequence = iter(range(len(paths)))
     last = 0
+    bodies = [None if reads_disk else path.read_bytes() for path in paths]
 
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -174,7 +180,7 @@ def child_upstream(paths: list[Path], polls: int) -> None:
             nonlocal last
             if self.path.startswith("/session"):
                 last = next(sequence, last)
-                body, ctype = paths[last].read_bytes(), "application/json"
+                body, ctype = bodies[last] or paths[last].read_bytes(), "application/json"
             else:
                 body, ctype = b"# TYPE session_count untyped\nsession_count 1\n", "text/plain; version=0.0.4"
             self.send_response(200)
@@ -427,8 +433,13 @@ def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str,
     subprocess.run([sys.executable, __file__, *generate, "--polls", str(args.polls)], check=True)
     paths = variant_paths(workdir, count, args.polls)
     common = ["--paths", ",".join(map(str, paths)), "--allowlist", args.allowlist]
-    result: dict[str, Any] = {"sessions": count, "body_bytes": paths[0].stat().st_size}
-    upstream = Child(["--child", "upstream", "--polls", str(args.polls), *common])
+    result: dict[str, Any] = {
+        "sessions": count,
+        "body_bytes": paths[0].stat().st_size,
+        "upstream_reads_disk": args.upstream_reads_disk,
+    }
+    disk = ["--upstream-reads-disk"] if args.upstream_reads_disk else []
+    upstream = Child(["--child", "upstream", "--polls", str(args.polls), *disk, *common])
     ours = Child(["--child", "ours", "--polls", str(args.polls), "--upstream", upstream.ready["url"], *common])
     # The floor serves the very bytes of one of our scrapes (identity and gzip, as sent).
     bodies = [workdir / f"static-{count}.om", workdir / f"static-{count}.om.gz"]
@@ -559,6 +570,11 @@ def main(argv: list[str] | None = None) -> int:
         help="which sessions end between polls: at random positions (default, the goals' case) or oldest first",
     )
     parser.add_argument(
+        "--upstream-reads-disk",
+        action="store_true",
+        help="the stand-in upstream reads each body from disk when asked (the method before 2026-11-24)",
+    )
+    parser.add_argument(
         "--child", choices=("ours", "upstream", "baseline", "generate", "static"), help=argparse.SUPPRESS
     )
     parser.add_argument("--upstream", help=argparse.SUPPRESS)
@@ -575,7 +591,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.child == "ours":
             child_ours(paths, args.polls, allowlist, args.upstream)
         elif args.child == "upstream":
-            child_upstream(paths, args.polls)
+            child_upstream(paths, args.polls, reads_disk=args.upstream_reads_disk)
         else:
             child_baseline(paths, allowlist)
         return 0
@@ -588,7 +604,8 @@ def main(argv: list[str] | None = None) -> int:
             results.append(bench_size(count, args, Path(tmp)))
     print(
         f"/metrics benchmark, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
-        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, churn: {args.churn}"
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, churn: {args.churn}, "
+        f"stand-in upstream: {'reads each body from disk' if args.upstream_reads_disk else 'bodies in memory'}"
     )
     print_table(results)
     failed = [f"{r['sessions']}: {k}" for r in results for k, v in verdicts(r).items() if v == "FAIL"]
