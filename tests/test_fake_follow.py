@@ -161,3 +161,14 @@ def test_cut_fault_is_set_over_the_control_api_and_parsed_from_text() -> None:
         state = c.get("/_fake/state").json()
         assert state["faults_fired"] == {"cut": 1}
         assert body.startswith(b'{"streamType": 1, "line": "') and b"\n" not in body  # cut inside line 1
+
+
+def test_logs_text_only_quirk_answers_plain_text_even_when_ndjson_is_asked_for(
+    fake_service_factory: Callable[..., FakeService],
+) -> None:
+    svc = fake_service_factory(clock=FakeClock(FROZEN, time_scale=0), quirks={"logs_text_only": True})
+    sid = svc.add_session(TEST_TOKEN)
+    with _client(svc) as c:
+        r = c.get("/logs", params={"id": sid}, headers={"Accept": "application/json"})
+    assert r.headers["content-type"].startswith("text/plain")
+    assert r.content == render_text(svc.log_lines(TEST_TOKEN, sid))

@@ -31,6 +31,7 @@ class Quirks:
     metrics_extra_families: bool = False  # /metrics with HELP/TYPE and more families
     logs_keepalive: bool = False  # /logs?follow=true sends blank keep-alive lines while idle
     logs_gone_at_termination: bool = False  # /query/log and /logs answer the API's 404 once terminated
+    logs_text_only: bool = False  # /logs answers plain text even when NDJSON is asked for
 
     def __post_init__(self) -> None:
         if self.query_log_shape not in QUERY_LOG_SHAPES:

@@ -232,7 +232,7 @@ def _session_log(ctx: Context, req: Request, sid: str) -> list[LogLine]:
 
 def logs(ctx: Context, req: Request) -> Response:
     sid = req.arg("id") or req.arg("matchKey") or ""  # matchKey: the superseded name, still accepted
-    as_json = "application/json" in (req.headers.get("Accept") or "")
+    as_json = "application/json" in (req.headers.get("Accept") or "") and not ctx.state.quirks.logs_text_only
     render: Callable[[list[LogLine]], bytes] = render_ndjson if as_json else render_text
     content_type = NDJSON if as_json else TEXT
     lines = _session_log(ctx, req, sid)
