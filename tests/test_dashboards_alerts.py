@@ -4,7 +4,6 @@ each alert with a runbook section."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -151,17 +150,6 @@ def all_panels(board: dict[str, Any]) -> list[dict[str, Any]]:
         panels.append(panel)
         panels.extend(panel.get("panels", []))  # panels of collapsed rows
     return panels
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        message = "promtool is not installed (CI installs Debian's prometheus package)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
 
 
 def run_promtool(promtool: str, *args: str | Path) -> subprocess.CompletedProcess[str]:

@@ -10,7 +10,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
-from tests.test_helm_chart import ALL_FEATURES, CHART, CRD_SCHEMAS, K8S_VERSIONS, MINIMAL, TOKEN, Doc, one, render
+from tests.support import ALL_FEATURES, CHART, CRD_SCHEMAS, K8S_VERSIONS, MINIMAL, Doc, one, render
+from tests.support import CHART_TOKEN as TOKEN
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 import tomllib
@@ -27,54 +26,29 @@ import yaml
 
 from archiver.fake import FakeService
 from tests.fixtures_fake import TEST_TOKEN
+from tests.support import (
+    ALL_FEATURES,
+    CHART,
+    CRD_SCHEMAS,
+    K8S_VERSIONS,
+    MINIMAL,
+    Doc,
+    chart_values,
+    free_port,
+    one,
+    render,
+)
+from tests.support import CHART_TOKEN as TOKEN
 
 REPO = Path(__file__).resolve().parent.parent
-CHART = REPO / "helm" / "archiver"
 GRAFANA = REPO / "grafana"
-# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schema shipped.
-K8S_VERSIONS = ["1.25", kubernetes_validate.utils.latest_version()]
-CRD_SCHEMAS = {
-    ("monitoring.coreos.com/v1", kind): json.loads(
-        (REPO / "tests" / "data" / "crds" / f"monitoring.coreos.com_v1_{kind.lower()}.json").read_text()
-    )
-    for kind in ("ServiceMonitor", "PrometheusRule")
-}
-TOKEN = "tok-3f9c2e7a-NEVER-IN-A-MANIFEST"
 TOKEN_FILE = "/etc/archiver/secret/api-token"
-
-Doc = dict[str, Any]
-
-
-def _values_file(name: str) -> dict[str, Any]:
-    loaded: dict[str, Any] = yaml.safe_load((CHART / "ci" / name).read_text())
-    return loaded
-
-
-MINIMAL = _values_file("default-values.yaml")
-ALL_FEATURES = _values_file("all-features-values.yaml")
 
 
 @pytest.fixture(scope="module")
 def chart() -> Iterator[helm.Chart]:
     with helm.Chart.load(CHART) as loaded:
         yield loaded
-
-
-def render(chart: helm.Chart, values: dict[str, Any]) -> list[Doc]:
-    """Render like `helm template arch . -n observability` and parse every manifest."""
-    manifests = chart.render(values, name="arch", namespace="observability")
-    docs: list[Doc] = []
-    for path, text in sorted(manifests.items()):
-        if path.endswith("NOTES.txt"):
-            continue
-        docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
-    return docs
-
-
-def one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:
-    found = [d for d in docs if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
-    assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
-    return found[0]
 
 
 def container(docs: list[Doc]) -> Doc:
@@ -106,7 +80,7 @@ def test_default_values_refuse_to_render_without_api_url_and_token(chart: helm.C
 @pytest.mark.parametrize("values_file", ["default-values.yaml", "all-features-values.yaml"])
 def test_chart_lints_clean(values_file: str) -> None:
     """helm lint --strict finds no warning or error with the CI values files."""
-    report = helm.lint(CHART, _values_file(values_file), strict=True)
+    report = helm.lint(CHART, chart_values(values_file), strict=True)
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert report["errors"] == [] and problems == [], report
 
@@ -665,13 +639,6 @@ def test_chart_defaults_match_the_image_contract() -> None:
     assert f"-t {reference}:" in (REPO / "README.md").read_text()  # the README builds what the chart pulls
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.mark.parametrize("store_alive", [True, False], ids=["store-ok", "store-unreachable"])
 def test_helm_test_pod_command_fails_when_the_store_is_unreachable(
     chart: helm.Chart,
@@ -690,7 +657,7 @@ def test_helm_test_pod_command_fails_when_the_store_is_unreachable(
         "config": {
             "api_url": fake_service.base_url,
             "store": f"s3://{bucket}/archive/",
-            "s3_endpoint_url": endpoint if store_alive else f"http://127.0.0.1:{_closed_port()}",
+            "s3_endpoint_url": endpoint if store_alive else f"http://127.0.0.1:{free_port()}",
             "state_dir": str(state_dir),
         },
         "extraEnv": [{"name": "AWS_DEFAULT_REGION", "value": "us-east-1"}],

@@ -21,26 +21,14 @@ from archiver.upstream.models import (
     parse_session,
     parse_session_list,
 )
+from tests.support import list_entry
 
 ENV = {"GAMEYE_SESSION_ID": "s1", "GAMEYE_HOST": "203.0.113.42", "SECRET": "hunter2"}
 TAGS = {"mode": "duel", "tournament": "spring"}
 
 
 def entry(**overrides: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "id": "s1",
-        "image": "demo-game",
-        "tag": "1.1.0",
-        "location": "eu-west-1",
-        "host": "203.0.113.42",
-        "created": 1648472895000,
-        "port": {"7777/udp": 25160},
-        "status": "running",
-        "playerCount": 2,
-        "labels": {"env": json.dumps(ENV), "tags": json.dumps(TAGS)},
-    }
-    base.update(overrides)
-    return base
+    return list_entry("s1", {"env": json.dumps(ENV), "tags": json.dumps(TAGS)}, overrides)
 
 
 CANONICAL = parse_session(entry())

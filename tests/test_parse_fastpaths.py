@@ -26,7 +26,7 @@ from archiver.upstream.models import (
     parse_session,
     parse_session_list,
 )
-from tests.test_properties import entries
+from tests.support import entries
 
 _PROBE = (
     "from archiver.upstream import models as m; "

@@ -5,35 +5,15 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-import click
 import pytest
 from click.testing import CliRunner
 
-from archiver.cli import main, resolve, settings_options
+from archiver.cli import main
 from archiver.errors import ConfigError
-from archiver.settings import OPTIONS, Settings, load_settings, parse_duration, parse_listen, parse_size
-
-
-def settings_from(args: Sequence[str], env: Mapping[str, str] | None = None) -> Settings:
-    """Settings as a command of the CLI resolves them from `args` and `env` (click does the merging);
-    a configuration error is raised as ConfigError, whichever stage found it."""
-    resolved: list[Settings] = []
-
-    @click.command()
-    @settings_options()
-    def probe(**kwargs: object) -> None:
-        resolved.append(resolve(dict(kwargs)))
-
-    clean = {opt.env: None for opt in OPTIONS} | {"ARCHIVER_CONFIG": None, "ARCHIVER_API_TOKEN": None}
-    result = CliRunner().invoke(probe, list(args), env={**clean, **(env or {})})
-    if isinstance(result.exception, ConfigError):
-        raise result.exception
-    if result.exit_code != 0:
-        raise ConfigError(result.output)
-    return resolved[0]
+from archiver.settings import OPTIONS, load_settings, parse_duration, parse_listen, parse_size
+from tests.support import settings_from
 
 
 def write(tmp_path: Path, text: str) -> Path:

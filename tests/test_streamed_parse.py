@@ -26,7 +26,7 @@ from archiver.upstream.api import SessionHostClient
 from archiver.upstream.models import Session, SessionListParser, WholeBodyNeeded
 from archiver.upstream.transport import DIRECT_MIN_BYTES
 from tests.fixtures_http import TLSFiles
-from tests.test_incremental_parse import QUIRKS, SECRET, body, entry
+from tests.support import QUIRKS, SECRET, body, entry
 
 
 def chunked(raw: bytes, size: int) -> list[bytes]:
