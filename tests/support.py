@@ -440,7 +440,8 @@ def settings_from(args: Sequence[str], env: Mapping[str, str] | None = None) -> 
     def probe(**kwargs: object) -> None:
         resolved.append(resolve(dict(kwargs)))
 
-    clean = {opt.env: None for opt in OPTIONS} | {"ARCHIVER_CONFIG": None, "ARCHIVER_API_TOKEN": None}
+    envs = [opt.env for opt in OPTIONS] + [alias.env for opt in OPTIONS for alias in opt.aliases if alias.env]
+    clean = dict.fromkeys(envs) | {"ARCHIVER_CONFIG": None, "ARCHIVER_API_TOKEN": None}
     result = CliRunner().invoke(probe, list(args), env={**clean, **(env or {})})
     if isinstance(result.exception, ConfigError):
         raise result.exception
