@@ -65,7 +65,6 @@ from archiver.store.s3_multipart import (
 )
 
 if TYPE_CHECKING:
-    from botocore.config import _S3Dict
     from mypy_boto3_s3 import S3Client
 else:
     S3Client = Any
@@ -143,19 +142,21 @@ def make_s3_client(
     """
     import boto3  # local: keeps `import archiver.store` cheap for commands that never touch S3
 
-    s3: _S3Dict = {"addressing_style": "path"} if endpoint_url else {}
+    s3: dict[str, object] = {"addressing_style": "path"} if endpoint_url else {}
     if checksum_mode == "when_supported":
         # Every PUT and part carries x-amz-checksum-sha256 (signed, as every header is), which the
         # server checks the body against: botocore hashing the body once more for the signature
         # (it always does over http) proves nothing more and costs CPU the server needs too on a
         # small machine (measured, issue 14). Over https botocore already skips it for uploads.
         s3["payload_signing_enabled"] = False
+    # Passed untyped: botocore-stubs names the type of the s3 options only privately.
+    s3_option: dict[str, Any] = {"s3": s3} if s3 else {}
     config = Config(
         retries={"mode": "standard", "max_attempts": policy.attempts},
         request_checksum_calculation=checksum_mode,
         response_checksum_validation="when_required",
-        s3=s3 or None,
         max_pool_connections=32,
+        **s3_option,
     )
     if connect_timeout is not None or read_timeout is not None:
         config = config.merge(
