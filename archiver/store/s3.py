@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
 
 from botocore.config import Config
 from botocore.exceptions import (
@@ -142,21 +142,20 @@ def make_s3_client(
     """
     import boto3  # local: keeps `import archiver.store` cheap for commands that never touch S3
 
-    s3: dict[str, object] = {"addressing_style": "path"} if endpoint_url else {}
+    # Built as a plain dict: the stubs' TypedDict for it is a private name of botocore.
+    s3: dict[str, Any] = {"addressing_style": "path"} if endpoint_url else {}
     if checksum_mode == "when_supported":
         # Every PUT and part carries x-amz-checksum-sha256 (signed, as every header is), which the
         # server checks the body against: botocore hashing the body once more for the signature
         # (it always does over http) proves nothing more and costs CPU the server needs too on a
-        # small machine (measured, issue 14). Over https botocore already skips it for uploads.
+        # small machine. Over https botocore already skips it for uploads.
         s3["payload_signing_enabled"] = False
-    # Passed untyped: botocore-stubs names the type of the s3 options only privately.
-    s3_option: dict[str, Any] = {"s3": s3} if s3 else {}
     config = Config(
         retries={"mode": "standard", "max_attempts": policy.attempts},
         request_checksum_calculation=checksum_mode,
         response_checksum_validation="when_required",
+        s3=cast(Any, s3) or None,
         max_pool_connections=32,
-        **s3_option,
     )
     if connect_timeout is not None or read_timeout is not None:
         config = config.merge(
