@@ -197,7 +197,7 @@ def test_statefulset_runs_one_archiver_with_a_persistent_state_dir(chart: helm.C
     assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
     assert "storageClassName" not in claim["spec"]
     c = container(docs)
-    assert c["image"] == "ghcr.io/session-archiver/archiver:0.1.0"  # appVersion
+    assert c["image"] == "ghcr.io/session-archiver/archiver:1.0.0"  # appVersion
     assert c["args"][:5] == ["run", "--config", "/etc/archiver/config.toml", "--api-token-file", TOKEN_FILE]
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     assert mounts["state"] == "/var/lib/archiver" == rendered_toml(docs)["state_dir"]
@@ -700,9 +700,9 @@ def test_image_reference_registry_and_global_override(chart: helm.Chart) -> None
         found: str = container(render(chart, {**MINIMAL, **values}))["image"]
         return found
 
-    assert image({}) == "ghcr.io/session-archiver/archiver:0.1.0"
+    assert image({}) == "ghcr.io/session-archiver/archiver:1.0.0"
     assert image({"image": {"registry": "registry.example.com/mirror/"}}) == (
-        "registry.example.com/mirror/session-archiver/archiver:0.1.0"
+        "registry.example.com/mirror/session-archiver/archiver:1.0.0"
     )
     assert image({"global": {"imageRegistry": "mirror.local"}, "image": {"tag": "0.2.0"}}) == (
         "mirror.local/session-archiver/archiver:0.2.0"

@@ -292,10 +292,9 @@ class Fetcher:
             if download.content_length is not None and download.content_length > limit:
                 return Finished(Outcome.TOO_LARGE, f"Content-Length {download.content_length} > limit {limit}", source)
             try:
-                # Read past httpx's parser (chunked or large): a 5 MB chunked artifact drains with
-                # less than half the CPU. Logs keep `iter_bytes`: at ~1 MB with a length the saving
-                # measured nil, and such a direct read loses the connection (README "Reading bodies
-                # past httpx").
+                # A large artifact with a Content-Length is read past httpx's parser; a chunked one
+                # goes through it (`iter_direct`). Logs keep `iter_bytes`: at ~1 MB with a length the
+                # saving measured nil, and such a direct read loses the connection.
                 spooled = self._spool.write(item.id, download.iter_direct(), compress=False, limit=limit)
             except TooLargeError:
                 return Finished(Outcome.TOO_LARGE, f"body larger than {limit} bytes (stopped while streaming)", source)
