@@ -30,7 +30,8 @@ from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.exporter.webconfig import load_web_config
 from archiver.settings import Settings
 from archiver.upstream.api import SessionHostClient
-from archiver.upstream.models import Session, SessionListParser
+from archiver.upstream.listparser import SessionListParser
+from archiver.upstream.models import Session
 
 _PLAYER_COUNT = operator.attrgetter("player_count")
 
