@@ -32,8 +32,9 @@ from archiver.vocabulary import Outcome
 log = logging.getLogger("archiver.fetch")  # the name it had before the rooms: log filters keep working
 
 #: ISA-L level 1: a small fraction of the CPU zlib's level 6 takes, for a stored log somewhat larger
-#: (when thousands of sessions end at once, the CPU is the limit). The stored bytes therefore differ from an older archiver's; replicas compare logs by
-#: their uncompressed content (`Uploader.upload`), so that is no conflict.
+#: (when thousands of sessions end at once, the CPU is the limit). The stored bytes therefore differ
+#: from an older archiver's; replicas compare logs by their uncompressed content (`Uploader.upload`),
+#: so that is no conflict.
 GZIP_LEVEL = 1
 #: The pieces logs are compressed in (see `gzip_blocks`).
 DEFLATE_BLOCK = 64 * 1024
