@@ -26,9 +26,9 @@ from isal import isal_zlib
 
 from archiver.exporter.snapshot import LEVEL
 
-#: Sessions per block: parts of tens of KB, so a full flush's cost is noise and no part reaches the
-#: 256 KiB mmap threshold the daemon gives glibc (`daemon.tune_allocator`): a poll's joins reuse
-#: heap memory rather than faulting in fresh pages.
+#: Sessions per block: parts of tens of KB, so a full flush's cost is noise and a poll's joins reuse
+#: heap memory rather than being mapped and faulted in afresh (glibc maps large allocations of their
+#: own).
 BLOCK_SESSIONS = 512
 #: Chunks a scrape writes are coalesced up to about this size (one write each, heap-sized).
 CHUNK_BYTES = 192 * 1024
