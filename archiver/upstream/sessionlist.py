@@ -138,7 +138,7 @@ def _sha256_digests(raws: list[msgspec.Raw] | list[bytes]) -> Iterator[Digest]:
 
 def _keyed_hash_digests(raws: list[msgspec.Raw] | list[bytes]) -> Iterator[Digest]:
     """`hash()` of each entry's bytes: SipHash-1-3 under the process's secret 128-bit key, 64 bits out
-    (the bytes copy is freed at once, only the int stays); several times cheaper than SHA-256 on
+    (the bytes copy is freed at once, only the int stays); a fraction of SHA-256's cost on
     entries of a few hundred bytes, and every entry of every poll is hashed.
 
     The digest only has to answer "are these the bytes of an entry of the previous poll", and is
