@@ -31,10 +31,10 @@ from archiver.vocabulary import Outcome
 
 log = logging.getLogger("archiver.fetch")  # the name it had before the rooms: log filters keep working
 
-#: ISA-L level 1: about 2 ms of CPU for a 1 MB log where zlib's level 6 takes about 20 ms, for a
-#: stored log about a fifth larger (issue 14: when thousands of sessions end at once, the CPU is the
-#: limit). The stored bytes therefore differ from an older archiver's; replicas compare logs by
-#: their uncompressed content (`Uploader.upload`), so that is no conflict.
+#: ISA-L level 1: a small fraction of the CPU zlib's level 6 takes, for a stored log somewhat larger
+#: (when thousands of sessions end at once, the CPU is the limit). The stored bytes therefore differ
+#: from an older archiver's; replicas compare logs by their uncompressed content (`Uploader.upload`),
+#: so that is no conflict.
 GZIP_LEVEL = 1
 #: The pieces logs are compressed in (see `gzip_blocks`).
 DEFLATE_BLOCK = 64 * 1024
