@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from archiver.live.store import DB_NAME, DIR_NAME, FOLLOWING, CaptureStore
 from archiver.retry import FOLLOW_LOGS
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
+from tests.support import wait_until
 
 FAST = Tuning(
     policy=dataclasses.replace(FOLLOW_LOGS, initial_wait=0.05, max_wait=0.3),
@@ -43,18 +43,6 @@ FAST = Tuning(
 )
 #: Virtual seconds per real second: a session writes a line every 2 virtual seconds, 10 a second here.
 SCALE = 20.0
-
-
-def wait_until(predicate: Callable[[], object], timeout: float = 30.0, *, what: str = "condition") -> object:
-    """Poll ``predicate`` until truthy (its value) or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} not met within {timeout}s")
-        threading.Event().wait(0.02)  # the poll interval, not a wait for the condition
 
 
 class Poller:
@@ -130,7 +118,7 @@ def test_each_followed_session_is_captured_exactly_and_complete_when_it_ends_nor
     refs = [ref_of(svc, sid) for sid in sids]
     with Poller(svc, engine):
         for ref in refs:
-            wait_until(lambda r=ref: finished(engine.store, r.key), what=f"capture of {ref.session_id} finished")
+            wait_until(lambda r=ref: finished(engine.store, r.key), message=f"capture of {ref.session_id} finished")
     for sid, ref in zip(sids, refs, strict=True):
         assert captured(engine.store, ref.key) == [("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid)))]
     assert "core dumped" in svc.log_lines(TEST_TOKEN, sids[1])[-1][1]
@@ -151,7 +139,7 @@ def test_streams_cut_mid_line_once_per_session_and_logs_gone_at_termination_stil
     refs = [ref_of(svc, sid) for sid in sids]
     with Poller(svc, engine):
         for ref in refs:
-            wait_until(lambda r=ref: finished(engine.store, r.key), what="captures finished")
+            wait_until(lambda r=ref: finished(engine.store, r.key), message="captures finished")
     for sid, ref in zip(sids, refs, strict=True):
         assert captured(engine.store, ref.key) == [("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid)))]
     assert svc.faults_fired("GET /logs") == {"cut": 4}
@@ -166,14 +154,14 @@ def test_the_cap_follows_the_oldest_first_counts_the_rest_and_a_late_follow_stil
     svc.advance(1.0)
     young = [svc.add_session(TEST_TOKEN, id=f"young-{i}", lifetime=60.0) for i in range(2)]
     with Poller(svc, engine):
-        wait_until(lambda: engine.stats().unfollowed == 2 and engine.stats().followed == 2, what="cap applied")
+        wait_until(lambda: engine.stats().unfollowed == 2 and engine.stats().followed == 2, message="cap applied")
         assert all(engine.following(ref_of(svc, s).key) for s in old)
         assert not any(engine.following(ref_of(svc, s).key) for s in young)
         svc.advance(10.0)  # the young ones write lines nobody follows yet
         for sid in old:
             svc.end_session(TEST_TOKEN, sid)
         for sid in young:
-            wait_until(lambda s=sid: finished(engine.store, ref_of(svc, s).key), what="young followed to the end")
+            wait_until(lambda s=sid: finished(engine.store, ref_of(svc, s).key), message="young followed to the end")
     for sid in [*old, *young]:
         whole = render_ndjson(svc.log_lines(TEST_TOKEN, sid))
         assert captured(engine.store, ref_of(svc, sid).key) == [("complete", whole)]
@@ -186,7 +174,7 @@ def _follow_a_while_then_stop(svc: FakeService, make_engine: Callable[..., LiveC
     first = make_engine(svc)
     sid = svc.add_session(TEST_TOKEN)
     with Poller(svc, first):
-        wait_until(lambda: first.stats().lines >= 6, what="some lines captured")
+        wait_until(lambda: first.stats().lines >= 6, message="some lines captured")
     first.stop()
     return sid, ref_of(svc, sid)
 
@@ -198,9 +186,9 @@ def test_a_stopped_and_restarted_capture_resumes_from_its_checkpoint_without_a_l
     svc.advance(10.0)  # lines written while nobody follows
     second = make_engine(svc, state=tmp_path)
     with Poller(svc, second):
-        wait_until(lambda: second.stats().lines >= 1, what="resumed and appending")
+        wait_until(lambda: second.stats().lines >= 1, message="resumed and appending")
         svc.end_session(TEST_TOKEN, sid)
-        wait_until(lambda: finished(second.store, ref.key), what="capture finished")
+        wait_until(lambda: finished(second.store, ref.key), message="capture finished")
     assert captured(second.store, ref.key) == [("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid)))]
 
 
@@ -255,9 +243,9 @@ def test_a_kill_9_while_sessions_run_loses_and_duplicates_nothing(
     svc.advance(6.0)
     engine = make_engine(svc)
     with Poller(svc, engine):
-        wait_until(lambda: engine.stats().lines >= 1, what="resumed")
+        wait_until(lambda: engine.stats().lines >= 1, message="resumed")
         svc.end_session(TEST_TOKEN, sid)
-        wait_until(lambda: finished(engine.store, ref.key), what="capture finished")
+        wait_until(lambda: finished(engine.store, ref.key), message="capture finished")
     assert captured(engine.store, ref.key) == [("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid)))]
 
 
@@ -268,7 +256,7 @@ def test_a_session_that_ends_while_nobody_follows_and_whose_logs_are_gone_is_a_k
     svc.end_session(TEST_TOKEN, sid)  # while the daemon is down
     second = make_engine(svc, state=tmp_path)
     with Poller(svc, second):
-        wait_until(lambda: finished(second.store, ref.key), what="drained")
+        wait_until(lambda: finished(second.store, ref.key), message="drained")
     ((state, body),) = captured(second.store, ref.key)
     whole = render_ndjson(svc.log_lines(TEST_TOKEN, sid))
     assert state == "gap" and body and whole.startswith(body) and body != whole
@@ -291,9 +279,9 @@ def test_a_replay_that_does_not_start_with_the_kept_lines_is_kept_beside_them_ne
     seeded.close()
     engine = make_engine(svc, state=tmp_path)
     with Poller(svc, engine):
-        wait_until(lambda: len(engine.store.segments(ref.key)) == 2, what="a second segment")
+        wait_until(lambda: len(engine.store.segments(ref.key)) == 2, message="a second segment")
         svc.end_session(TEST_TOKEN, sid)
-        wait_until(lambda: finished(engine.store, ref.key), what="capture finished")
+        wait_until(lambda: finished(engine.store, ref.key), message="capture finished")
     assert captured(engine.store, ref.key) == [
         ("diverged", b"".join(x + b"\n" for x in rotated)),
         ("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid))),
@@ -311,11 +299,11 @@ def test_plain_text_logs_keepalives_and_upstream_errors_are_taken_in_stride(
     engine = make_engine(svc)
     sids = [svc.add_session(TEST_TOKEN, lifetime=30.0) for _ in range(2)]
     with Poller(svc, engine):
-        wait_until(lambda: engine.stats().ends["server_error"] == 2, what="503s answered")
+        wait_until(lambda: engine.stats().ends["server_error"] == 2, message="503s answered")
         svc.set_fault("GET /logs", status=429, retry_after=0, count=1)
-        wait_until(lambda: engine.stats().ends["throttled"] == 1, what="429 answered")
+        wait_until(lambda: engine.stats().ends["throttled"] == 1, message="429 answered")
         for sid in sids:
-            wait_until(lambda s=sid: finished(engine.store, ref_of(svc, s).key), what="captures finished")
+            wait_until(lambda s=sid: finished(engine.store, ref_of(svc, s).key), message="captures finished")
     for sid in sids:
         (row,) = engine.store.segments(ref_of(svc, sid).key)
         assert row.shape == "text" and row.state == "complete"
@@ -330,9 +318,9 @@ def test_a_silent_stream_is_reopened_after_the_stall_timeout_without_duplicating
         sid = quiet.add_session(TEST_TOKEN)
         ref = ref_of(quiet, sid)
         with Poller(quiet, engine):
-            wait_until(lambda: engine.stats().ends["stalled"] >= 2, what="stalls")
+            wait_until(lambda: engine.stats().ends["stalled"] >= 2, message="stalls")
             quiet.end_session(TEST_TOKEN, sid)
-            wait_until(lambda: finished(engine.store, ref.key), what="capture finished")
+            wait_until(lambda: finished(engine.store, ref.key), message="capture finished")
         assert captured(engine.store, ref.key) == [("complete", render_ndjson(quiet.log_lines(TEST_TOKEN, sid)))]
 
 
@@ -345,16 +333,16 @@ def test_while_paused_the_loop_takes_no_line_and_catches_up_after(
     sid = svc.add_session(TEST_TOKEN)
     ref = ref_of(svc, sid)
     engine.update([ref])
-    wait_until(lambda: engine.stats().lines >= 6, what="following")
+    wait_until(lambda: engine.stats().lines >= 6, message="following")
     with engine.paused():
         taken = engine.stats().lines
         written = len(svc.log_lines(TEST_TOKEN, sid))
-        wait_until(lambda: len(svc.log_lines(TEST_TOKEN, sid)) >= written + 5, what="the service wrote more")
+        wait_until(lambda: len(svc.log_lines(TEST_TOKEN, sid)) >= written + 5, message="the service wrote more")
         assert engine.stats().lines == taken
-    wait_until(lambda: engine.stats().lines >= written + 5, what="caught up")
+    wait_until(lambda: engine.stats().lines >= written + 5, message="caught up")
     svc.end_session(TEST_TOKEN, sid)
     engine.update([])
-    wait_until(lambda: finished(engine.store, ref.key), what="capture finished")
+    wait_until(lambda: finished(engine.store, ref.key), message="capture finished")
     assert captured(engine.store, ref.key) == [("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid)))]
 
 
@@ -368,14 +356,14 @@ def test_a_session_listed_again_after_its_capture_completed_stays_complete_and_i
     sid = svc.add_session(TEST_TOKEN)
     ref = ref_of(svc, sid)
     engine.update([ref])
-    wait_until(lambda: engine.stats().lines >= 4, what="following")
+    wait_until(lambda: engine.stats().lines >= 4, message="following")
     svc.end_session(TEST_TOKEN, sid)
     engine.update([])
-    wait_until(lambda: finished(engine.store, ref.key), what="capture finished")
+    wait_until(lambda: finished(engine.store, ref.key), message="capture finished")
     engine.update([ref])  # listed again
-    wait_until(lambda: engine.stats().ends["gone"] >= 1, what="the reopen answered 404")
+    wait_until(lambda: engine.stats().ends["gone"] >= 1, message="the reopen answered 404")
     engine.update([])
-    wait_until(lambda: finished(engine.store, ref.key), what="finished again")
+    wait_until(lambda: finished(engine.store, ref.key), message="finished again")
     assert captured(engine.store, ref.key) == [("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid)))]
 
 
