@@ -181,12 +181,10 @@ def _engine(url: str, state: Path, streams: int) -> Any:
 
 def _follow(engine: Any, streams: int, *, timeout: float = 120.0) -> float:
     """Hand `streams` sessions to the engine; seconds until every stream brought its boot lines."""
-    from archiver.live.followset import SessionRef
-
     base = 1_760_000_000_000
-    refs = [SessionRef(f"{base + i}:bench-{i}", f"bench-{i}", base + i) for i in range(streams)]
+    keys = [f"{base + i}:bench-{i}" for i in range(streams)]
     t0 = time.monotonic()
-    engine.update(refs)
+    engine.update(keys)
     while engine.stats().lines < streams * BOOT_LINES:
         if time.monotonic() - t0 > timeout:
             raise RuntimeError(f"only {engine.stats().lines} lines after {timeout}s")

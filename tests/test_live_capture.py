@@ -27,20 +27,11 @@ from archiver.live.followset import SessionRef
 from archiver.live.loop import ensure_file_limit
 from archiver.live.policy import Finish, Tuning
 from archiver.live.store import DB_NAME, DIR_NAME, FOLLOWING, CaptureStore
-from archiver.retry import FOLLOW_LOGS
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
-from tests.support import wait_until
+from tests.support import LIVE_FAST, wait_until
 
-FAST = Tuning(
-    policy=dataclasses.replace(FOLLOW_LOGS, initial_wait=0.05, max_wait=0.3),
-    ended_wait=0.05,
-    stall_timeout=30.0,
-    drain_timeout=5.0,
-    drain_max_wait=0.2,
-    connect_timeout=5.0,
-    checkpoint_interval=0.2,
-)
+FAST = LIVE_FAST
 #: Virtual seconds per real second: a session writes a line every 2 virtual seconds, 10 a second here.
 SCALE = 20.0
 
@@ -67,9 +58,9 @@ class Poller:
     def _run(self) -> None:
         while not self._stop.is_set():
             sessions = self._client.list_sessions().sessions
-            refs = [SessionRef(session_key(s.id, s.created_ms), s.id, int(s.created_ms)) for s in sessions]
+            keys = [session_key(s.id, s.created_ms) for s in sessions]
             with self._engine.paused():
-                self._engine.update(refs)
+                self._engine.update(keys)
             self._stop.wait(self._every)
 
 
@@ -198,15 +189,14 @@ _CHILD = textwrap.dedent(
     from pathlib import Path
     from archiver.credentials import Token
     from archiver.live.engine import LiveCapture
-    from archiver.live.followset import SessionRef
     from archiver.live.policy import Tuning
     from archiver.live.store import CaptureStore
 
-    url, state, key, sid, created = sys.argv[1:6]
+    url, state, key = sys.argv[1:4]
     engine = LiveCapture(url, Token("test-token"), CaptureStore(Path(state)), max_streams=10,
                          tuning=Tuning(checkpoint_interval=0.3))
     engine.start()
-    engine.update([SessionRef(key, sid, int(created))])
+    engine.update([key])
     while True:
         print(engine.stats().lines, flush=True)
         threading.Event().wait(0.05)
@@ -223,7 +213,7 @@ def test_a_kill_9_while_sessions_run_loses_and_duplicates_nothing(
     svc.set_quirks(logs_gone_at_termination=True)
     sid = svc.add_session(TEST_TOKEN)
     ref = ref_of(svc, sid)
-    args = [svc.base_url, str(tmp_path), ref.key, sid, str(ref.created_ms)]
+    args = [svc.base_url, str(tmp_path), ref.key]
     child = subprocess.Popen([sys.executable, "-c", _CHILD, *args], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
 
@@ -332,7 +322,7 @@ def test_while_paused_the_loop_takes_no_line_and_catches_up_after(
     engine = make_engine(svc)
     sid = svc.add_session(TEST_TOKEN)
     ref = ref_of(svc, sid)
-    engine.update([ref])
+    engine.update([ref.key])
     wait_until(lambda: engine.stats().lines >= 6, message="following")
     with engine.paused():
         taken = engine.stats().lines
@@ -355,12 +345,12 @@ def test_a_session_listed_again_after_its_capture_completed_stays_complete_and_i
     engine = make_engine(svc)
     sid = svc.add_session(TEST_TOKEN)
     ref = ref_of(svc, sid)
-    engine.update([ref])
+    engine.update([ref.key])
     wait_until(lambda: engine.stats().lines >= 4, message="following")
     svc.end_session(TEST_TOKEN, sid)
     engine.update([])
     wait_until(lambda: finished(engine.store, ref.key), message="capture finished")
-    engine.update([ref])  # listed again
+    engine.update([ref.key])  # listed again
     wait_until(lambda: engine.stats().ends["gone"] >= 1, message="the reopen answered 404")
     engine.update([])
     wait_until(lambda: finished(engine.store, ref.key), message="finished again")

@@ -27,11 +27,11 @@ import httpx
 from archiver.credentials import Token
 from archiver.live import policy
 from archiver.live.follow import Counters, Follow
-from archiver.live.followset import SessionRef, plan
+from archiver.live.followset import SessionRef, plan, ref_of
 from archiver.live.loop import MAX_PAUSE, PARK_WAIT, GatedSelector, ensure_file_limit
 from archiver.live.policy import Ending, Finish, Tuning
 from archiver.live.report import FailureLog, LiveStats
-from archiver.live.store import CaptureStore, Segment, SegmentRow
+from archiver.live.store import FOLLOWING, CaptureStore, Segment, SegmentRow
 from archiver.live.stream import FollowStream, Target, open_stream
 
 log = logging.getLogger("archiver.live")
@@ -75,11 +75,13 @@ class LiveCapture:
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
         self._handoff = threading.Lock()
-        self._pending: tuple[SessionRef, ...] | None = None
+        self._pending: tuple[str, ...] | None = None
         self._stop_requested: asyncio.Event | None = None
         self._stopping = False
         self._held: dict[str, Follow] = {}
         self._recent: dict[str, tuple[Segment, float]] = {}
+        #: Keys whose follow finished, until a checkpoint has recorded it (see `following`).
+        self._finishing: set[str] = set()
         self._queue: deque[Follow] = deque()
         self._connecting = 0
         self._unfollowed = 0
@@ -106,9 +108,11 @@ class LiveCapture:
         self._thread.start()
         self._ready.wait(30.0)
 
-    def update(self, sessions: Iterable[SessionRef]) -> None:
-        """The shard's active sessions now (every poll): follow them, drain those no longer listed."""
-        refs = tuple(sessions)
+    def update(self, keys: Iterable[str]) -> None:
+        """The instance keys (``{creation ms}:{id}``) of the shard's active sessions now, after every
+        poll: follow them, drain those no longer listed. Only the keys are copied on the caller's
+        thread (the poller's); the rest happens on the loop's."""
+        refs = tuple(keys)
         with self._handoff:
             loop = self._loop
             if loop is None or not self._ready.is_set():
@@ -146,12 +150,14 @@ class LiveCapture:
             lines=counters.lines,
             bytes=counters.bytes,
             ends=dict(counters.ends),
+            reconnects=dict(counters.reconnects),
             finished=dict(self._finished),
         )
 
     def following(self, key: str) -> bool:
-        """Whether a session instance's capture may still grow (it is held by the loop)."""
-        return key in self._held
+        """Whether a session instance's capture may still change: it is followed, or it finished
+        and the checkpoint that records how has not committed yet."""
+        return key in self._held or key in self._finishing
 
     def stop(self, timeout: float = 10.0) -> None:
         """Close every stream, checkpoint, and end the thread. Captures stay ``following`` and are
@@ -203,11 +209,12 @@ class LiveCapture:
         assert self._loop is not None
         return self._loop.time()
 
-    def _apply(self, refs: tuple[SessionRef, ...]) -> None:
+    def _apply(self, keys: tuple[str, ...]) -> None:
         if self._stopping:
             return
         now = self._now()
-        listed = {ref.key for ref in refs}
+        listed = set(keys)
+        refs = [ref_of(key) for key in keys]
         for key, follow in list(self._held.items()):
             if key in listed:
                 if not follow.wanted:
@@ -311,6 +318,7 @@ class LiveCapture:
             return
         if step.new_segment and not self._next_segment(follow):
             return
+        self._counters.reconnects[ending] += 1
         if step.delay <= 0:
             self._enqueue(follow)
         else:
@@ -349,6 +357,7 @@ class LiveCapture:
             follow.abort(Ending.UNWANTED)  # no longer held: its end is not acted upon
         self.store.finish(follow.segment, state)
         self._finished[state] += 1
+        self._finishing.add(follow.ref.key)
         self._recent[follow.ref.key] = (follow.segment, self._now())
         assert self._checkpoint_soon is not None
         self._checkpoint_soon.set()
@@ -404,6 +413,10 @@ class LiveCapture:
             log.exception("live capture: checkpoint failed; retrying at the next one")
             for row in rows:
                 self._unsaved.setdefault((row.key, row.index), row)
+            return
+        for row in rows:
+            if row.state != FOLLOWING and row.key not in self._held:
+                self._finishing.discard(row.key)
 
     async def _shutdown(self) -> None:
         self._stopping = True

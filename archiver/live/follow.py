@@ -34,8 +34,10 @@ class Counters:
 
     lines: int = 0
     bytes: int = 0
-    #: Streams ended, by how (each one not ``ended`` is followed by a reopen while the session runs).
+    #: Streams ended, by how.
     ends: dict[str, int] = field(default_factory=lambda: dict.fromkeys(Ending, 0))
+    #: Streams reopened, by how the one before ended.
+    reconnects: dict[str, int] = field(default_factory=lambda: dict.fromkeys(Ending, 0))
 
 
 class Follow:

@@ -17,12 +17,18 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class SessionRef:
-    """An active session to follow: the state DB's instance key (``archive.state.rows.session_key``,
-    made by the caller), its id and creation time."""
+    """An active session to follow: the state DB's instance key (``{creation ms}:{id}``, see
+    ``archive.state.rows.session_key``), its id and creation time."""
 
     key: str
     session_id: str
     created_ms: int
+
+
+def ref_of(key: str) -> SessionRef:
+    """The ref of an instance key ``{creation ms}:{id}`` (ids may hold ':', the time never does)."""
+    ms, _, sid = key.partition(":")
+    return SessionRef(key, sid, int(ms) if ms.lstrip("-").isdigit() else 0)
 
 
 @dataclass(frozen=True, slots=True)

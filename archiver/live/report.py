@@ -29,6 +29,8 @@ class LiveStats:
     bytes: int
     #: Streams ended, by `policy.Ending`.
     ends: dict[str, int]
+    #: Streams reopened, by how the one before ended (`policy.Ending`).
+    reconnects: dict[str, int]
     #: Captures finished, by `policy.Finish`.
     finished: dict[str, int]
 
