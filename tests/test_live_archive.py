@@ -97,6 +97,14 @@ def test_without_the_quirk_the_after_end_body_is_archived_as_before_and_the_capt
         assert body == render_text(fake.log_lines(TOKEN, sid))
     assert not [k for k in store.list_keys(store.prefix) if ".live-" in k]
     assert live.stats().finished[Finish.COMPLETE] == 2
+    h.pipeline.gauges()  # what the daemon reports after every poll: archiver_live_*
+    sample = h.registry.get_sample_value
+    assert sample("archiver_live_lines_total") == live.stats().lines > 0
+    assert sample("archiver_live_bytes_total") == live.stats().bytes
+    assert sample("archiver_live_captures_total", {"state": "complete"}) == 2
+    assert sample("archiver_live_followed_sessions") == 0
+    h.pipeline.gauges()  # a second report adds nothing that did not grow
+    assert sample("archiver_live_lines_total") == live.stats().lines
     wait_until(lambda: not any(CaptureStore(tmp_path / "state").segments(_key(fake, s)) for s in sids))
 
 

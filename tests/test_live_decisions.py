@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from archiver.live import resume
-from archiver.live.followset import SessionRef, plan
+from archiver.live.followset import SessionRef, plan, ref_of
 from archiver.live.lines import MAX_LINE, LineSplitter
 from archiver.live.policy import Ending, Finish, Tuning, after, drain_expired, ending_of_status, stall_after
 from archiver.live.resume import CHAIN_START, Kept, Verdict, extend
@@ -185,3 +185,8 @@ def test_statuses_map_to_endings_and_idle_stalls_lengthen_the_stall_timeout() ->
         Ending.DENIED, Ending.DENIED, Ending.REJECTED,
     ]  # fmt: skip
     assert [stall_after(n, TUNING) for n in (0, 1, 2, 3, 9)] == [300.0, 600.0, 1200.0, 2400.0, 2400.0]
+
+
+def test_a_ref_comes_from_the_instance_key_even_when_the_id_holds_colons() -> None:
+    ref = ref_of("1700000000123:match:eu:7")
+    assert (ref.key, ref.session_id, ref.created_ms) == ("1700000000123:match:eu:7", "match:eu:7", 1700000000123)
