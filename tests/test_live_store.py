@@ -161,3 +161,21 @@ def test_a_kill_9_at_any_moment_leaves_a_capture_that_is_exactly_a_prefix_of_wha
         assert row.kept == Kept().after(expected)
         assert row.path.read_bytes() == b"".join(x + b"\n" for x in expected)
         recovered.close()
+
+
+def test_prune_removes_only_long_finished_captures_nobody_holds(tmp_path: Path) -> None:
+    now = [100.0]
+    store = CaptureStore(tmp_path, clock=lambda: now[0])
+    for key in ("1:done", "2:kept", "3:running"):
+        segment = store.begin(key, key[2:], int(key[0]), 0)
+        store.append(segment, _lines(1))
+        if key != "3:running":
+            store.finish(segment, Finish.COMPLETE)
+    _commit(store)
+    now[0] = 500.0
+    late = store.begin("4:late", "late", 4, 0)
+    store.finish(late, Finish.GAP)
+    _commit(store)
+    assert store.prune(200.0, keep=frozenset({"2:kept"})) == 1
+    assert store.segments("1:done") == [] and not store.path_of("1:done", 0).exists()
+    assert [len(store.segments(k)) for k in ("2:kept", "3:running", "4:late")] == [1, 1, 1]

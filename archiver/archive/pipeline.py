@@ -177,7 +177,7 @@ class Pipeline:
         if settings.follow_logs and settings.follow_logs_max > 0 and settings.api_url and settings.api_token:
             live = LiveCapture(
                 settings.api_url, settings.api_token, CaptureStore(settings.state_dir),
-                max_streams=settings.follow_logs_max,
+                max_streams=settings.follow_logs_max, keep_finished=settings.prune_after,
             )  # fmt: skip
         return cls(settings, client, store, state, metrics, live=live)
 

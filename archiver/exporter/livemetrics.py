@@ -47,8 +47,9 @@ class LiveMetrics:
             self._captures.labels(state.value)
         self._last: LiveStats | None = None
 
-    def report(self, stats: LiveStats) -> None:
-        """The engine's stats now; counters move by what grew since the last report."""
+    def report(self, stats: LiveStats) -> int:
+        """The engine's stats now; counters move by what grew since the last report. Returns the
+        errors caught since then (for archiver_errors_total)."""
         last = self._last
         self._followed.set(stats.followed)
         self._unfollowed.set(stats.unfollowed)
@@ -59,3 +60,4 @@ class LiveMetrics:
         for state, count in stats.finished.items():
             self._captures.labels(str(state)).inc(max(0, count - (last.finished.get(state, 0) if last else 0)))
         self._last = stats
+        return max(0, stats.errors - (last.errors if last else 0))

@@ -441,8 +441,10 @@ class SelfMetrics:
 
     @_event
     def live_capture(self, stats: LiveStats) -> None:
-        """Live capture's state after a poll (`archiver_live_*`)."""
-        self._live.report(stats)
+        """Live capture's state after a poll (`archiver_live_*`; its edge errors as `where="live"`)."""
+        errors = self._live.report(stats)
+        if errors:
+            self._errors.labels("live").inc(errors)
 
     @_event
     def error(self, where: str) -> None:

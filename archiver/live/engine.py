@@ -40,6 +40,8 @@ log = logging.getLogger("archiver.live")
 MAX_SEGMENTS = 8
 #: Follows finished this long ago are forgotten by the loop (the store still has them).
 _RECENT_FOR = 3600.0
+#: Seconds between prunes of finished captures no archive took.
+_PRUNE_EVERY = 3600.0
 
 
 class LiveCapture:
@@ -56,6 +58,7 @@ class LiveCapture:
         tls: ssl.SSLContext | None = None,
         connecting_max: int = 64,
         seed: int | None = None,
+        keep_finished: float = 7 * 86400.0,
     ) -> None:
         self._target = Target.from_url(base_url)
         # The same trust as the daemon's httpx client (certifi, or SSL_CERT_FILE / SSL_CERT_DIR).
@@ -65,6 +68,8 @@ class LiveCapture:
         self.max_streams = max_streams
         self.tuning = tuning or Tuning()
         self._connecting_max = connecting_max
+        #: Finished captures no archive took within this long are removed (`CaptureStore.prune`).
+        self._keep_finished = keep_finished
         self._rng = random.Random(seed)
         self._gate = threading.Event()
         self._gate.set()
@@ -151,6 +156,7 @@ class LiveCapture:
             bytes=counters.bytes,
             ends=dict(counters.ends),
             reconnects=dict(counters.reconnects),
+            errors=counters.errors,
             finished=dict(self._finished),
         )
 
@@ -177,7 +183,8 @@ class LiveCapture:
         loop = asyncio.SelectorEventLoop(self._selector)
         try:
             loop.run_until_complete(self._main(loop))
-        except Exception:  # the thread's edge: live capture stops, archiving goes on without it
+        except Exception:  # the thread's edge: live capture stops, archiving goes on without it; counted
+            self._counters.errors += 1
             log.exception("live capture stopped on an error")
         finally:
             self._ready.set()
@@ -365,10 +372,26 @@ class LiveCapture:
     # --- background jobs ----------------------------------------------------------------------
 
     async def _sweeps(self) -> None:
-        """Abort silent streams, let go of drains past their timeout, sum up failures."""
+        """Abort silent streams, let go of drains past their timeout, sum up failures, and (hourly)
+        remove finished captures no archive took."""
         every = max(0.05, min(5.0, self.tuning.stall_timeout / 4, self.tuning.drain_timeout / 4))
+        pruned_at = float("-inf")
         while True:
             await asyncio.sleep(every)
+            if self._now() - pruned_at >= _PRUNE_EVERY:
+                pruned_at = self._now()
+                keep = frozenset(self._held) | frozenset(self._recent)
+                stale = time.time() - self._keep_finished
+                try:
+                    removed = await asyncio.get_running_loop().run_in_executor(
+                        self._saver, self.store.prune, stale, keep
+                    )
+                except Exception:  # housekeeping's edge: it never stops following; counted
+                    self._counters.errors += 1
+                    log.exception("live capture: removing finished captures failed")
+                else:
+                    if removed:
+                        log.info("live capture: removed %d finished captures no archive took", removed)
             now, clock = self._now(), time.monotonic()
             for follow in list(self._held.values()):
                 stream = follow.stream
@@ -409,7 +432,8 @@ class LiveCapture:
         self._unsaved.clear()
         try:
             await asyncio.get_running_loop().run_in_executor(self._saver, self._save, rows)
-        except Exception:  # the checkpoint's edge: kept for the next one (disk full, I/O error)
+        except Exception:  # the checkpoint's edge: kept for the next one (disk full, I/O error); counted
+            self._counters.errors += 1
             log.exception("live capture: checkpoint failed; retrying at the next one")
             for row in rows:
                 self._unsaved.setdefault((row.key, row.index), row)

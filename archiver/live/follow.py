@@ -34,6 +34,8 @@ class Counters:
 
     lines: int = 0
     bytes: int = 0
+    #: Unexpected errors caught at the loop's edges (archiver_errors_total{where="live"}).
+    errors: int = 0
     #: Streams ended, by how.
     ends: dict[str, int] = field(default_factory=lambda: dict.fromkeys(Ending, 0))
     #: Streams reopened, by how the one before ended.

@@ -33,6 +33,8 @@ class LiveStats:
     reconnects: dict[str, int]
     #: Captures finished, by `policy.Finish`.
     finished: dict[str, int]
+    #: Unexpected errors caught at the loop's edges.
+    errors: int = 0
 
 
 class FailureLog:

@@ -359,6 +359,23 @@ class CaptureStore:
             with contextlib.suppress(FileNotFoundError):
                 entry.unlink()
 
+    def prune(self, before: float, keep: frozenset[str] = frozenset()) -> int:
+        """Remove the captures of instances whose every segment finished before ``before`` (epoch
+        seconds) and that are not in ``keep``: their session was archived by another shard or
+        replica, or skipped; this daemon's archives remove theirs when their logs are spooled."""
+        with self._lock:
+            stale = [
+                row[0]
+                for row in self._db.execute(
+                    "SELECT key FROM segments GROUP BY key HAVING max(updated) < ? AND sum(state = ?) = 0",
+                    (before, FOLLOWING),
+                ).fetchall()
+            ]
+        removed = [key for key in stale if key not in keep]
+        for key in removed:
+            self.remove(key)
+        return len(removed)
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
