@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from archiver.archive.state.rows import session_key
+from archiver.browse.app import BrowseApp
 from archiver.credentials import Token
 from archiver.fake import FakeClock, FakeService
 from archiver.fake.logs import render_ndjson, render_text
@@ -141,6 +142,17 @@ def test_a_capture_that_differs_from_the_after_end_body_is_kept_beside_it_never_
         store.prefix, sid, "jsonl", 0, manifest.instance
     )
     assert beside_body == seen[0] + b"\n"
+    # `archiver logs` reads the logs read after the end; --capture the capture kept beside them.
+    out = io.StringIO()
+    print_logs(store, sid, out, capture=True)
+    assert out.getvalue() == "a line the service no longer has\n"
+    # The browser labels the capture and views it the same way.
+    app = BrowseApp(store, clock=fake.clock.now)
+    page = b"".join(app.handle(f"/sessions/{sid}").body).decode()
+    assert "live capture: complete" in page and "capture=1" in page
+    view = b"".join(app.handle(f"/sessions/{sid}/logs?capture=1").body).decode()
+    assert "a line the service no longer has" in view
+    assert "a line the service no longer has" not in b"".join(app.handle(f"/sessions/{sid}/logs").body).decode()
 
 
 def test_a_capture_the_after_end_body_already_holds_is_not_archived_twice(

@@ -343,8 +343,17 @@ class BrowseApp:
         loaded = load_archive(self.store, sid, instance, note=_no_note)
         archives = find_archives(self.store, sid)
         m = loaded.manifest
+        main = next((i for i in m.items if i.kind == "logs" and i.outcome == "archived"), None)
+        logs_path = session_path(sid, loaded.ref.instance, "/logs")
+        views = {
+            n: logs_path + ("&" if "?" in logs_path else "?") + "capture=1" if item is not main else logs_path
+            for n, item in enumerate(m.items)
+            if item.kind == "logs" and item.outcome == "archived"
+        }
         return self._render(
             "session.html",
+            views=views,
+            main_logs=main,
             m=m,
             sid=sid,
             instance=loaded.ref.instance,
@@ -363,8 +372,9 @@ class BrowseApp:
         search = (params.get("q") or [""])[-1]
         start_text = (params.get("start") or ["0"])[-1]
         start = int(start_text) if start_text.isdigit() else 0
+        capture = (params.get("capture") or [""])[-1] == "1"  # the live capture kept beside the logs
         loaded = load_archive(self.store, sid, instance, note=_no_note)
-        opened = open_logs(self.store, loaded)
+        opened = open_logs(self.store, loaded, capture=capture)
         lines = logformat.read_lines(opened.chunks, opened.shape)
         needle = search.casefold()
         shown: list[tuple[int, str, str]] = []
@@ -386,7 +396,7 @@ class BrowseApp:
                 break
             shown.append((number, line.stream or "", _log_text(line.text)))
         tampered = opened.tampered
-        base = [("stream", stream), ("q", search)]
+        base = [("stream", stream), ("q", search), ("capture", "1" if capture else "")]
         if loaded.ref.instance:
             base.append(("instance", loaded.ref.instance))
 
