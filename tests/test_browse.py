@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
-from archiver.browse.app import BrowseApp, session_path
+from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
+from archiver.browse.urls import session_path
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.exporter.webconfig import load_web_config
 from archiver.fake import FakeService
@@ -284,13 +285,14 @@ def test_tls_and_basic_auth_from_the_web_config_guard_every_page(
 
 
 def test_archiver_browse_serves_a_store_and_prints_its_url(tmp_path: Path) -> None:
-    """`archiver browse --store file://… --listen 127.0.0.1:0` prints the URL of the list, which serves it."""
+    """`archiver browse --store … --web.listen-address 127.0.0.1:0` prints the URL of the list, which serves it."""
     root = tmp_path / "archive"
     root.mkdir()
     store = open_store(root.as_uri())
     put_session(store, "cli-session", ended_at=time.time() - 60)
+    listen = ["--web.listen-address", "127.0.0.1:0"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "archiver.cli", "browse", "--store", root.as_uri(), "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "archiver.cli", "browse", "--store", root.as_uri(), *listen],
         stderr=subprocess.PIPE,
         text=True,
     )
