@@ -1,6 +1,6 @@
 """The evidence browser over HTTP against real stores (a directory, the moto S3 server) holding real archives.
 
-Archives are written with ``tests.test_retrieve.put_session`` (objects, manifest, index entry, the
+Archives are written with ``tests.support.put_session`` (objects, manifest, index entry, the
 way archiver/upload.py stores them); the pages are fetched from a real ``BrowseServer`` with httpx.
 """
 
@@ -39,11 +39,11 @@ from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
 from archiver.textsafe import printable
 from archiver.upstream.api import SessionHostClient, Token
-from tests import test_retrieve
+from tests import fixtures_retrieval
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_http import TLSFiles
 from tests.fixtures_pipeline import FAST, FAST_POLICY
-from tests.test_retrieve import ARTIFACT_PATHS, HOSTILE_IDS, HOUR, put_session
+from tests.support import ARTIFACT_PATHS, HOSTILE_IDS, HOUR, Browsers, put_session
 
 NOW = time.time()
 XSS_ID = '<script>alert("id")</script>'
@@ -51,35 +51,25 @@ XSS_LABEL = "<img src=x onerror=alert(1)>"
 
 
 # The stores of the retrieval tests (pytest finds fixtures by module name).
-file_store = test_retrieve.file_store
-s3_store = test_retrieve.s3_store
-store = test_retrieve.store
+file_store = fixtures_retrieval.file_store
+s3_store = fixtures_retrieval.s3_store
+store = fixtures_retrieval.store
 
 
 @pytest.fixture
 def browse(store: ObjectStore) -> Iterator[Callable[..., httpx.Client]]:
     """``browse(page_size=..., web_config=...)``: a started server over ``store`` and an httpx client for it."""
-    servers: list[BrowseServer] = []
-    clients: list[httpx.Client] = []
+    browsers = Browsers()
 
     def start(page_size: int = 50, log_page_lines: int = 500, **client_args: Any) -> httpx.Client:
         web_config = client_args.pop("web_config", None)
-        server = BrowseServer(
-            ("127.0.0.1", 0),
-            BrowseApp(store, page_size=page_size, log_page_lines=log_page_lines, clock=lambda: NOW),
-            web_config=web_config,
-        )
-        server.start()
-        servers.append(server)
-        client = httpx.Client(base_url=server.url, timeout=30, **client_args)
-        clients.append(client)
-        return client
+        return browsers.start(
+            store, web_config=web_config, client_args=client_args,
+            page_size=page_size, log_page_lines=log_page_lines, clock=lambda: NOW,
+        )  # fmt: skip
 
     yield start
-    for client in clients:
-        client.close()
-    for server in servers:
-        server.stop()
+    browsers.close()
 
 
 def _session_ids(page: str) -> list[str]:

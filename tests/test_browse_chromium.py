@@ -28,7 +28,7 @@ from archiver.browse.urls import mount
 from archiver.layout.manifest import ManifestItem
 from archiver.retrieval.reindex import index_players
 from archiver.store import ObjectStore, open_store
-from tests.test_retrieve import put_session
+from tests.support import put_session
 
 pytestmark = pytest.mark.browser
 

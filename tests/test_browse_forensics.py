@@ -21,21 +21,19 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from archiver.browse.app import BrowseApp
 from archiver.browse.search import SearchRun, parse_search_query
-from archiver.browse.server import BrowseServer
 from archiver.browse.urls import Mount, mount, session_path
 from archiver.layout.manifest import ManifestItem
 from archiver.retrieval import retrieve
 from archiver.retrieval.reindex import index_players
 from archiver.store import ObjectStore, open_store
-from tests import test_retrieve
-from tests.test_retrieve import HOUR, NOW, put_session
+from tests import fixtures_retrieval
+from tests.support import HOUR, NOW, Browsers, put_session
 
 # The stores of the retrieval tests (pytest finds fixtures by module name).
-file_store = test_retrieve.file_store
-s3_store = test_retrieve.s3_store
-store = test_retrieve.store
+file_store = fixtures_retrieval.file_store
+s3_store = fixtures_retrieval.s3_store
+store = fixtures_retrieval.store
 
 PREFIX = "/tools/evidence"
 PLANTED = "anticheat: speedhack detected for p-4711"
@@ -44,22 +42,9 @@ PLANTED = "anticheat: speedhack detected for p-4711"
 @pytest.fixture
 def serve() -> Iterator[Callable[..., httpx.Client]]:
     """``serve(store, mount=..., page_size=...)``: a started browser and an httpx client for it (no redirects)."""
-    servers: list[BrowseServer] = []
-    clients: list[httpx.Client] = []
-
-    def start(archive: ObjectStore, **app_args: Any) -> httpx.Client:
-        server = BrowseServer(("127.0.0.1", 0), BrowseApp(archive, clock=lambda: NOW, **app_args))
-        server.start()
-        servers.append(server)
-        client = httpx.Client(base_url=server.url, timeout=30)
-        clients.append(client)
-        return client
-
-    yield start
-    for client in clients:
-        client.close()
-    for server in servers:
-        server.stop()
+    browsers = Browsers()
+    yield lambda archive, **app_args: browsers.start(archive, clock=lambda: NOW, **app_args)
+    browsers.close()
 
 
 class _Links(HTMLParser):

@@ -54,7 +54,7 @@ class ItemRepo(Connection):
 
         Deadline order (then id), not id alone: it is the order of the `items_by_status` index, so
         the claim reads the first open entries instead of sorting every spooled item under the write
-        lock the upload workers share (milliseconds per object with thousands spooled, issue 14).
+        lock the upload workers share (a sort that grows with the number of items spooled).
         Items of one session share their deadline, so they still go together, oldest first.
         """
         with self.write(durable=False) as db:  # a lost claim is one recovery undoes anyway
