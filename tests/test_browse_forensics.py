@@ -28,7 +28,7 @@ from archiver.retrieval import retrieve
 from archiver.retrieval.reindex import index_players
 from archiver.store import ObjectStore, open_store
 from tests import fixtures_retrieval
-from tests.support import HOUR, NOW, Browsers, put_session
+from tests.support import HOUR, NOW, Browsers, put_session, wait_until
 
 # The stores of the retrieval tests (pytest finds fixtures by module name).
 file_store = fixtures_retrieval.file_store
@@ -400,10 +400,9 @@ def test_a_search_whose_reader_left_stops_searching(file_store: ObjectStore) -> 
     assert next(batches)[0].session_id == "m00"
     batches.close()
     gated.opened.set()
-    deadline = time.monotonic() + 20
-    while any(t.name == "browse-search" for t in threading.enumerate()) and time.monotonic() < deadline:
-        threading.Event().wait(0.01)
-    assert not any(t.name == "browse-search" for t in threading.enumerate())
+    wait_until(
+        lambda: not any(t.name == "browse-search" for t in threading.enumerate()), message="the search thread ended"
+    )
     assert gated.log_reads < 30
 
 
@@ -497,6 +496,7 @@ def test_the_former_browse_flags_still_work_with_one_deprecation_line_each(tmp_p
         assert len(deprecations) == 2, before
         assert "--listen is deprecated" in deprecations[0] and "use --web.listen-address instead" in deprecations[0]
         assert "use --web.config.file instead" in deprecations[1]
+        assert all(" level=warn logger=archiver.settings " in line for line in deprecations)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

@@ -1,95 +1,34 @@
 """`archiver browse`: the evidence browser's command, with the exporter conventions' web flags.
 
-``--web.listen-address``, ``--web.config.file``, ``--web.external-url`` and ``--web.route-prefix``
-as Prometheus spells them; the former ``--listen`` and ``--web-config-file`` still work for this
-release (hidden from --help) and log one deprecation line when used.
+Its own options (`archiver.options.BROWSE_OPTIONS`: ``--web.listen-address``, ``--web.config.file``,
+``--web.external-url``, ``--web.route-prefix``), the store options and the log options; the former
+``--listen`` and ``--web-config-file`` still work for this release and log one deprecation line.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 import click
 
-from archiver.cli.base import friendly_errors, main, resolve, settings_options, store_for
+from archiver.cli.base import (
+    friendly_errors,
+    main,
+    read_settings,
+    resolve_values,
+    settings_options,
+    store_for,
+    table_options,
+)
 from archiver.errors import ConfigError
-from archiver.settings import STORE_SCOPES
-
-#: Where `archiver browse` listens unless --web.listen-address is given on its command line (the
-#: daemon's ARCHIVER_LISTEN / config `listen` name the /metrics address, not this one).
-BROWSE_LISTEN = "127.0.0.1:9878"
-
-log = logging.getLogger("archiver.cli")
-
-
-def _deprecated(old: str, new: str) -> None:
-    log.warning("%s is deprecated and will be removed in a future release: use %s instead", old, new)
-
-
-def _pick(new_value: Any, old_value: Any, old: str, new: str) -> Any:
-    """The value of a renamed flag: the new spelling's when given, else the old one's (with a deprecation line)."""
-    if old_value is None:
-        return new_value
-    _deprecated(old, new)
-    ctx = click.get_current_context()
-    new_given = ctx.get_parameter_source(new.lstrip("-").replace(".", "_").replace("-", "_"))
-    return new_value if new_given is click.core.ParameterSource.COMMANDLINE else old_value
+from archiver.options import BROWSE_OPTIONS, BROWSE_SCOPES
 
 
 @main.command()
-@click.option(
-    "--web.listen-address",
-    "web_listen_address",
-    default=BROWSE_LISTEN,
-    show_default=True,
-    envvar="ARCHIVER_BROWSE_LISTEN",
-    show_envvar=True,
-    metavar="HOST:PORT",
-    help="Address the browser serves its pages on.",
-)
-@click.option("--listen", "deprecated_listen", default=None, hidden=True)
-@click.option(
-    "--web.config.file",
-    "web_config_file",
-    type=click.Path(dir_okay=False),
-    default=None,
-    envvar="ARCHIVER_WEB_CONFIG_FILE",
-    show_envvar=True,
-    metavar="PATH",
-    help="Exporter-toolkit web config (TLS, basic auth), the same file as for /metrics.",
-)
-@click.option("--web-config-file", "deprecated_web_config_file", type=click.Path(dir_okay=False), hidden=True)
-@click.option(
-    "--web.external-url",
-    "web_external_url",
-    default=None,
-    envvar="ARCHIVER_BROWSE_EXTERNAL_URL",
-    show_envvar=True,
-    metavar="URL",
-    help="The URL users reach the browser at (behind a proxy or an Ingress); its path prefixes every link "
-    "and is the route prefix.",
-)
-@click.option(
-    "--web.route-prefix",
-    "web_route_prefix",
-    default=None,
-    envvar="ARCHIVER_BROWSE_ROUTE_PREFIX",
-    show_envvar=True,
-    metavar="PATH",
-    help="Path the pages are served under. [default: the path of --web.external-url]",
-)
-@settings_options(STORE_SCOPES)
+@table_options(frozenset({"browse"}), BROWSE_OPTIONS)
+@settings_options(BROWSE_SCOPES)
 @friendly_errors
-def browse(
-    web_listen_address: str,
-    deprecated_listen: str | None,
-    web_config_file: str | None,
-    deprecated_web_config_file: str | None,
-    web_external_url: str | None,
-    web_route_prefix: str | None,
-    **kwargs: Any,
-) -> None:
+def browse(**kwargs: Any) -> None:
     """The evidence browser: read-only web pages over the archive (list, search, session, logs, downloads).
 
     Needs only the store's read permissions.
@@ -102,28 +41,27 @@ def browse(
     from archiver.browse.server import BrowseServer
     from archiver.browse.urls import mount
     from archiver.exporter.webconfig import load_web_config
-    from archiver.settings import parse_listen
+    from archiver.settings import SETTINGS_LOGGER
 
-    logsetup.configure()
-    listen = _pick(web_listen_address, deprecated_listen, "--listen", "--web.listen-address")
-    config_file = _pick(web_config_file, deprecated_web_config_file, "--web-config-file", "--web.config.file")
-    settings = resolve(kwargs)
+    settings, early = read_settings(kwargs)
+    with logsetup.held(SETTINGS_LOGGER) as own:
+        values = resolve_values(kwargs, BROWSE_OPTIONS)
+    logsetup.configure(settings.log_format, settings.log_level, early=[*early, *own])
+    external_url = values["browse_external_url"]
     try:
-        address = parse_listen(listen)
-    except ValueError as exc:
-        raise ConfigError(f"--web.listen-address: {exc}") from None
-    try:
-        where = mount(web_external_url, web_route_prefix)
+        where = mount(external_url, values["browse_route_prefix"])
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    config_file = values["browse_web_config_file"]
     web_config = load_web_config(config_file) if config_file else None
     store = store_for(settings)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        with BrowseServer(address, BrowseApp(store, mount=where), web_config=web_config) as server:
-            public = f" (public URL {web_external_url.rstrip('/')}/sessions)" if web_external_url else ""
+        app = BrowseApp(store, mount=where)
+        with BrowseServer(values["browse_listen_address"], app, web_config=web_config) as server:
+            public = f" (public URL {external_url.rstrip('/')}/sessions)" if external_url else ""
             click.echo(f"evidence browser: {server.url}{where.route}/sessions{public} (store {store.url})", err=True)
             stop.wait()
     finally:
