@@ -183,6 +183,9 @@ class Pipeline:
         first successful poll does not list them.
         """
         fetches, uploads = self.state.reset_in_flight()
+        moved = self.state.relocate_spool(self.spool.directory)
+        if moved:
+            log.info("the state dir moved: %d spool files found by name in %s", moved, self.spool.directory)
         keep = {Path(p).name for p in self.state.spool_paths_in_use()}
         removed = self.spool.sweep(keep)
         # Multipart uploads in the journal are resumed by put_file itself; everything else under
