@@ -65,10 +65,6 @@ CASES: dict[str, StoreQuirks] = {
 }
 
 #: (test, case) pairs the product fails today, with why: each is an xfail(strict=True) until fixed.
-_NO_PROOF = (
-    "verify calls a store checksum that the store does not keep a checksum_mismatch (issue 28), where it "
-    "should say 'not provable by the store'"
-)
 _PROBE_CRC32 = (
     "the start-up probe's own PutObjects carry botocore's default CRC32 checksum, which this store refuses: "
     "the probe fails and finds nothing"
@@ -78,7 +74,6 @@ _WORST = (
     "read-back waits for a sha256 the store never keeps: the pipeline never finishes"
 )
 KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("verify", "no_checksums"): _NO_PROOF,
     ("probe", "rejects_crc32"): _PROBE_CRC32,
     **{(test, "worst"): _WORST for test in ("archived", "overwrite", "verify", "get", "probe")},
 }
@@ -310,13 +305,13 @@ def cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-@pytest.mark.xfail(strict=True, reason=_NO_PROOF)
 def test_verify_on_a_store_keeping_no_checksums_says_not_provable_and_deep_names_an_overwritten_object(
     seaweed_server: SeaweedServer, fake_service: FakeService, tmp_path: Path
 ) -> None:
     """Issue 28's user story: an intact archive on a checksum-less store verifies (exit 0) and
-    says its objects are not provable by the store; one object replaced out of band is then named
-    by `verify --deep` (exit 1)."""
+    says its objects are not provable by the store (exit 1 with --require-store-proof, unless
+    --deep proves them by their bytes); one object replaced out of band is then named by
+    `verify --deep` (exit 1)."""
     bucket = fresh_bucket(seaweed_server)
     with QuirkyS3Proxy(seaweed_server.endpoint, StoreQuirks(no_checksums=True)) as proxy:
         store = open_quirky_store(proxy, bucket)
@@ -325,7 +320,10 @@ def test_verify_on_a_store_keeping_no_checksums_says_not_provable_and_deep_names
         assert finished
         where = ["--store", f"s3://{bucket}/{PREFIX}", "--s3-endpoint-url", proxy.endpoint]
         code, out = cli("verify", sid, *where)
-        assert (code, "not provable by the store" in out) == (0, True), out
+        assert (code, "2 object(s) not provable by the store" in out) == (0, True), out
+        code, out = cli("verify", "--require-store-proof", sid, *where)
+        assert (code, out.startswith("FAILED")) == (1, True), out
+        assert cli("verify", "--deep", "--require-store-proof", sid, *where)[0] == 0
         (manifest,) = [m for m in archived_manifests(seaweed_server, bucket) if m.session_id == sid]
         artifact = next(i for i in manifest.items if i.kind == "artifact")
         assert artifact.key is not None
@@ -334,7 +332,6 @@ def test_verify_on_a_store_keeping_no_checksums_says_not_provable_and_deep_names
         assert code == 1 and artifact.key in out, out
 
 
-@pytest.mark.xfail(strict=True, reason=_NO_PROOF)
 def test_an_archive_whose_store_stops_keeping_checksums_is_not_provable_rather_than_a_mismatch(
     seaweed_server: SeaweedServer, fake_service: FakeService, tmp_path: Path
 ) -> None:
