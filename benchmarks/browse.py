@@ -3,7 +3,7 @@ the memory a 100 MB artifact download costs.
 
 Usage: python benchmarks/browse.py [--sessions 10000] [--days 7] [--artifact-mb 100] [--json out.json]
 
-The sessions are written into a local directory store the way tests/test_retrieve.py's
+The sessions are written into a local directory store the way tests/support.py's
 ``put_session`` does (objects, create-once manifest, index entry, as archiver/upload.py writes
 them), ending over the last ``--days`` days; one more session carries a 100 MB artifact stored with
 ``put_file``. ``archiver browse`` then serves the store from its own process, and this one requests:
@@ -45,7 +45,7 @@ from archiver.layout.manifest import (
     manifest_to_bytes,
 )
 from archiver.store import ObjectStore, open_store
-from tests.test_retrieve import put_session
+from tests.support import put_session
 
 FIRST_PAGE_BUDGET_MS = 200.0
 DOWNLOAD_RSS_BUDGET_MB = 32.0

@@ -48,6 +48,7 @@ from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
 from archiver.layout.players import player_entries
 from tests.fixtures_s3 import SeaweedServer, weed_binary
+from tests.support import free_port
 
 MIB = 1024 * 1024
 BUCKET = "evidence"
@@ -220,19 +221,13 @@ def percentile(samples: list[float], pct: float) -> float:
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class StoreGate:
     """A TCP forwarder in front of the store's S3 port. `close()` makes the store go away at once
     (new connections refused, open ones reset) and `open()` brings it back, without the tens of
     seconds a SeaweedFS restart takes on a loaded machine (the short test's outages)."""
 
     def __init__(self, target_port: int) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.target_port = target_port
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
@@ -333,7 +328,7 @@ class ChaosRun:
         self.report = ChaosReport(config)
         self.daemon: subprocess.Popen[bytes] | None = None
         self.daemon_runs = 0
-        self.port = _free_port()
+        self.port = free_port()
         self.poll_interval = "0.5s"
         self.metrics_bodies: list[bytes] = []
         self.stopped_windows: list[tuple[float, float]] = []

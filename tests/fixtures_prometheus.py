@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,13 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import free_port, wait_until
+
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class PrometheusServer:
@@ -53,17 +47,15 @@ class PrometheusServer:
         self.log = workdir / "prometheus.log"
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def ready() -> bool:
             if self.process.poll() is not None:
                 raise RuntimeError(f"prometheus exited: {self.log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
-                    return
+                return httpx.get(f"{self.url}/-/ready", timeout=1).status_code == 200
             except httpx.TransportError:
-                pass
-            time.sleep(0.1)  # polling interval of a deadline loop, not a wait for a condition
-        raise TimeoutError("prometheus did not become ready")
+                return False
+
+        wait_until(ready, timeout, interval=0.1, message="prometheus ready")
 
     def query(self, promql: str) -> list[dict[str, Any]]:
         response = httpx.get(f"{self.url}/api/v1/query", params={"query": promql}, timeout=5)
@@ -74,14 +66,15 @@ class PrometheusServer:
     def wait_for(
         self, promql: str, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = 30.0
     ) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
         result: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
+
+        def met() -> bool:
+            nonlocal result
             result = self.query(promql)
-            if predicate(result):
-                return result
-            time.sleep(0.2)  # polling interval of a deadline loop
-        raise AssertionError(f"{promql}: condition not met within {timeout}s; last result {result}")
+            return predicate(result)
+
+        wait_until(met, timeout, interval=0.2, message=lambda: f"{promql}: condition; last result {result}")
+        return result
 
     def stop(self) -> None:
         self.process.terminate()

@@ -11,13 +11,14 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import wait_until
 
 __all__ = ["SeaweedServer", "client_factory", "moto_endpoint", "s3_bucket", "s3_client", "seaweed_server"]
 
@@ -160,9 +161,10 @@ class SeaweedServer:
         from archiver.store import make_s3_client
 
         client = make_s3_client(endpoint_url=self.endpoint)
-        deadline = time.monotonic() + timeout
         last: Exception | None = None
-        while time.monotonic() < deadline:
+
+        def ready() -> bool:
+            nonlocal last
             assert self.process is not None
             if self.process.poll() is not None:
                 raise AssertionError(f"weed exited with {self.process.returncode}: {self.log.read_text()[-2000:]}")
@@ -171,16 +173,20 @@ class SeaweedServer:
             except Exception as exc:  # not up yet, or the bucket exists from an earlier start
                 if "BucketAlreadyExists" not in str(exc) and "BucketAlreadyOwnedByYou" not in str(exc):
                     last = exc
-                    time.sleep(0.2)  # polling interval of a deadline loop
-                    continue
+                    return False
             try:
                 client.put_object(Bucket="readiness", Key="probe", Body=b"ok")
-                if client.get_object(Bucket="readiness", Key="probe")["Body"].read() == b"ok":
-                    return
+                return bool(client.get_object(Bucket="readiness", Key="probe")["Body"].read() == b"ok")
             except Exception as exc:
                 last = exc
-            time.sleep(0.2)  # polling interval of a deadline loop
-        raise AssertionError(f"SeaweedFS not ready within {timeout}s: {last}; log: {self.log.read_text()[-2000:]}")
+                return False
+
+        wait_until(
+            ready,
+            timeout,
+            interval=0.2,
+            message=lambda: f"SeaweedFS ready: {last}; log: {self.log.read_text()[-2000:]}",
+        )
 
     def kill(self) -> None:
         """Stop it at once (SIGKILL), as a crash or a power cut of the server process would."""

@@ -5,7 +5,6 @@ Every response the fake sends here passes through the OpenAPI validating hook (t
 
 from __future__ import annotations
 
-import hashlib
 import io
 import logging
 import tarfile
@@ -31,6 +30,7 @@ from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
 from archiver.upstream.api import SessionFilter, SessionHostClient, Token
 from tests.fixtures_fake import TEST_TOKEN, openapi_hooks
+from tests.support import sha256_of
 
 FAST = RetryPolicy(attempts=4, max_elapsed=5.0, initial_wait=0.0, max_wait=0.0, jitter=0.0)
 
@@ -57,13 +57,6 @@ def client(fake_service: FakeService) -> Iterator[SessionHostClient]:
 def lenient_client(fake_service: FakeService) -> Iterator[SessionHostClient]:
     with make_client(fake_service, validate=False) as c:
         yield c
-
-
-def sha256_of(chunks: Iterator[bytes]) -> str:
-    digest = hashlib.sha256()
-    for chunk in chunks:
-        digest.update(chunk)
-    return digest.hexdigest()
 
 
 def test_full_lifecycle_through_every_session_endpoint(client: SessionHostClient, fake_service: FakeService) -> None:

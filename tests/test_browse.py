@@ -1,6 +1,6 @@
 """The evidence browser over HTTP against real stores (a directory, the moto S3 server) holding real archives.
 
-Archives are written with ``tests.test_retrieve.put_session`` (objects, manifest, index entry, the
+Archives are written with ``tests.support.put_session`` (objects, manifest, index entry, the
 way archiver/upload.py stores them); the pages are fetched from a real ``BrowseServer`` with httpx.
 """
 
@@ -38,11 +38,11 @@ from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
 from archiver.textsafe import printable
 from archiver.upstream.api import SessionHostClient, Token
-from tests import test_retrieve
+from tests import fixtures_retrieval
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_http import TLSFiles
 from tests.fixtures_pipeline import FAST, FAST_POLICY
-from tests.test_retrieve import ARTIFACT_PATHS, HOSTILE_IDS, HOUR, put_session
+from tests.support import ARTIFACT_PATHS, HOSTILE_IDS, HOUR, put_session
 
 NOW = time.time()
 XSS_ID = '<script>alert("id")</script>'
@@ -50,9 +50,9 @@ XSS_LABEL = "<img src=x onerror=alert(1)>"
 
 
 # The stores of the retrieval tests (pytest finds fixtures by module name).
-file_store = test_retrieve.file_store
-s3_store = test_retrieve.s3_store
-store = test_retrieve.store
+file_store = fixtures_retrieval.file_store
+s3_store = fixtures_retrieval.s3_store
+store = fixtures_retrieval.store
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
 from archiver.store import ObjectStore, open_store
-from tests.test_retrieve import put_session
+from tests.support import put_session
 
 pytestmark = pytest.mark.browser
 

@@ -12,7 +12,7 @@ import pytest
 
 from archiver.browse.app import BrowseApp
 from archiver.store import open_store
-from tests.test_retrieve import put_session
+from tests.support import put_session
 
 REPO = Path(__file__).resolve().parent.parent
 DASHBOARDS = sorted((REPO / "grafana" / "dashboards").glob("*.json"))

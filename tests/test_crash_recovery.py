@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +92,7 @@ from archiver.fake import FakeService  # noqa: E402
 from archiver.fake.logs import render_text  # noqa: E402
 from archiver.layout import keys  # noqa: E402
 from archiver.layout.manifest import parse_index_entry, parse_manifest  # noqa: E402
+from tests.support import sha256_of, wait_until  # noqa: E402
 
 
 def _start(config: dict[str, Any], crash_at: str | None) -> subprocess.Popen[bytes]:
@@ -118,22 +119,17 @@ def _wait(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int, str]:
 
 
 def _poll_until(condition: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Wait (by polling the runner's durable state) until `condition`, failing if the runner exits."""
-    until = time.monotonic() + timeout
-    while time.monotonic() < until:
+    """Wait (by polling the runner's durable state) until `condition`, failing if the runner exits.
+    The runner is another process: there is nothing to wait on but its DB."""
+
+    def met() -> bool:
         if condition():
-            return
+            return True
         if proc.poll() is not None:
             pytest.fail(f"runner exited early ({proc.returncode}):\n{_wait(proc, 1)[1][-3000:]}")
-        time.sleep(0.05)  # the runner is another process: there is nothing to wait on but its DB
-    pytest.fail("the runner never saw the sessions active")
+        return False
 
-
-def _sha(chunks: Iterable[bytes]) -> str:
-    digest = hashlib.sha256()
-    for chunk in chunks:
-        digest.update(chunk)
-    return digest.hexdigest()
+    wait_until(met, timeout=timeout, message="the runner never saw the sessions active")
 
 
 @pytest.mark.parametrize("point", CRASH_POINTS)
@@ -205,7 +201,7 @@ def test_a_crash_at_each_boundary_loses_nothing_and_duplicates_nothing(
                 if item.kind == "logs":
                     assert gzip.decompress(body) == render_text(fake.log_lines(TOKEN, sid))
                 else:
-                    assert item.sha256 == _sha(fake.artifact_bytes(TOKEN, sid, item.path or ""))
+                    assert item.sha256 == sha256_of(fake.artifact_bytes(TOKEN, sid, item.path or ""))
         # Exactly the expected objects: nothing lost, nothing duplicated, no stray temporary keys.
         assert stored == sorted(expected)
         assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []

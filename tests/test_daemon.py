@@ -9,7 +9,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -21,6 +20,7 @@ from archiver.errors import ConfigError
 from archiver.fake import FakeService
 from archiver.settings import load_settings
 from tests.fixtures_fake import TEST_TOKEN
+from tests.support import wait_until
 
 ARCHIVER = str(Path(sys.executable).parent / "archiver")
 
@@ -90,10 +90,11 @@ def test_the_store_probe_reports_conditional_write_support(fake_service: FakeSer
     daemon = Daemon(settings)
     daemon.start()
     try:
-        deadline = time.monotonic() + 20
-        while daemon.registry.get_sample_value("archiver_store_conditional_writes_supported") != 1.0:
-            assert time.monotonic() < deadline, "probe result never reported"
-            time.sleep(0.05)  # polling interval of a deadline loop
+        wait_until(
+            lambda: daemon.registry.get_sample_value("archiver_store_conditional_writes_supported") == 1.0,
+            timeout=20,
+            message="probe result never reported",
+        )
         assert daemon.pipeline is not None and daemon.pipeline.store.conditional_writes is True
     finally:
         daemon.stop()
@@ -171,10 +172,11 @@ def test_a_poisoned_list_entry_is_left_out_counted_and_logged_once_while_every_g
     daemon.start()
     try:
         # Three polls at least: the counter counts every poll, the log says it once.
-        deadline = time.monotonic() + 20
-        while (daemon.registry.get_sample_value("archiver_upstream_invalid_entries_total") or 0) < 6:
-            assert time.monotonic() < deadline, "the poisoned entries were never counted"
-            time.sleep(0.05)  # polling interval of a deadline loop
+        wait_until(
+            lambda: (daemon.registry.get_sample_value("archiver_upstream_invalid_entries_total") or 0) >= 6,
+            timeout=20,
+            message="the poisoned entries were never counted",
+        )
         scrape = httpx.get(f"{daemon.server.url}/metrics", timeout=5).text
     finally:
         daemon.stop()
@@ -265,15 +267,17 @@ def test_store_up_goes_to_zero_when_the_store_becomes_unreachable(
     daemon = Daemon(settings)
     daemon.start()
     try:
-        deadline = time.monotonic() + 30
-        while daemon.registry.get_sample_value("archiver_store_up") != 1.0:
-            assert time.monotonic() < deadline, "store never reported up"
-            time.sleep(0.05)  # polling interval of a deadline loop
+        wait_until(
+            lambda: daemon.registry.get_sample_value("archiver_store_up") == 1.0,
+            timeout=30,
+            message="store never reported up",
+        )
         server.stop()
-        deadline = time.monotonic() + 60
-        while daemon.registry.get_sample_value("archiver_store_up") != 0.0:
-            assert time.monotonic() < deadline, "a dead store was never reported down"
-            time.sleep(0.05)  # polling interval of a deadline loop
+        wait_until(
+            lambda: daemon.registry.get_sample_value("archiver_store_up") == 0.0,
+            timeout=60,
+            message="a dead store was never reported down",
+        )
     finally:
         daemon.stop()
         server.stop()
@@ -291,7 +295,7 @@ def test_start_up_tuning_lets_a_polls_new_objects_live_without_a_garbage_collect
             started.append(info["generation"])
 
     try:
-        tune_allocator()
+        assert tune_allocator({}) is True
         assert gc.get_threshold()[1:] == before[1:]  # the older generations keep their thresholds
         gc.collect()
         gc.callbacks.append(count)
@@ -302,3 +306,22 @@ def test_start_up_tuning_lets_a_polls_new_objects_live_without_a_garbage_collect
         assert len(kept) == 8_000 and started == []
     finally:
         gc.set_threshold(*before)
+
+
+def test_process_tuning_switched_off_leaves_the_interpreters_defaults_alone() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, *before[1:])
+        assert tune_allocator({"ARCHIVER_PROCESS_TUNING": "off"}) is False
+        assert gc.get_threshold() == (700, *before[1:])
+        assert tune_allocator({"ARCHIVER_PROCESS_TUNING": " ON "}) is True
+        assert gc.get_threshold()[0] > 700
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_a_bad_process_tuning_value_is_a_config_error_naming_the_variable() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(ConfigError, match=r"^ARCHIVER_PROCESS_TUNING='maybe': expected on or off$"):
+        tune_allocator({"ARCHIVER_PROCESS_TUNING": "maybe"})
+    assert gc.get_threshold() == before

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import socket
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +16,7 @@ from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
 from archiver.upstream.api import Token
 from tests.fixtures_fake import TEST_TOKEN
+from tests.support import free_port
 
 
 def _run(settings: Settings, **factories: Any) -> tuple[int, list[str]]:
@@ -47,13 +47,6 @@ def archive_dir(tmp_path: Path) -> Path:
     path = tmp_path / "archive"
     path.mkdir()
     return path
-
-
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def test_everything_configured_and_working_is_ready(
@@ -113,7 +106,7 @@ def test_rejected_token_fails_without_printing_it(fake_service: FakeService, tmp
 
 
 def test_unreachable_upstream_and_missing_configuration(tmp_path: Path) -> None:
-    url = f"http://127.0.0.1:{_closed_port()}"
+    url = f"http://127.0.0.1:{free_port()}"
     code, lines = _run(Settings(api_url=url, api_token=Token("some-token-value"), state_dir=tmp_path))
     assert code == 1 and f"cannot reach {url}" in lines[0]
     code, lines = _run(Settings(state_dir=tmp_path))

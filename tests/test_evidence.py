@@ -36,8 +36,8 @@ from archiver.retrieval.verify import checksum_verdict
 from archiver.settings import Settings, load_settings
 from archiver.store import S3Store, make_s3_client, open_store
 from archiver.store.base import composite_checksum, sha256_checksum
+from tests.fixtures_retrieval import archive_from_fake  # noqa: F401  (a fixture: the real pipeline into `store`)
 from tests.fixtures_s3 import SeaweedServer
-from tests.test_retrieve import archive_from_fake  # noqa: F401  (a fixture: the real pipeline into `store`)
 
 MIB = 1024 * 1024
 NOW = 1_795_000_000.0

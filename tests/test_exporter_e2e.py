@@ -7,7 +7,6 @@ import gzip
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,19 +16,11 @@ import pytest
 
 from archiver.fake import FakeService
 from tests.fixtures_fake import TEST_TOKEN
-from tests.fixtures_prometheus import PrometheusServer, free_port
+from tests.fixtures_prometheus import PrometheusServer
+from tests.support import free_port, wait_until
 
 ARCHIVER = str(Path(sys.executable).parent / "archiver")
 SECRET = "hunter2"
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)  # polling interval of a deadline loop
-    raise AssertionError(f"{what} not reached within {timeout}s")
 
 
 class RunningDaemon:
@@ -81,7 +72,7 @@ def daemon_factory(tmp_path: Path) -> Iterator[Callable[..., RunningDaemon]]:
     def start(fake: FakeService, *extra: str) -> RunningDaemon:
         daemon = RunningDaemon(fake, tmp_path, *extra)
         daemons.append(daemon)
-        wait_until(daemon.ready, what="archiver /readyz")
+        wait_until(daemon.ready, message="archiver /readyz")
         return daemon
 
     yield start
@@ -147,7 +138,7 @@ def _fake_sessions(fake: FakeService) -> list[object]:
     import httpx as _httpx
 
     body = _httpx.get(f"{fake.base_url}/session", headers={"Authorization": f"Bearer {TEST_TOKEN}"}).json()
-    from archiver.upstream.models import parse_session_list
+    from archiver.upstream.sessionlist import parse_session_list
 
     return parse_session_list(body).sessions  # type: ignore[return-value]
 
@@ -201,7 +192,7 @@ def test_upstream_failures_keep_serving_the_last_snapshot(
         assert response.status_code == 200
         return 'archiver_upstream_up{endpoint="sessions"} 0.0' in response.text
 
-    wait_until(down, timeout=30, what="archiver_upstream_up 0")
+    wait_until(down, timeout=30, message="archiver_upstream_up 0")
     during = daemon.get("/metrics").text
     assert "sessionhost_session_info{" in during  # the last snapshot is still served
     assert "archiver_upstream_last_success_timestamp_seconds" in during
@@ -209,6 +200,6 @@ def test_upstream_failures_keep_serving_the_last_snapshot(
     wait_until(
         lambda: 'archiver_upstream_up{endpoint="sessions"} 1.0' in daemon.get("/metrics").text,
         timeout=30,
-        what="archiver_upstream_up back to 1",
+        message="archiver_upstream_up back to 1",
     )
     assert daemon.stop() == 0  # SIGTERM is a graceful stop

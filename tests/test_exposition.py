@@ -31,6 +31,7 @@ from archiver.exporter.exposition import (
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.upstream.metrics import MetricFamily, parse_upstream_metrics
 from archiver.upstream.models import Session, parse_session
+from tests.support import raw_session
 
 UPSTREAM_BODY = """\
 # HELP session_count Active sessions.
@@ -54,27 +55,6 @@ HOSTILE = [
     '\\"\n\\',
     "",
 ]
-
-
-def raw_session(sid: str, **overrides: Any) -> dict[str, Any]:
-    """A list entry shaped like the real service sends it (labels as JSON strings)."""
-    entry: dict[str, Any] = {
-        "id": sid,
-        "image": "demo-game",
-        "tag": "1.1.0",
-        "location": "eu-west-1",
-        "host": "203.0.113.42",
-        "created": 1648472895000,
-        "port": {"7777/udp": 25160},
-        "status": "running",
-        "playerCount": 2,
-        "labels": {
-            "env": json.dumps({"GAMEYE_SESSION_ID": sid, "SECRET": "hunter2"}),
-            "tags": json.dumps({"mode": "duel"}),
-        },
-    }
-    entry.update(overrides)
-    return entry
 
 
 def session(sid: str, **overrides: Any) -> Session:

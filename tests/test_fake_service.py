@@ -33,6 +33,7 @@ from archiver.fake.main import (
 )
 from tests.fixtures_fake import TEST_TOKEN, openapi_hooks
 from tests.openapi_check import ContractViolation, validate_response
+from tests.support import wait_until
 
 RETENTION = 4 * 3600
 
@@ -49,18 +50,6 @@ def untar(body: bytes) -> dict[str, bytes | None]:
             f = tf.extractfile(member) if member.isfile() else None
             out[member.name] = None if f is None else f.read()
     return out
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> object:
-    """Poll ``predicate`` until truthy (returns its value) or fail at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met within {timeout}s")
-        threading.Event().wait(0.02)  # poll interval, not a wait for the condition itself
 
 
 def client_for(svc: FakeService, token: str, *, validated: bool = True) -> httpx.Client:
@@ -808,7 +797,7 @@ def test_control_api_traffic_start_and_stop(fake_service_factory: Callable[..., 
         r = c.post("/_fake/traffic", json={"action": "start", "rate_per_min": 120, "min_duration": 30,
                                            "max_duration": 60, "max_active": 3})  # fmt: skip
         assert r.json()["traffic"]["rate_per_min"] == 120
-        wait_for(lambda: c.get("/session").json()["sessions"])
+        wait_until(lambda: c.get("/session").json()["sessions"], timeout=10)
         assert c.post("/_fake/traffic", json={"action": "stop"}).json() == {"traffic": None}
         assert c.post("/_fake/traffic", json={"action": "start", "rate_per_min": -1}).status_code == 422
         assert c.post("/_fake/traffic", json={"action": "dance"}).status_code == 422
@@ -829,11 +818,11 @@ def test_traffic_generator_starts_and_ends_sessions_under_a_scaled_clock(
         def statuses() -> set[str]:
             return {s["status"] for s in c.get("/session", params={"all": "true"}).json()["sessions"]}
 
-        wait_for(lambda: {"running", "exited", "dead"} <= statuses())
+        wait_until(lambda: {"running", "exited", "dead"} <= statuses(), timeout=10)
         active = c.get("/session").json()["sessions"]
         assert 0 < len(active) <= 8
         assert all(json.loads(s["labels"]["tags"])["source"] == "traffic" for s in active)
-        wait_for(lambda: any(s["playerCount"] > 1 for s in c.get("/session").json()["sessions"]))
+        wait_until(lambda: any(s["playerCount"] > 1 for s in c.get("/session").json()["sessions"]), timeout=10)
     svc.stop_traffic(TEST_TOKEN)
 
 
@@ -927,7 +916,7 @@ def test_serve_forever_prints_url_and_tokens_and_stops_cleanly() -> None:
         def printed_url() -> str | None:
             return next((ln[len(prefix) :] for ln in out.getvalue().splitlines() if ln.startswith(prefix)), None)
 
-        url = str(wait_for(printed_url))
+        url = str(wait_until(printed_url, timeout=10))
         assert "token: cli-token" in out.getvalue()
         headers = {"Authorization": "Bearer cli-token"}
         assert httpx.get(url + "/metrics", headers=headers).status_code == 500
@@ -1007,7 +996,7 @@ def test_the_oracle_records_each_end_and_the_sha256_of_every_body_served_whole(
     follow = raw_client.get("/logs", params={"id": sid, "follow": "false"})
     assert art.status_code == log.status_code == follow.status_code == 200
     # The server records a body after its last byte went out: the client may have it a moment before.
-    wait_for(lambda: len(fake_service.oracle.served()) == 3)
+    wait_until(lambda: len(fake_service.oracle.served()) == 3, timeout=10)
     org = ended.org
     assert fake_service.oracle.complete_digests(org, sid, "/srv/replays") == {hashlib.sha256(art.content).hexdigest()}
     assert fake_service.oracle.complete_digests(org, sid, "logs") == {
@@ -1034,7 +1023,7 @@ def test_a_body_cut_short_by_a_fault_is_recorded_incomplete_and_each_fired_fault
         raw_client.get("/artifacts", params={"session": sid, "path": "/srv/replays"})
     whole = raw_client.get("/artifacts", params={"session": sid, "path": "/srv/replays"})
     assert [raw_client.get("/query/log", params={"matchKey": sid}).status_code for _ in range(3)] == [503, 503, 200]
-    wait_for(lambda: len(fake_service.oracle.served()) == 3)  # recorded after the last byte went out
+    wait_until(lambda: len(fake_service.oracle.served()) == 3, timeout=10)  # recorded after the last byte went out
     cut, full, log = sorted(fake_service.oracle.served(), key=lambda s: (s.what != "/srv/replays", s.complete))
     assert (cut.what, cut.complete) == ("/srv/replays", False)
     assert (full.complete, full.sha256) == (True, hashlib.sha256(whole.content).hexdigest())

@@ -25,16 +25,15 @@ from archiver.retrieval import logformat, retrieve
 from archiver.retrieval.grep import Matcher, grep_sessions, search_chunks
 from archiver.store import ObjectStore
 from archiver.store.file import FileStore
-from tests import test_player_index, test_retrieve
-from tests.test_retrieve import HOUR, NOW, _ClosedPipe, _gzip, _overwrite, put_session
-from tests.test_retrieve_instances import _run
+from tests import fixtures_retrieval
+from tests.support import HOUR, NOW, ClosedPipe, gzipped, overwrite, put_session, run_cli
 
 Line = tuple[str, str, str]  # (session, stream or "-", text): one row of `archiver grep`
 
-memory_dir = test_player_index.memory_dir
-file_store = test_retrieve.file_store
-s3_store = test_retrieve.s3_store
-store = test_retrieve.store
+memory_dir = fixtures_retrieval.memory_dir
+file_store = fixtures_retrieval.file_store
+s3_store = fixtures_retrieval.s3_store
+store = fixtures_retrieval.store
 
 NEEDLE = "speedhack detected"
 #: Five hours before NOW: the CLI counts durations from the real clock, not from NOW.
@@ -125,15 +124,15 @@ def test_grep_cli_exit_status_like_grep(seeded: tuple[ObjectStore, list[Line]]) 
     """0 when a line matched, 1 when none did, 2 for a bad pattern or an archive that does not check out."""
     store, archived = seeded
     planted = [row for row in archived if NEEDLE in row[2]]
-    found = _run(store, ["grep", NEEDLE, "--since", SINCE, "--no-progress"])
+    found = run_cli(store, ["grep", NEEDLE, "--since", SINCE, "--no-progress"])
     assert found.exit_code == 0 and len(found.stdout.splitlines()) == len(planted)
-    assert _run(store, ["grep", "no such line anywhere", "--since", SINCE]).exit_code == 1
-    bad = _run(store, ["grep", "(unclosed", "--since", SINCE])
+    assert run_cli(store, ["grep", "no such line anywhere", "--since", SINCE]).exit_code == 1
+    bad = run_cli(store, ["grep", "(unclosed", "--since", SINCE])
     assert bad.exit_code == 2 and "not a valid regular expression" in bad.output
 
     sid = planted[0][0]
-    _overwrite(store, keys.logs_key(store.prefix, sid, "jsonl" if int(sid[-3:]) % 2 else "txt"), _gzip(b""))
-    tampered = _run(store, ["grep", NEEDLE, "--since", SINCE, "--format", "json"])
+    overwrite(store, keys.logs_key(store.prefix, sid, "jsonl" if int(sid[-3:]) % 2 else "txt"), gzipped(b""))
+    tampered = run_cli(store, ["grep", NEEDLE, "--since", SINCE, "--format", "json"])
     assert tampered.exit_code == 2
     assert "do not match the manifest" in tampered.stderr
     others = {json.loads(line)["session"] for line in tampered.stdout.splitlines()}
@@ -152,9 +151,9 @@ def test_grep_skips_sessions_without_logs_and_searches_the_one_asked_for(file_st
     out = io.StringIO()
     report = grep_sessions(file_store, entries, Matcher("detected"), out)
     assert (report.sessions, report.hits, report.without_logs, report.problems) == (3, 2, 1, [])
-    result = _run(file_store, ["grep", "detected", "--label", "t=spring", "--since", "2026-11-22T11:00"])
+    result = run_cli(file_store, ["grep", "detected", "--label", "t=spring", "--since", "2026-11-22T11:00"])
     assert result.stdout == "kept  -  speedhack detected\n"
-    result = _run(file_store, ["grep", "detected", "--image", "other-game", "--since", "2026-11-22T11:00"])
+    result = run_cli(file_store, ["grep", "detected", "--image", "other-game", "--since", "2026-11-22T11:00"])
     assert result.stdout == "other  -  speedhack detected\n"
 
 
@@ -172,7 +171,7 @@ def test_a_reader_that_leaves_stops_the_search(file_store: ObjectStore) -> None:
         put_session(file_store, f"many-{n:02d}", ended_at=NOW - n, logs=b"hit\n" * 5000)
     entries = retrieve.list_sessions(file_store, since=NOW - HOUR, now=NOW)
     with pytest.raises(BrokenPipeError):
-        grep_sessions(file_store, entries, Matcher("hit"), _ClosedPipe(keep=1), workers=2)
+        grep_sessions(file_store, entries, Matcher("hit"), ClosedPipe(keep=1), workers=2)
 
 
 def _split(data: bytes, rng: random.Random) -> Iterator[bytes]:
@@ -231,7 +230,7 @@ def test_a_damaged_log_shows_its_readable_hits_then_a_problem(file_store: Object
     put_session(file_store, "cut", ended_at=NOW - 60, logs=body)
     key = keys.logs_key(file_store.prefix, "cut", "txt")
     stored = b"".join(file_store.iter_bytes(key))
-    _overwrite(file_store, key, stored[: len(stored) // 2])
+    overwrite(file_store, key, stored[: len(stored) // 2])
     entries = retrieve.list_sessions(file_store, since=NOW - HOUR, now=NOW)
     out = io.StringIO()
     warnings: list[str] = []

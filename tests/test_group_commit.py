@@ -5,9 +5,7 @@ that no longer needs it. Crashes around the commit are in `test_crash_recovery.p
 
 from __future__ import annotations
 
-import sqlite3
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,38 +14,12 @@ from prometheus_client import CollectorRegistry
 from archiver.archive.fetch import Spool
 from archiver.archive.outcomes import OutcomeCommitter
 from archiver.archive.stage import UPLOAD, Wakeups
-from archiver.archive.state import DB_NAME, ItemRow, StateDB, StoredOutcome
+from archiver.archive.state import StateDB, StoredOutcome
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
 from archiver.store import FileStore
 from tests.fixtures_pipeline import TOKEN, Harness
-from tests.test_state import _ended
-
-
-def _uploading(state: StateDB, spool: Spool, sid: str, paths: tuple[str, ...] = ()) -> list[ItemRow]:
-    """The items of an ended session `sid`, fetched into the spool and claimed by an upload worker."""
-    _ended(state, sid, 900.0, paths)
-    for _ in range(1 + len(paths)):
-        item = state.claim_fetch(0.0)
-        assert item is not None
-        path = spool.final_path(item.id)
-        path.write_bytes(b"spooled %d" % item.id)
-        state.mark_spooled(
-            item.id, spool_path=str(path), size=path.stat().st_size, sha256="0" * 64,
-            content_type="application/octet-stream", source="GET /x", key=f"k/{item.id}", fetched_at=3.0,
-        )  # fmt: skip
-    claimed = [state.claim_upload(0.0) for _ in range(1 + len(paths))]
-    assert all(claimed)
-    return [item for item in claimed if item is not None]
-
-
-def _committed_statuses(state_dir: Path) -> dict[int, str]:
-    """Item statuses as a new connection sees them: committed rows only."""
-    conn = sqlite3.connect(f"file:{state_dir / DB_NAME}?mode=ro", uri=True)
-    try:
-        return dict(conn.execute("SELECT id, status FROM items").fetchall())
-    finally:
-        conn.close()
+from tests.support import committed_statuses, ended, uploading, wait_until
 
 
 def _committer(tmp_path: Path) -> tuple[StateDB, Spool, CollectorRegistry, Wakeups, OutcomeCommitter]:
@@ -62,17 +34,17 @@ def test_outcomes_handed_over_meanwhile_share_one_commit_and_their_spool_files_g
     tmp_path: Path,
 ) -> None:
     state, spool, registry, wake, committer = _committer(tmp_path)
-    items = _uploading(state, spool, "sess-00001", ("/a", "/b"))
+    items = uploading(state, spool, "sess-00001", ("/a", "/b"))
     committer.defer()  # as while the committer thread runs: the workers do not wait
     for item in items:
         committer.hand_over(item, Path(item.spool_path or ""))
     assert committer.pending() == 3
-    assert set(_committed_statuses(tmp_path / "state").values()) == {"uploading"}
+    assert set(committed_statuses(tmp_path / "state").values()) == {"uploading"}
     assert all(Path(item.spool_path or "").is_file() for item in items)
 
     woken = wake.snapshot(UPLOAD)
     assert committer.commit_pending() == 3  # all three in one batch
-    assert set(_committed_statuses(tmp_path / "state").values()) == {"done"}
+    assert set(committed_statuses(tmp_path / "state").values()) == {"done"}
     assert not any(Path(item.spool_path or "").exists() for item in items)
     session = state.latest("sess-00001")
     assert session is not None and session.state == "finalizing" and session.archived_at == 50.0
@@ -91,10 +63,10 @@ def test_an_outcome_lands_only_on_an_item_still_in_flight_and_a_spool_file_a_row
     (and so its spool file name) while it fetches keeps that name; a file no row refers to any more
     may go."""
     state, spool, _, _, _ = _committer(tmp_path)
-    taken, put_back = _uploading(state, spool, "sess-00001", ("/a",))
-    (other,) = _uploading(state, spool, "sess-00002")
+    taken, put_back = uploading(state, spool, "sess-00001", ("/a",))
+    (other,) = uploading(state, spool, "sess-00002")
     state.retry_item(put_back.id, status="spooled", not_before=0.0, error="edge")
-    _ended(state, "sess-00003", 900.0, ())
+    ended(state, "sess-00003", 900.0, ())
     fetching = state.claim_fetch(0.0)
     assert fetching is not None and fetching.spool_path is None
     orphan = StoredOutcome(9999, "", str(spool.final_path(9999)))
@@ -107,7 +79,7 @@ def test_an_outcome_lands_only_on_an_item_still_in_flight_and_a_spool_file_a_row
     )  # fmt: skip
     assert applied == {taken.id}
     assert removable == [taken.spool_path, orphan.spool_path]
-    assert _committed_statuses(tmp_path / "state") == {
+    assert committed_statuses(tmp_path / "state") == {
         taken.id: "done", put_back.id: "spooled", other.id: "uploading", fetching.id: "fetching",
     }  # fmt: skip
     session = state.latest("sess-00001")
@@ -117,14 +89,14 @@ def test_an_outcome_lands_only_on_an_item_still_in_flight_and_a_spool_file_a_row
 
 def test_the_committer_thread_commits_hand_overs_and_once_it_stops_a_worker_commits_its_own(tmp_path: Path) -> None:
     state, spool, _, wake, committer = _committer(tmp_path)
-    first, second = _uploading(state, spool, "sess-00001", ("/a",))
+    first, second = uploading(state, spool, "sess-00001", ("/a",))
     stop = threading.Event()
     thread = threading.Thread(target=committer.run, args=(stop,), daemon=True)
     thread.start()
     generation = wake.snapshot(UPLOAD)
     committer.hand_over(first, Path(first.spool_path or ""))
     wake.wait(generation, 30.0, UPLOAD)  # the committer wakes the upload workers after its commit
-    assert _committed_statuses(tmp_path / "state")[first.id] == "done"
+    assert committed_statuses(tmp_path / "state")[first.id] == "done"
     assert not Path(first.spool_path or "").exists()
 
     stop.set()
@@ -132,7 +104,7 @@ def test_the_committer_thread_commits_hand_overs_and_once_it_stops_a_worker_comm
     thread.join(30.0)
     assert not thread.is_alive()
     committer.hand_over(second, Path(second.spool_path or ""))  # no thread: committed before it returns
-    assert _committed_statuses(tmp_path / "state")[second.id] == "done"
+    assert committed_statuses(tmp_path / "state")[second.id] == "done"
     assert not Path(second.spool_path or "").exists()
     state.close()
 
@@ -151,7 +123,7 @@ def test_with_four_workers_every_spool_file_goes_only_after_its_outcome_is_commi
     remove = h.pipeline.spool.remove
 
     def remove_if_committed(path: Path) -> None:
-        status = _committed_statuses(state_dir).get(int(path.name))
+        status = committed_statuses(state_dir).get(int(path.name))
         if status not in (None, "done"):
             early.append(f"{path.name}: {status}")
         removed.append(path.name)
@@ -182,7 +154,7 @@ def test_a_failed_commit_deletes_nothing_and_the_committer_thread_records_the_ou
     registry = CollectorRegistry()
     wake = Wakeups(idle_wait=30.0)
     committer = OutcomeCommitter(state, spool, SelfMetrics(registry), wake, lambda: 50.0, retry_wait=0.05)
-    items = _uploading(state, spool, "sess-00001", ("/a",))
+    items = uploading(state, spool, "sess-00001", ("/a",))
     with state.write() as db:
         db.execute(
             "CREATE TRIGGER refuse_done BEFORE UPDATE OF status ON items WHEN NEW.status = 'done' "
@@ -194,18 +166,17 @@ def test_a_failed_commit_deletes_nothing_and_the_committer_thread_records_the_ou
     for item in items:
         committer.hand_over(item, Path(item.spool_path or ""))
     errors = {"where": "upload"}
-    until = time.monotonic() + 30.0
-    while not registry.get_sample_value("archiver_errors_total", errors) and time.monotonic() < until:
-        wake.wait(wake.snapshot(UPLOAD), 0.05, UPLOAD)  # nothing notifies a failure: look again shortly
+    # Nothing notifies a failure: look again shortly.
+    wait_until(lambda: registry.get_sample_value("archiver_errors_total", errors), timeout=30.0)
     assert registry.get_sample_value("archiver_errors_total", errors)
-    assert set(_committed_statuses(tmp_path / "state").values()) == {"uploading"}
+    assert set(committed_statuses(tmp_path / "state").values()) == {"uploading"}
     assert all(Path(item.spool_path or "").is_file() for item in items)
 
     generation = wake.snapshot(UPLOAD)
     with state.write() as db:
         db.execute("DROP TRIGGER refuse_done")
     wake.wait(generation, 30.0, UPLOAD)  # the retry commits and wakes the upload workers
-    assert set(_committed_statuses(tmp_path / "state").values()) == {"done"}
+    assert set(committed_statuses(tmp_path / "state").values()) == {"done"}
     assert not any(Path(item.spool_path or "").exists() for item in items)
     assert committer.pending() == 0
     stop.set()

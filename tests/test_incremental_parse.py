@@ -22,59 +22,17 @@ from archiver.exporter.poller import Poller
 from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
 from archiver.upstream.api import SessionHostClient
-from archiver.upstream.models import InvalidEntry, SessionList, SessionListParser, decode_json, parse_session_list
+from archiver.upstream.listparser import SessionListParser
+from archiver.upstream.models import InvalidEntry, SessionList, decode_json
+from archiver.upstream.sessionlist import parse_session_list
 from tests.fixtures_fake import TEST_TOKEN
+from tests.support import ENV, QUIRKS, SECRET, body, entry
 
-SECRET = "hunter2-do-not-leak"
-ENV = {"GAMEYE_SESSION_ID": "s1", "GAMEYE_HOST": "203.0.113.42", "MATCH_SECRET": SECRET}
-TAGS = {"mode": "duel", "tournament": "spring"}
 FAST = RetryPolicy(attempts=2, max_elapsed=2.0, initial_wait=0.0, max_wait=0.0, jitter=0.0)
-
-
-def entry(sid: str = "s1", **overrides: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "id": sid,
-        "image": "demo-game",
-        "tag": "1.1.0",
-        "location": "eu-west-1",
-        "host": "203.0.113.42",
-        "created": 1648472895000,
-        "port": {"7777/udp": 25160},
-        "status": "running",
-        "playerCount": 2,
-        "labels": {"env": json.dumps(ENV), "tags": json.dumps(TAGS), "gameye": '{"version": "1.2.1"}'},
-    }
-    base.update(overrides)
-    return base
-
-
-def body(*entries: dict[str, Any] | Any) -> bytes:
-    return json.dumps({"sessions": list(entries)}).encode()
 
 
 def pure(raw: bytes) -> SessionList:
     return parse_session_list(decode_json(raw))
-
-
-QUIRKS: dict[str, dict[str, Any]] = {
-    "port as JSON string": {"port": json.dumps({"7777/udp": 25160})},
-    "port wrapped": {"port": {"port": {"7777/udp": 25160}}},
-    "port wrapped JSON string": {"port": json.dumps({"port": {"7777/udp": "25160"}})},
-    "port float and string values": {"port": {"7777/udp": 25160.0, "27015/tcp": "25161"}},
-    "labels as JSON string": {"labels": json.dumps({"env": json.dumps(ENV), "tags": json.dumps(TAGS)})},
-    "labels wrapped": {"labels": {"labels": {"env": json.dumps(ENV), "tags": json.dumps(TAGS)}}},
-    "labels wrapped JSON string": {"labels": {"labels": json.dumps({"env": ENV, "tags": TAGS})}},
-    "labels as objects": {"labels": {"env": ENV, "tags": TAGS}},
-    "labels empty": {"labels": {}},
-    "labels undecodable tags": {"labels": {"tags": "{not json", "com.example.build": "42"}},
-    "null player count": {"playerCount": None},
-    "unknown fields": {"enableMetrics": True, "somethingNew": {"a": [1, 2]}},
-    "float created": {"created": 1648472895123.5},
-    "unknown status": {"status": "hibernating"},
-    "empty status": {"status": ""},
-    "numeric status": {"status": 5},
-    "numeric tag": {"tag": 7},
-}
 
 
 @pytest.mark.parametrize("overrides", QUIRKS.values(), ids=QUIRKS.keys())

@@ -19,28 +19,16 @@ from archiver.upstream.models import (
     parse_labels,
     parse_ports,
     parse_session,
-    parse_session_list,
 )
+from archiver.upstream.sessionlist import parse_session_list
+from tests.support import list_entry
 
 ENV = {"GAMEYE_SESSION_ID": "s1", "GAMEYE_HOST": "203.0.113.42", "SECRET": "hunter2"}
 TAGS = {"mode": "duel", "tournament": "spring"}
 
 
 def entry(**overrides: Any) -> dict[str, Any]:
-    base: dict[str, Any] = {
-        "id": "s1",
-        "image": "demo-game",
-        "tag": "1.1.0",
-        "location": "eu-west-1",
-        "host": "203.0.113.42",
-        "created": 1648472895000,
-        "port": {"7777/udp": 25160},
-        "status": "running",
-        "playerCount": 2,
-        "labels": {"env": json.dumps(ENV), "tags": json.dumps(TAGS)},
-    }
-    base.update(overrides)
-    return base
+    return list_entry("s1", {"env": json.dumps(ENV), "tags": json.dumps(TAGS)}, overrides)
 
 
 CANONICAL = parse_session(entry())
@@ -339,7 +327,8 @@ def test_created_that_is_not_a_finite_number_is_a_payload_error(created: Any) ->
 
 def test_scan_ended_keeps_only_terminal_entries_and_parses_them_on_demand() -> None:
     """Reconciliation reads id, status and created of every entry and parses only ended ones."""
-    from archiver.upstream.models import Session, parse_ended, scan_ended
+    from archiver.upstream.models import Session, parse_ended
+    from archiver.upstream.sessionlist import scan_ended
 
     entries = [
         {"id": "running", "image": "g", "location": "l", "created": 1.7e12, "status": "running"},

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gzip
 import logging
 import sqlite3
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
 from archiver.store import FileStore, ObjectStore
 from tests.fixtures_pipeline import REPLAY, TOKEN, Harness
+from tests.support import wait_until
 
 
 def _poll(h: Harness) -> bool:
@@ -32,15 +32,6 @@ def _poll(h: Harness) -> bool:
         h.pipeline.observe_poll(None, h.fake.clock.now())
         return False
     return True
-
-
-def _wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
-    until = time.monotonic() + timeout
-    while time.monotonic() < until:
-        if condition():
-            return True
-        time.sleep(0.05)  # polling a condition with a deadline, not waiting a fixed time
-    return condition()
 
 
 def _manifests(store: ObjectStore, sid: str) -> list[Manifest]:
@@ -108,7 +99,7 @@ def test_sessions_born_and_ended_during_a_list_outage_are_archived(
     assert not _poll(h)
     fake_service.clear_faults()
     assert _poll(h)  # the first good poll after the gap asks for a reconciliation
-    assert _wait_for(lambda: bool(_manifests(store, sid)))
+    wait_until(lambda: bool(_manifests(store, sid)), timeout=60)
     assert h.pipeline.run_until_idle(60)
     assert _archived_once_and_complete(h, sid).last_status == "exited"
 
@@ -126,11 +117,11 @@ def test_a_flapping_session_is_not_ended_by_a_missing_entry_and_a_proxy_404(
     fake_service.hide_from_list(TOKEN, sid, polls=1)
     fake_service.set_fault("GET /session/{id}", kind="html", status=404, rate=1.0, count=1)
     assert _poll(h)  # it is missing: a candidate
-    assert _wait_for(lambda: fake_service.request_count("GET /session/{id}") >= 2)
+    wait_until(lambda: fake_service.request_count("GET /session/{id}") >= 2, timeout=60)
     fake_service.hide_from_list(TOKEN, sid, polls=1)
     fake_service.set_fault("GET /session/{id}", status=404, rate=1.0, count=1)
     assert _poll(h)
-    assert _wait_for(lambda: fake_service.request_count("GET /session/{id}") >= 4)
+    wait_until(lambda: fake_service.request_count("GET /session/{id}") >= 4, timeout=60)
     assert _poll(h)  # listed again
     row = h.state.latest(sid)
     assert row is not None and row.state == "active", row
@@ -138,7 +129,7 @@ def test_a_flapping_session_is_not_ended_by_a_missing_entry_and_a_proxy_404(
     fake_service.advance(60.0)
     fake_service.end_session(TOKEN, sid)
     assert _poll(h)
-    assert _wait_for(lambda: bool(_manifests(store, sid)))
+    wait_until(lambda: bool(_manifests(store, sid)), timeout=60)
     assert h.pipeline.run_until_idle(60)
     assert _archived_once_and_complete(h, sid).last_status == "exited"
     assert h.registry.get_sample_value("archiver_sessions_ended_total") == 1
@@ -173,13 +164,13 @@ def test_a_session_listed_again_after_a_false_end_gets_its_real_end_archived(
     fake_service.hide_from_list(TOKEN, sid, polls=1)
     fake_service.set_fault("GET /session/{id}", status=404, rate=1.0, count=2)
     assert _poll(h)
-    assert _wait_for(lambda: (r := h.state.latest(sid)) is not None and r.state not in ("active", "candidate"))
+    wait_until(lambda: (r := h.state.latest(sid)) is not None and r.state not in ("active", "candidate"), timeout=60)
     assert _poll(h)  # listed again: re-opened
     assert h.registry.get_sample_value("archiver_sessions_reopened_total") == 1
     fake_service.advance(60.0)
     fake_service.end_session(TOKEN, sid)
     assert _poll(h)
-    assert _wait_for(lambda: any(m.last_status == "exited" for m in _manifests(store, sid)))
+    wait_until(lambda: any(m.last_status == "exited" for m in _manifests(store, sid)), timeout=60)
     assert h.pipeline.run_until_idle(60)
     final = [m for m in _manifests(store, sid) if m.last_status == "exited"]
     assert len(final) == 1 and all(i.outcome == "archived" for i in final[0].items)
@@ -196,7 +187,7 @@ def test_a_reused_session_id_gets_an_archive_per_instance(
     assert _poll(h)
     fake_service.end_session(TOKEN, sid)
     assert _poll(h)
-    assert _wait_for(lambda: len(_manifests(store, sid)) == 1)
+    wait_until(lambda: len(_manifests(store, sid)) == 1, timeout=60)
     assert h.pipeline.run_until_idle(60)
     fake_service.advance(5 * 3600.0)  # the first one is removed upstream; the caller reuses its id
     fake_service.add_session(TOKEN, id="match-1")
@@ -204,7 +195,7 @@ def test_a_reused_session_id_gets_an_archive_per_instance(
     fake_service.advance(30.0)
     fake_service.end_session(TOKEN, sid)
     assert _poll(h)
-    assert _wait_for(lambda: len(_manifests(store, sid)) == 2)
+    wait_until(lambda: len(_manifests(store, sid)) == 2, timeout=60)
     assert h.pipeline.run_until_idle(60)
     first, second = sorted(_manifests(store, sid), key=lambda m: m.created)
     assert first.created < second.created
@@ -232,12 +223,12 @@ def test_a_session_whose_finalization_keeps_failing_never_blocks_the_others(
     for sid in [bad, *good]:
         fake_service.end_session(TOKEN, sid)
     assert _poll(h)
-    assert _wait_for(lambda: all(_manifests(store, sid) for sid in good))
-    assert _wait_for(lambda: (r := h.state.latest(bad)) is not None and r.finalize_attempts >= 2)
+    wait_until(lambda: all(_manifests(store, sid) for sid in good), timeout=60)
+    wait_until(lambda: (r := h.state.latest(bad)) is not None and r.finalize_attempts >= 2, timeout=60)
     row = h.state.latest(bad)
     assert row is not None and row.state == "finalizing" and row.last_error  # backed off, not given up yet
     fake_service.advance(600.0)  # past its deadline
-    assert _wait_for(lambda: (r := h.state.latest(bad)) is not None and r.state == "failed")
+    wait_until(lambda: (r := h.state.latest(bad)) is not None and r.state == "failed", timeout=60)
     assert h.registry.get_sample_value("archiver_sessions_failed_total") == 1
     failed = h.state.failed_sessions()
     assert [r.id for r in failed] == [bad] and "ValueError" in (failed[0].last_error or "")
@@ -255,7 +246,7 @@ def test_archived_rows_are_pruned_and_a_pruned_session_is_never_archived_again(
     assert _poll(h)
     fake_service.end_session(TOKEN, sid)
     assert _poll(h)
-    assert _wait_for(lambda: bool(_manifests(store, sid)))
+    wait_until(lambda: bool(_manifests(store, sid)), timeout=60)
     assert h.pipeline.run_until_idle(60)
     assert h.pipeline.reconcile() == 0  # still listed with all=true, already archived: nothing to do
     fake_service.advance(9 * 3600.0)
@@ -276,7 +267,7 @@ def test_on_first_start_skip_archives_only_what_ends_from_then_on(
     assert _poll(h)
     fake_service.end_session(TOKEN, new)
     assert _poll(h)
-    assert _wait_for(lambda: bool(_manifests(store, new)))
+    wait_until(lambda: bool(_manifests(store, new)), timeout=60)
     assert h.pipeline.run_until_idle(60)
     assert _manifests(store, old) == []
     row = h.state.latest(old)
@@ -356,7 +347,7 @@ def test_a_fleet_with_poisoned_entries_archives_every_good_session_within_one_po
     for n, sid in enumerate(good):
         fake_service.end_session(TOKEN, sid)
         assert _poll(h)  # the poll right after its end sees it gone
-        assert _wait_for(lambda sid=sid: bool(_manifests(store, sid))), n  # type: ignore[misc]
+        wait_until(lambda sid=sid: bool(_manifests(store, sid)), timeout=60, message=str(n))  # type: ignore[misc]
     assert h.pipeline.run_until_idle(60)
     for sid in good:
         _archived_once_and_complete(h, sid)
@@ -381,7 +372,7 @@ def test_the_last_archive_time_is_restored_after_a_restart(
     assert _poll(first)
     fake_service.end_session(TOKEN, sid)
     assert _poll(first)
-    assert _wait_for(lambda: bool(_manifests(store, sid)))
+    wait_until(lambda: bool(_manifests(store, sid)), timeout=60)
     assert first.pipeline.run_until_idle(60)
     written = first.registry.get_sample_value("archiver_last_archive_success_timestamp_seconds")
     assert written
@@ -435,7 +426,7 @@ def test_a_store_without_multipart_listing_still_archives_everything(
     for sid in ids:
         fake_service.end_session(TOKEN, sid)
     assert _poll(h)
-    assert _wait_for(lambda: all(_manifests(store, sid) for sid in ids))
+    wait_until(lambda: all(_manifests(store, sid) for sid in ids), timeout=60)
     assert h.pipeline.run_until_idle(60)
     for sid in ids:
         _archived_once_and_complete(h, sid)

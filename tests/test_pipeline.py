@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import tracemalloc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,7 @@ from archiver.layout import keys
 from archiver.layout.manifest import parse_index_entry, parse_manifest
 from archiver.store import FileStore, ObjectStore
 from tests.fixtures_pipeline import MB, MISSING, REPLAY, TOKEN, Harness
-
-
-def _sha(chunks: Iterator[bytes] | bytes) -> str:
-    digest = hashlib.sha256()
-    for chunk in [chunks] if isinstance(chunks, bytes) else chunks:
-        digest.update(chunk)
-    return digest.hexdigest()
+from tests.support import sha256_of, wait_until
 
 
 def _end_all(h: Harness, ids: list[str]) -> None:
@@ -57,15 +50,15 @@ def test_ended_sessions_are_archived_byte_for_byte_with_manifest_and_index(
         replay = by_path[REPLAY]
         assert replay.outcome == "archived" and replay.key == keys.artifact_key(prefix, sid, REPLAY, h.instance(sid))
         assert replay.content_type == "application/gzip"
-        expected = _sha(fake_service.artifact_bytes(TOKEN, sid, REPLAY))
-        assert replay.sha256 == expected == _sha(h.object_bytes(replay.key))
+        expected = sha256_of(fake_service.artifact_bytes(TOKEN, sid, REPLAY))
+        assert replay.sha256 == expected == sha256_of(h.object_bytes(replay.key))
         assert by_path[MISSING].outcome == "source_gone" and by_path[MISSING].key is None
         # The logs, gzip-compressed but otherwise as received.
         logs = by_path[None]
         assert logs.kind == "logs" and logs.key == keys.logs_key(prefix, sid, "txt", h.instance(sid))
         body = gzip.decompress(h.object_bytes(logs.key))
         assert body == render_text(fake_service.log_lines(TOKEN, sid))
-        assert logs.sha256 == _sha(h.object_bytes(logs.key))
+        assert logs.sha256 == sha256_of(h.object_bytes(logs.key))
         # The index entry points at the manifest, partitioned by the end time.
         assert manifest.first_seen_ended is not None and manifest.last_seen_active is not None
         assert manifest.fetch_deadline == manifest.last_seen_active + 4 * 3600 - 600
@@ -139,7 +132,7 @@ def test_a_stream_broken_mid_body_is_fetched_again_before_the_deadline(
     _end_all(h, [sid])
     assert h.pipeline.run_until_idle(20)
     key = keys.artifact_key("", sid, REPLAY, h.instance(sid))
-    assert _sha(h.object_bytes(key)) == _sha(fake_service.artifact_bytes(TOKEN, sid, REPLAY))
+    assert sha256_of(h.object_bytes(key)) == sha256_of(fake_service.artifact_bytes(TOKEN, sid, REPLAY))
     assert h.items_total("artifact", "archived") == 1
 
 
@@ -213,14 +206,7 @@ def test_a_store_down_longer_than_the_retention_window_loses_nothing_fetched(
 
 def _wait_for(h: Harness, condition: Callable[[], bool], timeout: float) -> bool:
     """Poll `condition` whenever the pipeline reports progress, up to `timeout` seconds."""
-    import time
-
-    until = time.monotonic() + timeout
-    while time.monotonic() < until:
-        if condition():
-            return True
-        h.pipeline.run_until_idle(0.2)
-    return condition()
+    return wait_until(condition, timeout, interval=0.2, pause=h.pipeline.run_until_idle)
 
 
 def test_a_session_discovered_after_its_window_is_expired(

@@ -8,10 +8,7 @@ directory store's layout, or create-once PUTs to moto), then count the store's o
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,17 +22,17 @@ from archiver.retrieval.reindex import index_players
 from archiver.store import ObjectStore
 from archiver.store.file import FileStore
 from archiver.store.s3 import S3Store
-from tests import test_retrieve
-from tests.test_retrieve import HOUR, NOW, put_session
-from tests.test_retrieve_instances import _run
+from tests import fixtures_retrieval
+from tests.support import HOUR, NOW, put_session, run_cli
 
 DAY = 24 * HOUR
 
 # The stores and the pipeline of the retrieval tests (pytest finds fixtures by module name).
-file_store = test_retrieve.file_store
-s3_store = test_retrieve.s3_store
-store = test_retrieve.store
-archive_from_fake = test_retrieve.archive_from_fake
+file_store = fixtures_retrieval.file_store
+s3_store = fixtures_retrieval.s3_store
+store = fixtures_retrieval.store
+archive_from_fake = fixtures_retrieval.archive_from_fake
+memory_dir = fixtures_retrieval.memory_dir
 
 
 def _entry(sid: str, ended_at: float) -> IndexEntry:
@@ -49,21 +46,6 @@ def _entry(sid: str, ended_at: float) -> IndexEntry:
 def _players_of(n: int) -> tuple[str, ...]:
     """Session n's players: one of a crowd of 50, and `suspect` in every 997th session."""
     return (f"crowd-{n % 50}", "suspect") if n % 997 == 0 else (f"crowd-{n % 50}",)
-
-
-@pytest.fixture
-def memory_dir(tmp_path: Path) -> Iterator[Path]:
-    """A directory in tmpfs where there is one: creating 10,000 files on a disk busy with other
-    tests' fsyncs takes 4 to 20 s here, in memory well under one."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    directory = Path(tempfile.mkdtemp(dir=shm, prefix="archiver-test-"))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_ls_player_over_10000_sessions_costs_one_listing_and_one_read_per_match(memory_dir: Path) -> None:
@@ -147,10 +129,10 @@ def test_pipeline_indexes_players_and_ls_player_finds_the_session(
     assert retrieve.list_sessions(store, player="carol", since=m.ended_at - HOUR, now=m.ended_at + 60) == []
     assert retrieve.list_sessions(store, player="ann", since=m.ended_at + 1, now=m.ended_at + 60) == []
 
-    result = _run(store, ["ls", "--player", "bob", "--label", "tournament=spring", "--format", "json"])
+    result = run_cli(store, ["ls", "--player", "bob", "--label", "tournament=spring", "--format", "json"])
     assert result.exit_code == 0, result.output
     assert [row["session_id"] for row in json.loads(result.output)] == [m.session_id]
-    assert json.loads(_run(store, ["ls", "--player", "carol", "--format", "json"]).output) == []
+    assert json.loads(run_cli(store, ["ls", "--player", "carol", "--format", "json"]).output) == []
 
 
 def test_a_planted_player_entry_cannot_list_another_session(file_store: ObjectStore) -> None:
@@ -196,7 +178,7 @@ def test_index_players_backfills_old_archives_idempotently_and_resumes(file_stor
 
     # Through the CLI, with a checkpoint file: counts on stdout, the checkpoint names the last manifest.
     checkpoint = tmp_path / "players.checkpoint"
-    result = _run(file_store, ["index-players", "--checkpoint", str(checkpoint)])
+    result = run_cli(file_store, ["index-players", "--checkpoint", str(checkpoint)])
     assert result.exit_code == 0, result.output
     assert "14 manifests read, 0 player index entries written, 25 already present, 0 problems" in result.output
     assert checkpoint.read_text().strip() == report.last_key

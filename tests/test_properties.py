@@ -24,6 +24,7 @@ from archiver.errors import PayloadError, upstream_excerpt
 from archiver.exporter.exposition import SnapshotRenderer
 from archiver.exporter.poller import Poller
 from archiver.upstream.api import SessionHostClient
+from archiver.upstream.listparser import SessionListParser
 from archiver.upstream.models import (
     CREATED_MAX_MS,
     CREATED_MIN_MS,
@@ -31,49 +32,10 @@ from archiver.upstream.models import (
     INT64_MIN,
     Session,
     SessionList,
-    SessionListParser,
     parse_ended,
-    parse_session_list,
-    scan_ended,
 )
-
-#: Any JSON value, surrogates and huge numbers included (what a hostile upstream can send).
-JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(10**30), max_value=10**30)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=12,
-)
-STATUS = st.sampled_from(["running", "exited", "dead", "draining", "", "weird", None])
-
-
-@st.composite
-def entries(draw: st.DrawFn) -> Any:
-    """A list entry: mostly of the right shape, any field possibly of the wrong type or range."""
-    if draw(st.integers(0, 9)) == 0:
-        return draw(JSON)
-    entry: dict[str, Any] = {
-        "id": draw(st.text(min_size=0, max_size=10) | JSON),
-        "image": draw(st.sampled_from(["demo-game", "g\ud800", ""]) | JSON),
-        "location": draw(st.sampled_from(["eu-west-1", "l"]) | JSON),
-        "created": draw(
-            st.floats(min_value=-1e16, max_value=1e16, allow_nan=False)
-            | st.integers(min_value=0, max_value=10**18)
-            | st.sampled_from([1.7e12, "1.7e12", None])
-        ),
-        "status": draw(STATUS | JSON),
-        "playerCount": draw(st.integers(-(10**20), 10**20) | st.sampled_from([None, "3", "1e25", 1e30, 2.5])),
-        "labels": draw(
-            st.sampled_from([{}, {"tags": '{"mode": "duel"}', "env": '{"SECRET": "hunter2"}'}, '{"tags": "{"}']) | JSON
-        ),
-        "port": draw(st.sampled_from([{"7777/udp": 20001}, '{"80/tcp": "x"}']) | JSON),
-    }
-    for key in draw(st.lists(st.sampled_from(list(entry)), max_size=3)):
-        entry.pop(key, None)
-    return entry
+from archiver.upstream.sessionlist import parse_session_list, scan_ended
+from tests.support import JSON, entries
 
 
 def _check_session(s: Session) -> None:

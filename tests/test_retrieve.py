@@ -18,241 +18,43 @@ import subprocess
 import sys
 import tarfile
 import textwrap
-import zlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-import boto3
 import pytest
-from prometheus_client import CollectorRegistry
 
-from archiver.archive.pipeline import Pipeline
-from archiver.archive.state import StateDB
-from archiver.credentials import Token
 from archiver.errors import ArchiveIntegrityError, SessionNotArchivedError
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
 from archiver.layout import keys
 from archiver.layout.manifest import (
     IndexEntry,
     Manifest,
     ManifestItem,
-    build_manifest,
-    index_entry_for,
     index_entry_to_bytes,
     manifest_to_bytes,
-    parse_manifest,
 )
 from archiver.retrieval import retrieve
-from archiver.settings import Settings
-from archiver.store import ObjectStore, open_store
-from archiver.upstream.api import SessionHostClient
+from archiver.store import ObjectStore
+from tests import fixtures_retrieval
 from tests.fixtures_fake import TEST_TOKEN
-from tests.fixtures_pipeline import FAST, FAST_POLICY
+from tests.support import (
+    HOSTILE_IDS,
+    HOUR,
+    NOW,
+    ClosedPipe,
+    delete,
+    gzipped,
+    overwrite,
+    put_session,
+)
 
-NOW = datetime(2026, 11, 22, 12, 30, tzinfo=UTC).timestamp()
-HOUR = 3600.0
-
-HOSTILE_IDS = [
-    "../../etc/passwd",
-    "a/b",
-    ".",
-    "..",
-    "試合-😀-ид",
-    "x" * 300,
-    "\x1b[31mred\x1b[0m\r\n\x07bell",
-    "\u202eevil-bidi",
-    "\ud800lone-surrogate",
-    "back\\slash",
-]
-
-
-# --- stores and archives ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def file_store(tmp_path: Path) -> Iterator[ObjectStore]:
-    root = tmp_path / "archive"
-    root.mkdir()
-    store = open_store(root.as_uri())
-    yield store
-    store.close()
-
-
-@pytest.fixture
-def s3_store(s3_bucket: tuple[str, str], s3_client: Callable[..., Any]) -> Iterator[ObjectStore]:
-    _endpoint, bucket = s3_bucket
-    store = open_store(f"s3://{bucket}/archive/", s3_client=s3_client())
-    yield store
-    store.close()
-
-
-@pytest.fixture(params=["file", "s3"])
-def store(request: pytest.FixtureRequest) -> ObjectStore:
-    """The same test against the directory store and the S3 store (moto server)."""
-    result: ObjectStore = request.getfixturevalue(f"{request.param}_store")
-    return result
-
-
-def _gzip(body: bytes) -> bytes:
-    # Like the spool: one zlib gzip stream.
-    compressor = zlib.compressobj(6, zlib.DEFLATED, 31)
-    return compressor.compress(body) + compressor.flush()
-
-
-def put_session(
-    store: ObjectStore,
-    sid: str,
-    *,
-    ended_at: float,
-    logs: bytes | None = b"boot\nmatch over\n",
-    log_ext: str = "txt",
-    artifacts: Mapping[str, bytes] | None = None,
-    extra_items: Sequence[ManifestItem] = (),
-    image: str = "demo-game",
-    tag: str = "1.1.0",
-    location: str = "eu-west-1",
-    labels: Mapping[str, str] | None = None,
-    players: Sequence[str] = ("p1", "p2"),
-    instance: str | None = None,
-    created: float | None = None,
-) -> Manifest:
-    """Store one session the way archiver/upload.py does: objects, manifest (create-once), index entry.
-
-    ``instance`` writes the instance layout (``sessions/{sid}/{instance}/``); ``created``
-    defaults to 30 minutes before ``ended_at``.
-    """
-    items: list[ManifestItem] = []
-    source = f"GET /query/log?matchKey={sid}"
-    if logs is not None:
-        body = _gzip(logs)
-        key = keys.logs_key(store.prefix, sid, log_ext, instance)
-        store.put_bytes(key, body, content_type="application/gzip")
-        items.append(
-            ManifestItem(
-                kind="logs",
-                source=source,
-                outcome="archived",
-                key=key,
-                size=len(body),
-                sha256=hashlib.sha256(body).hexdigest(),
-                content_type="application/gzip",
-            )
-        )
-    for path, data in (artifacts or {}).items():
-        key = keys.artifact_key(store.prefix, sid, path, instance)
-        store.put_bytes(key, data, content_type="application/gzip")
-        items.append(
-            ManifestItem(
-                kind="artifact",
-                source=f"GET /artifacts?session={sid}&path={path}",
-                outcome="archived",
-                key=key,
-                size=len(data),
-                sha256=hashlib.sha256(data).hexdigest(),
-                content_type="application/gzip",
-                path=path,
-            )
-        )
-    items.extend(extra_items)
-    manifest = build_manifest(
-        session_id=sid,
-        image=image,
-        tag=tag,
-        location=location,
-        host="203.0.113.42",
-        created=ended_at - 1800 if created is None else created,
-        labels=dict(labels or {}),
-        players=players,
-        player_count=len(players),
-        last_status="exited",
-        last_seen_active=ended_at - 10,
-        first_seen_ended=ended_at,
-        fetch_deadline=ended_at + 4 * HOUR - 600,
-        archived_at=ended_at + 30,
-        items=items,
-        instance=instance,
-    )
-    mkey = keys.manifest_key(store.prefix, sid, instance)
-    store.put_bytes(mkey, manifest_to_bytes(manifest), content_type="application/json")
-    store.put_bytes(
-        keys.index_key(store.prefix, manifest.ended_at, sid, instance),
-        index_entry_to_bytes(index_entry_for(manifest, mkey)),
-        content_type="application/json",
-    )
-    return manifest
-
-
-ARTIFACT_PATHS = ("/var/log/game/server.log", "/srv/replays/match.replay", "/srv/crash/core.txt")
-
-
-@pytest.fixture
-def archive_from_fake(
-    fake_service: FakeService, store: ObjectStore, tmp_path: Path
-) -> Iterator[Callable[..., Manifest]]:
-    """Archive fake sessions with the real pipeline (poll, end, confirm, fetch, upload, manifest, index).
-
-    ``archive(shape="text"|"ndjson"|"legacy", labels=...)`` starts a session on the fake service,
-    ends it, lets the pipeline archive it into ``store`` and returns the stored manifest.
-    """
-    settings = Settings(state_dir=tmp_path / "state", artifact_paths=ARTIFACT_PATHS, fetch_workers=2)
-    client = SessionHostClient.connect(fake_service.base_url, Token(TEST_TOKEN), policy=FAST_POLICY)
-    state = StateDB.open(settings.state_dir)
-    pipeline = Pipeline(
-        settings,
-        client,
-        store,
-        state,
-        SelfMetrics(CollectorRegistry()),
-        clock=fake_service.clock.now,
-        policy=FAST_POLICY,
-        tuning=FAST,
-    )
-    pipeline.recover()
-    pipeline.start()
-
-    def archive(*, shape: str = "text", labels: Mapping[str, str] | None = None) -> Manifest:
-        fake_service.set_quirks(query_log_shape=shape)
-        sid = fake_service.add_session(TEST_TOKEN, labels=dict(labels or {}), players=["ann", "bob"])
-        pipeline.observe_poll(client.list_sessions().sessions, fake_service.clock.now())
-        fake_service.end_session(TEST_TOKEN, sid)
-        pipeline.observe_poll(client.list_sessions().sessions, fake_service.clock.now())
-        assert pipeline.run_until_idle(30), "the pipeline did not archive the session in time"
-        row = state.latest(sid)
-        assert row is not None
-        return parse_manifest(b"".join(store.iter_bytes(keys.manifest_key(store.prefix, sid, row.instance))))
-
-    yield archive
-    pipeline.stop(10.0)
-    client.close()
-    state.close()
-
-
-def _overwrite(store: ObjectStore, key: str, data: bytes) -> None:
-    """Tamper with a stored object behind the archiver's back (plain boto3 / plain file write)."""
-    if store.url.startswith("file://"):
-        path = Path(store.url.removeprefix("file://")) / key
-        path.unlink()
-        path.write_bytes(data)
-    else:
-        bucket = store.url.removeprefix("s3://").split("/", 1)[0]
-        boto3.client("s3", endpoint_url=_moto_endpoint(store)).put_object(Bucket=bucket, Key=key, Body=data)
-
-
-def _delete(store: ObjectStore, key: str) -> None:
-    if store.url.startswith("file://"):
-        (Path(store.url.removeprefix("file://")) / key).unlink()
-    else:
-        bucket = store.url.removeprefix("s3://").split("/", 1)[0]
-        boto3.client("s3", endpoint_url=_moto_endpoint(store)).delete_object(Bucket=bucket, Key=key)
-
-
-def _moto_endpoint(store: ObjectStore) -> str:
-    client = store._client  # type: ignore[attr-defined]
-    return str(client.meta.endpoint_url)
+# The stores and the pipeline archive of the retrieval tests (pytest finds fixtures by module name).
+file_store = fixtures_retrieval.file_store
+s3_store = fixtures_retrieval.s3_store
+store = fixtures_retrieval.store
+archive_from_fake = fixtures_retrieval.archive_from_fake
 
 
 # --- input parsing ---------------------------------------------------------------------------
@@ -578,23 +380,10 @@ def test_logs_escape_control_characters_on_a_terminal_only(store: ObjectStore) -
     assert piped.getvalue() == "\x1b]0;owned\x07title\tcol\n"
 
 
-class _ClosedPipe(io.StringIO):
-    """A writer whose reader went away after ``keep`` lines (what `| head -1` does to stdout)."""
-
-    def __init__(self, keep: int) -> None:
-        super().__init__()
-        self.keep = keep
-
-    def write(self, text: str) -> int:
-        if self.getvalue().count("\n") >= self.keep:
-            raise BrokenPipeError(32, "Broken pipe")
-        return super().write(text)
-
-
 def test_logs_lets_broken_pipe_through_for_the_cli_to_end_quietly(store: ObjectStore) -> None:
     put_session(store, "long", ended_at=NOW - 60, logs=b"".join(b"line %d\n" % i for i in range(1000)))
     with pytest.raises(BrokenPipeError):
-        retrieve.print_logs(store, "long", _ClosedPipe(keep=1))
+        retrieve.print_logs(store, "long", ClosedPipe(keep=1))
 
 
 def test_logs_piped_to_head_exits_quietly(file_store: ObjectStore, tmp_path: Path) -> None:
@@ -652,7 +441,7 @@ def test_logs_of_a_session_whose_logs_were_not_archived(store: ObjectStore) -> N
 def test_tampered_logs_are_printed_then_flagged(store: ObjectStore) -> None:
     """The bytes under the logs key changed: the (readable) lines come out, then an integrity error."""
     put_session(store, "tampered", ended_at=NOW - 60, logs=b"honest line\n")
-    _overwrite(store, keys.logs_key(store.prefix, "tampered", "txt"), _gzip(b"forged line\n"))
+    overwrite(store, keys.logs_key(store.prefix, "tampered", "txt"), gzipped(b"forged line\n"))
     out = io.StringIO()
     with pytest.raises(ArchiveIntegrityError, match="do not match the manifest"):
         retrieve.print_logs(store, "tampered", out)
@@ -663,7 +452,7 @@ def test_truncated_gzip_is_reported(store: ObjectStore) -> None:
     put_session(store, "cut", ended_at=NOW - 60, logs=b"".join(b"line %d\n" % i for i in range(5000)))
     key = keys.logs_key(store.prefix, "cut", "txt")
     full = b"".join(store.iter_bytes(key))
-    _overwrite(store, key, full[: len(full) // 2])
+    overwrite(store, key, full[: len(full) // 2])
     with pytest.raises(ArchiveIntegrityError, match="truncated"):
         retrieve.print_logs(store, "cut", io.StringIO())
 
@@ -743,7 +532,7 @@ def test_get_refuses_a_tampered_object_and_leaves_nothing(store: ObjectStore, tm
     item = m.items[1]
     assert item.key is not None
     forged = b"forged bytes!"
-    _overwrite(store, item.key, forged)
+    overwrite(store, item.key, forged)
     with pytest.raises(ArchiveIntegrityError) as info:
         retrieve.download_session(store, "t", tmp_path)
     message = str(info.value)
@@ -816,8 +605,8 @@ def test_verify_reports_tampered_and_missing_objects(store: ObjectStore) -> None
     assert ok.ok and (ok.sessions, ok.objects) == (1, 2)
 
     art_key = keys.artifact_key(store.prefix, "tampered", "/srv/replays/match.replay")
-    _overwrite(store, art_key, os.urandom(3000))
-    _delete(store, keys.logs_key(store.prefix, "missing", "txt"))
+    overwrite(store, art_key, os.urandom(3000))
+    delete(store, keys.logs_key(store.prefix, "missing", "txt"))
     seen: list[retrieve.Problem] = []
     report = retrieve.verify(
         store, session_ids=["clean", "tampered", "missing", "unknown"], now=NOW, on_problem=seen.append
@@ -842,7 +631,7 @@ def test_verify_reports_tampered_and_missing_objects(store: ObjectStore) -> None
 
 def test_verify_notices_a_session_missing_from_the_index(store: ObjectStore) -> None:
     put_session(store, "unindexed", ended_at=NOW - 60)
-    _delete(store, keys.index_key(store.prefix, NOW - 60, "unindexed"))
+    delete(store, keys.index_key(store.prefix, NOW - 60, "unindexed"))
     report = retrieve.verify(store, session_ids=["unindexed"], now=NOW)
     assert [p.kind for p in report.problems] == ["missing_index"]
 

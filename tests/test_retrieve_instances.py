@@ -11,26 +11,24 @@ from __future__ import annotations
 import gzip
 import io
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 
-from archiver.cli import main
 from archiver.errors import ArchiveIntegrityError, SessionNotArchivedError
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, ManifestItem, manifest_to_bytes
 from archiver.retrieval import retrieve
 from archiver.store import ObjectStore
-from tests import test_retrieve as base
-from tests.test_retrieve import HOSTILE_IDS, HOUR, NOW, put_session
+from tests import fixtures_retrieval
+from tests.support import HOSTILE_IDS, HOUR, NOW, delete, gzipped, overwrite, put_session, run_cli
 
 # The stores and the pipeline archive of the retrieval tests (pytest finds fixtures by module name).
-file_store = base.file_store
-s3_store = base.s3_store
-store = base.store
-archive_from_fake = base.archive_from_fake
+file_store = fixtures_retrieval.file_store
+s3_store = fixtures_retrieval.s3_store
+store = fixtures_retrieval.store
+archive_from_fake = fixtures_retrieval.archive_from_fake
 
 REUSED = "match-7"
 OLD_CREATED = NOW - 6 * HOUR
@@ -79,7 +77,7 @@ def test_find_archives_lists_every_committed_archive_newest_first(reused: Object
     assert [r.name for r in retrieve.find_archives(reused, "old-style")] == ["legacy"]
     # Objects of a third instance still being written (no manifest yet): not an archive.
     pending = keys.instance_name(NOW * 1000)
-    reused.put_bytes(keys.logs_key(reused.prefix, REUSED, "txt", pending), base._gzip(b"x\n"), content_type="x")
+    reused.put_bytes(keys.logs_key(reused.prefix, REUSED, "txt", pending), gzipped(b"x\n"), content_type="x")
     assert [r.name for r in retrieve.find_archives(reused, REUSED)] == [NEW, OLD]
     assert retrieve.find_archives(reused, "never-archived") == []
     # `match-7` is not a prefix match for `match-70`.
@@ -235,7 +233,7 @@ def test_a_manifest_cannot_steer_a_read_into_another_archive(store: ObjectStore,
         key, instance = keys.logs_key(store.prefix, "thief", "txt", other), mine
     elif steer == "legacy key in an instance manifest":
         key, instance = keys.logs_key(store.prefix, "thief", "txt"), mine
-        store.put_bytes(key, base._gzip(b"boot\nmatch over\n"), content_type="application/gzip")
+        store.put_bytes(key, gzipped(b"boot\nmatch over\n"), content_type="application/gzip")
     else:
         key, instance = keys.logs_key(store.prefix, "thief", "txt", other), None
     _steal(store, key, victim, instance)
@@ -257,7 +255,7 @@ def test_verify_checks_every_archive_of_an_id_or_the_named_one(reused: ObjectSto
     assert (report.sessions, report.objects) == (3, 5)  # logs + replay of each instance, logs of the legacy one
 
     art = keys.artifact_key(reused.prefix, REUSED, REPLAY, OLD)
-    base._overwrite(reused, art, b"forged")
+    overwrite(reused, art, b"forged")
     report = retrieve.verify(reused, session_ids=[REUSED], now=NOW)
     assert [(p.instance, p.kind, p.key) for p in report.problems] == [(OLD, "size_mismatch", art)]
     assert report.problems[0].line().startswith(f"{REUSED} ({OLD}): size_mismatch: {art}")
@@ -273,14 +271,14 @@ def test_verify_finds_a_missing_index_entry_of_an_instance(reused: ObjectStore) 
     """The index entry checked is the instance's own `{sid}.{instance}.json`."""
     ikey = keys.index_key(reused.prefix, NEW_CREATED + 1800, REUSED, NEW)
     assert reused.head(ikey) is not None
-    base._delete(reused, ikey)
+    delete(reused, ikey)
     report = retrieve.verify(reused, session_ids=[REUSED], now=NOW)
     assert [(p.instance, p.kind, p.key) for p in report.problems] == [(NEW, "missing_index", ikey)]
 
 
 def test_verify_since_covers_every_instance_from_the_index(reused: ObjectStore) -> None:
     logs_old = keys.logs_key(reused.prefix, REUSED, "txt", OLD)
-    base._delete(reused, logs_old)
+    delete(reused, logs_old)
     report = retrieve.verify(reused, since=NOW - 12 * HOUR, until=NOW, now=NOW)
     assert report.sessions == 3 and report.objects == 4
     assert [(p.session_id, p.instance, p.kind, p.key) for p in report.problems] == [
@@ -318,53 +316,43 @@ def test_a_pipeline_archive_goes_beside_an_older_legacy_archive_of_the_same_id(
 # --- the commands -----------------------------------------------------------------------------
 
 
-def _run(store: ObjectStore, args: Sequence[str]) -> Result:
-    store_args = ["--store", store.url]
-    if store.url.startswith("s3://"):
-        store_args += ["--s3-endpoint-url", base._moto_endpoint(store)]
-    result = CliRunner().invoke(main, [*args, *store_args], catch_exceptions=True)
-    assert "Traceback" not in result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    return result
-
-
 def test_the_commands_pick_an_archive_with_instance(reused: ObjectStore, tmp_path: Path) -> None:
     """ls shows both rows (instance in JSON), show/logs/get take the newest with a note or --instance, verify all."""
     since = ["--since", "2026-11-22T00:00", "--until", "2026-11-23T00:00"]
-    ls = _run(reused, ["ls", *since, "--format", "json"])
+    ls = run_cli(reused, ["ls", *since, "--format", "json"])
     assert ls.exit_code == 0, ls.stderr
     assert [(d["session_id"], d["instance"]) for d in json.loads(ls.stdout)] == [
         (REUSED, NEW),
         ("old-style", None),
         (REUSED, OLD),
     ]
-    table = _run(reused, ["ls", *since])
+    table = run_cli(reused, ["ls", *since])
     assert [line.split()[2] for line in table.stdout.splitlines()[1:]] == [REUSED, "old-style", REUSED]
 
-    show = _run(reused, ["show", REUSED])
+    show = run_cli(reused, ["show", REUSED])
     assert show.exit_code == 0 and f"Instance          {NEW}" in show.stdout
     assert show.stderr == (
         f"note: session {REUSED} has 2 archives ({NEW}, {OLD}); showing the newest; pick one with --instance\n"
     )
-    show_old = _run(reused, ["show", REUSED, "--instance", OLD])
+    show_old = run_cli(reused, ["show", REUSED, "--instance", OLD])
     assert show_old.exit_code == 0 and f"Instance          {OLD}" in show_old.stdout and show_old.stderr == ""
 
-    logs_old = _run(reused, ["logs", REUSED, "--instance", OLD])
+    logs_old = run_cli(reused, ["logs", REUSED, "--instance", OLD])
     assert logs_old.stdout == "old match started\nold match over\n" and logs_old.exit_code == 0
-    logs_new = _run(reused, ["logs", REUSED, "--grep", "over"])
+    logs_new = run_cli(reused, ["logs", REUSED, "--grep", "over"])
     assert logs_new.stdout == "new match over\n" and "has 2 archives" in logs_new.stderr
-    assert _run(reused, ["logs", "old-style"]).stdout == "legacy line\n"
+    assert run_cli(reused, ["logs", "old-style"]).stdout == "legacy line\n"
 
     out = tmp_path / "out"
     for args in (["get", REUSED], ["get", REUSED, "--instance", OLD], ["get", "old-style", "--instance", "legacy"]):
-        got = _run(reused, [*args, "--out", str(out), "--no-progress"])
+        got = run_cli(reused, [*args, "--out", str(out), "--no-progress"])
         assert got.exit_code == 0 and "sha256 verified" in got.stdout, got.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted([f"{REUSED}.{NEW}", f"{REUSED}.{OLD}", "old-style"])
 
-    verified = _run(reused, ["verify", REUSED, "old-style"])
+    verified = run_cli(reused, ["verify", REUSED, "old-style"])
     assert verified.exit_code == 0 and verified.stdout.startswith("OK: 3 session(s), 5 object(s)")
-    assert _run(reused, ["verify", REUSED, "--instance", OLD]).stdout.startswith("OK: 1 session(s), 2 object(s)")
-    verified_since = _run(reused, ["verify", *since])
+    assert run_cli(reused, ["verify", REUSED, "--instance", OLD]).stdout.startswith("OK: 1 session(s), 2 object(s)")
+    verified_since = run_cli(reused, ["verify", *since])
     assert verified_since.exit_code == 0 and verified_since.stdout.startswith("OK: 3 session(s)")
 
 
@@ -374,7 +362,7 @@ def test_a_wrong_instance_is_a_clear_error_listing_the_instances(
 ) -> None:
     tmp_path = tmp_path / "downloads"
     tmp_path.mkdir()
-    result = _run(
+    result = run_cli(
         reused, [command, REUSED, "--instance", "nosuch", *(["--out", str(tmp_path)] if command == "get" else [])]
     )
     assert result.exit_code == 1 and result.stdout == ""
@@ -383,25 +371,25 @@ def test_a_wrong_instance_is_a_clear_error_listing_the_instances(
 
 
 def test_verify_with_a_wrong_instance_or_without_ids_fails_clearly(reused: ObjectStore) -> None:
-    wrong = _run(reused, ["verify", REUSED, "--instance", "nosuch"])
+    wrong = run_cli(reused, ["verify", REUSED, "--instance", "nosuch"])
     assert wrong.exit_code == 1 and wrong.stdout.splitlines()[-1].startswith("FAILED: 1 session(s)")
     assert f"its archives: {NEW}, {OLD}" in wrong.stdout
-    usage = _run(reused, ["verify", "--since", "2h", "--instance", OLD])
+    usage = run_cli(reused, ["verify", "--since", "2h", "--instance", OLD])
     assert usage.exit_code == 2 and "--instance" in usage.stderr
 
 
 def test_show_and_verify_follow_the_one_format_convention(reused: ObjectStore) -> None:
     """`--format table` is show's readable output (`text` still accepted); verify reports as JSON too."""
-    table = _run(reused, ["show", REUSED, "--instance", OLD, "--format", "table"])
+    table = run_cli(reused, ["show", REUSED, "--instance", OLD, "--format", "table"])
     assert table.exit_code == 0 and f"Instance          {OLD}" in table.stdout
-    assert _run(reused, ["show", REUSED, "--instance", OLD, "--format", "text"]).stdout == table.stdout
-    verified = _run(reused, ["verify", REUSED, "old-style", "--format", "json"])
+    assert run_cli(reused, ["show", REUSED, "--instance", OLD, "--format", "text"]).stdout == table.stdout
+    verified = run_cli(reused, ["verify", REUSED, "old-style", "--format", "json"])
     document = json.loads(verified.stdout)
     assert verified.exit_code == 0 and document == {"ok": True, "sessions": 3, "objects": 5,
                                                     "bytes": document["bytes"], "problems": [],
                                                     "proved": document["proved"], "unproven": 0}  # fmt: skip
     # A directory re-hashes the objects; S3 proves them by the SHA-256 checksum it keeps.
     assert (document["bytes"] > 0, document["proved"]) in ((True, 0), (False, 5))
-    wrong = _run(reused, ["verify", REUSED, "--instance", "nosuch", "--format", "json"])
+    wrong = run_cli(reused, ["verify", REUSED, "--instance", "nosuch", "--format", "json"])
     (problem,) = json.loads(wrong.stdout)["problems"]
     assert wrong.exit_code == 1 and problem["session_id"] == REUSED and "nosuch" in problem["detail"]

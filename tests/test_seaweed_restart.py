@@ -8,7 +8,6 @@ multipart upload resumed after a restart (see the xfail in tests/test_store.py),
 from __future__ import annotations
 
 import hashlib
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +21,7 @@ from archiver.retrieval import retrieve
 from archiver.store import S3Store, make_s3_client, open_store
 from tests.fixtures_pipeline import MB, MISSING, REPLAY, TOKEN, Harness
 from tests.fixtures_s3 import SeaweedServer, weed_binary
+from tests.support import wait_until
 
 SESSIONS = 16
 
@@ -40,15 +40,6 @@ def own_seaweed(moto_endpoint: str, tmp_path: Path) -> Iterator[SeaweedServer]:
         yield server
     finally:
         server.kill()
-
-
-def _until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)  # polling interval of a deadline loop
-    return condition()
 
 
 def test_seaweedfs_killed_mid_upload_and_restarted_loses_nothing(
@@ -71,7 +62,7 @@ def test_seaweedfs_killed_mid_upload_and_restarted_loses_nothing(
         fake.end_session(TOKEN, sid)
     h.poll()
 
-    assert _until(lambda: h.items_total("artifact", "archived") >= 1, 60), "nothing was uploaded"
+    wait_until(lambda: h.items_total("artifact", "archived") >= 1, timeout=60, message="nothing was uploaded")
     own_seaweed.kill()  # mid-upload: two workers were sending
     backlog = h.pipeline.gauges()
     left = backlog.pending_fetch + backlog.pending_upload

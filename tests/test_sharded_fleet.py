@@ -10,7 +10,6 @@ import gzip
 import hashlib
 import re
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from archiver.store import ObjectStore, open_store
 from archiver.store.file import FileStore
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_pipeline import FAST, FAST_POLICY, MISSING, REPLAY, TOKEN, Harness
+from tests.support import wait_until
 
 #: Replica 1 gives replica 0 a second's head start before a session's first fetch.
 STAGGERED = dataclasses.replace(FAST, replica_stagger=1.0)
@@ -96,10 +96,8 @@ class Fleet:
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)  # the polling interval of a deadline loop
+    """Until the fleet shows `check`; each look scrapes every daemon, so it looks every 100 ms."""
+    wait_until(check, timeout=timeout, interval=0.1, message=what)
 
 
 def archived_ids(store_dir: Path) -> dict[str, int]:

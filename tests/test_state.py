@@ -9,29 +9,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline, Tuning
-from archiver.archive.state import DB_NAME, SCHEMA_VERSION, NewItem, StateDB, session_key_of
+from archiver.archive.state import DB_NAME, SCHEMA_VERSION, StateDB
 from archiver.errors import StateError
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.store import FileStore
-from archiver.upstream.models import Session
 from archiver.vocabulary import Outcome
-
-
-def _session(i: int, *, players: int = 2, label: str = "duel") -> Session:
-    return Session(
-        id=f"sess-{i:05d}",
-        image="demo-game",
-        tag="1.1.0",
-        location="eu-west-1",
-        host="203.0.113.7",
-        created_ms=1_700_000_000_000 + i,
-        status="running",
-        player_count=players,
-        ports={"7777/udp": 20000 + i % 1000},
-        labels={"mode": label},
-        env_keys=("GAMEYE_SESSION_ID",),
-    )
+from tests.support import ended, listed_key, listed_session
 
 
 def _pipeline(tmp_path: Path, **tuning: float) -> Pipeline:
@@ -76,8 +60,8 @@ def test_readonly_open_of_a_missing_db_says_so(tmp_path: Path) -> None:
 
 def test_a_session_missing_from_a_successful_poll_becomes_a_candidate(tmp_path: Path) -> None:
     p = _pipeline(tmp_path)
-    p.observe_poll([_session(1), _session(2)], 100.0)
-    p.observe_poll([_session(1)], 110.0)
+    p.observe_poll([listed_session(1), listed_session(2)], 100.0)
+    p.observe_poll([listed_session(1)], 110.0)
     gone = p.state.latest("sess-00002")
     assert gone is not None and gone.state == "candidate"
     assert gone.last_seen_active == 100.0 and gone.first_seen_ended == 110.0
@@ -86,7 +70,7 @@ def test_a_session_missing_from_a_successful_poll_becomes_a_candidate(tmp_path: 
 
 def test_a_failed_poll_never_ends_a_session(tmp_path: Path) -> None:
     p = _pipeline(tmp_path)
-    p.observe_poll([_session(1)], 100.0)
+    p.observe_poll([listed_session(1)], 100.0)
     p.observe_poll(None, 110.0)
     p.observe_poll(None, 120.0)
     assert p.state.latest("sess-00001").state == "active"  # type: ignore[union-attr]
@@ -94,9 +78,9 @@ def test_a_failed_poll_never_ends_a_session(tmp_path: Path) -> None:
 
 def test_a_candidate_listed_again_is_active_again(tmp_path: Path) -> None:
     p = _pipeline(tmp_path)
-    p.observe_poll([_session(1)], 100.0)
+    p.observe_poll([listed_session(1)], 100.0)
     p.observe_poll([], 110.0)
-    p.observe_poll([_session(1)], 120.0)
+    p.observe_poll([listed_session(1)], 120.0)
     row = p.state.latest("sess-00001")
     assert row is not None and row.state == "active" and row.first_seen_ended is None
     assert row.last_seen_active == 120.0
@@ -104,11 +88,11 @@ def test_a_candidate_listed_again_is_active_again(tmp_path: Path) -> None:
 
 def test_sessions_active_before_a_restart_and_absent_after_it_are_candidates(tmp_path: Path) -> None:
     first = _pipeline(tmp_path)
-    first.observe_poll([_session(1), _session(2)], 100.0)
+    first.observe_poll([listed_session(1), listed_session(2)], 100.0)
     first.state.close()
     second = _pipeline(tmp_path)
     second.recover()
-    second.observe_poll([_session(1)], 5000.0)
+    second.observe_poll([listed_session(1)], 5000.0)
     row = second.state.latest("sess-00002")
     # Its last_seen_active is the persisted one (never later than the truth): the safe deadline.
     assert row is not None and row.state == "candidate" and row.last_seen_active == 100.0
@@ -117,22 +101,22 @@ def test_sessions_active_before_a_restart_and_absent_after_it_are_candidates(tmp
 
 def test_last_seen_is_persisted_in_bulk_at_most_every_interval(tmp_path: Path) -> None:
     p = _pipeline(tmp_path, last_seen_persist_interval=30.0)
-    p.observe_poll([_session(1)], 100.0)
-    p.observe_poll([_session(1)], 110.0)
+    p.observe_poll([listed_session(1)], 100.0)
+    p.observe_poll([listed_session(1)], 110.0)
     assert p.state.latest("sess-00001").last_seen_active == 100.0  # type: ignore[union-attr]
-    p.observe_poll([_session(1)], 131.0)
+    p.observe_poll([listed_session(1)], 131.0)
     assert p.state.latest("sess-00001").last_seen_active == 131.0  # type: ignore[union-attr]
     # Disappearing writes the exact in-memory value, not the stale persisted one.
-    p.observe_poll([_session(1)], 140.0)
+    p.observe_poll([listed_session(1)], 140.0)
     p.observe_poll([], 150.0)
     assert p.state.latest("sess-00001").last_seen_active == 140.0  # type: ignore[union-attr]
 
 
 def test_changed_metadata_is_written_and_player_churn_is_not(tmp_path: Path) -> None:
     p = _pipeline(tmp_path, last_seen_persist_interval=1e9)
-    p.observe_poll([_session(1)], 100.0)
-    p.observe_poll([_session(1, players=7)], 110.0)
-    p.observe_poll([_session(1, label="ranked")], 120.0)
+    p.observe_poll([listed_session(1)], 100.0)
+    p.observe_poll([listed_session(1, players=7)], 110.0)
+    p.observe_poll([listed_session(1, label="ranked")], 120.0)
     row = p.state.latest("sess-00001")
     assert row is not None and row.labels == {"mode": "ranked"} and row.last_seen_active == 120.0
 
@@ -140,37 +124,20 @@ def test_changed_metadata_is_written_and_player_churn_is_not(tmp_path: Path) -> 
 def test_a_steady_state_poll_of_10k_sessions_writes_nothing_for_player_churn(tmp_path: Path) -> None:
     """Steady-state polls write only what changed; the time budget lives in benchmarks/state.py."""
     p = _pipeline(tmp_path)
-    p.observe_poll([_session(i) for i in range(10_000)], 100.0)
+    p.observe_poll([listed_session(i) for i in range(10_000)], 100.0)
     with p.state.write() as db:
         before = db.total_changes
     for k in range(3):
-        p.observe_poll([_session(i, players=k) for i in range(10_000)], 101.0 + k)
+        p.observe_poll([listed_session(i, players=k) for i in range(10_000)], 101.0 + k)
     with p.state.write() as db:
         assert db.total_changes == before
 
 
-def _key(sid: str) -> str:
-    return session_key_of(_session(int(sid[-5:])))
-
-
-def _ended(state: StateDB, sid: str, deadline: float, paths: tuple[str, ...] = ()) -> None:
-    state.record_poll([_session(int(sid[-5:]))], [], 0.0, touch_active=False)
-    state.record_poll([], [(_key(sid), 0.0)], 1.0, touch_active=False)
-    items = [
-        NewItem("logs", "", "GET /query/log"),
-        *(NewItem("artifact", p, "GET /artifacts") for p in paths),
-    ]
-    row = state.end_session(
-        _key(sid), described=None, deadline_for=lambda _r: deadline, items_for=lambda _r: items, now=2.0
-    )
-    assert row is not None and row.state == "ended"
-
-
 def test_fetch_claims_go_earliest_deadline_first_and_respect_retry_gates(tmp_path: Path) -> None:
     state = StateDB.open(tmp_path)
-    _ended(state, "sess-00001", 900.0)
-    _ended(state, "sess-00002", 500.0)
-    _ended(state, "sess-00003", 700.0)
+    ended(state, "sess-00001", 900.0)
+    ended(state, "sess-00002", 500.0)
+    ended(state, "sess-00003", 700.0)
     first = state.claim_fetch(0.0)
     assert first is not None and first.session_id == "sess-00002" and first.attempts == 1
     state.retry_item(first.id, status="pending_fetch", not_before=50.0, error="boom")
@@ -186,8 +153,8 @@ def test_upload_claims_go_earliest_deadline_first_with_a_sessions_items_together
 ) -> None:
     """Deadline order is the status index's own, so a claim sorts nothing (issue 14)."""
     state = StateDB.open(tmp_path)
-    _ended(state, "sess-00001", 900.0, ("/a",))
-    _ended(state, "sess-00002", 500.0, ("/a",))
+    ended(state, "sess-00001", 900.0, ("/a",))
+    ended(state, "sess-00002", 500.0, ("/a",))
     while (item := state.claim_fetch(0.0)) is not None:
         state.mark_spooled(
             item.id, spool_path=f"/spool/{item.id}", size=1, sha256="0" * 64, content_type="t", source="s",
@@ -206,7 +173,7 @@ def test_upload_claims_go_earliest_deadline_first_with_a_sessions_items_together
 
 def test_restart_puts_in_flight_items_back(tmp_path: Path) -> None:
     state = StateDB.open(tmp_path)
-    _ended(state, "sess-00001", 900.0, ("/a", "/b"))
+    ended(state, "sess-00001", 900.0, ("/a", "/b"))
     fetching = state.claim_fetch(0.0)
     second = state.claim_fetch(0.0)
     assert fetching is not None and second is not None
@@ -222,20 +189,20 @@ def test_restart_puts_in_flight_items_back(tmp_path: Path) -> None:
     )
     assert state.claim_upload(0.0) is not None
     assert state.reset_in_flight() == (1, 1)
-    statuses = sorted(i.status for i in state.items_of(_key("sess-00001")))
+    statuses = sorted(i.status for i in state.items_of(listed_key("sess-00001")))
     assert statuses == ["pending_fetch", "pending_fetch", "spooled"]
 
 
 def test_the_last_item_finishing_fixes_archived_at_for_the_manifest(tmp_path: Path) -> None:
     state = StateDB.open(tmp_path)
-    _ended(state, "sess-00001", 900.0, ("/a",))
+    ended(state, "sess-00001", 900.0, ("/a",))
     a, b = state.claim_fetch(0.0), state.claim_fetch(0.0)
     assert a is not None and b is not None
     assert state.finish_item(a.id, "source_gone", now=10.0, error="404") is False
     assert state.finish_item(b.id, "too_large", now=11.0, error="big") is True
     row = state.latest("sess-00001")
     assert row is not None and row.state == "finalizing" and row.archived_at == 11.0
-    assert state.mark_archived(_key("sess-00001"), "sessions/sess-00001/manifest.json")
+    assert state.mark_archived(listed_key("sess-00001"), "sessions/sess-00001/manifest.json")
     assert state.outcome_counts() == {("logs", "source_gone"): 1, ("artifact", "too_large"): 1}
 
 
@@ -243,17 +210,17 @@ def test_a_worker_still_holding_an_item_of_a_reopened_session_cannot_finish_its_
     """A re-open drops the session's unfinished items and its real end creates new ones, which SQLite
     gives the very same ids: the stale worker's outcome must not land on them."""
     state = StateDB.open(tmp_path)
-    _ended(state, "sess-00001", 900.0)
+    ended(state, "sess-00001", 900.0)
     stale = state.claim_fetch(0.0)
     assert stale is not None
-    _ended(state, "sess-00001", 900.0)  # listed again (re-opened), then really ended
-    (fresh,) = state.items_of(_key("sess-00001"))
+    ended(state, "sess-00001", 900.0)  # listed again (re-opened), then really ended
+    (fresh,) = state.items_of(listed_key("sess-00001"))
     assert fresh.id == stale.id and fresh.status == "pending_fetch" and fresh.instance != stale.instance
     assert state.finish_item(stale.id, Outcome.ARCHIVED, now=10.0, instance=stale.instance) is False
     claimed = state.claim_fetch(0.0)
     assert claimed is not None and claimed.id == stale.id
     assert state.finish_item(stale.id, Outcome.ARCHIVED, now=10.0, instance=stale.instance) is False
-    (after,) = state.items_of(_key("sess-00001"))
+    (after,) = state.items_of(listed_key("sess-00001"))
     assert after.status == "fetching" and after.outcome is None
     assert state.finish_item(claimed.id, Outcome.SOURCE_GONE, now=11.0, instance=claimed.instance) is True
 
@@ -279,12 +246,12 @@ def test_a_late_retry_never_undoes_an_item_that_already_reached_its_outcome(tmp_
     """An error raised after an item's final write (gauges, metrics) sends the worker to its retry
     path; that must leave the committed outcome alone."""
     state = StateDB.open(tmp_path)
-    _ended(state, "sess-00001", 900.0, ("/a",))
+    ended(state, "sess-00001", 900.0, ("/a",))
     a, b = state.claim_fetch(0.0), state.claim_fetch(0.0)
     assert a is not None and b is not None
     state.finish_item(a.id, "source_gone", now=10.0, error="404")
     state.retry_item(a.id, status="pending_fetch", not_before=0.0, error="late failure")
     state.retry_item(b.id, status="pending_fetch", not_before=0.0, error="in flight")
-    statuses = {i.id: (i.status, i.outcome) for i in state.items_of(_key("sess-00001"))}
+    statuses = {i.id: (i.status, i.outcome) for i in state.items_of(listed_key("sess-00001"))}
     assert statuses[a.id] == ("done", "source_gone")
     assert statuses[b.id] == ("pending_fetch", None)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import io
 import logging
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
 from archiver.settings import load_settings
 from archiver.upstream.api import SessionHostClient
+from tests.support import wait_until
 
 OLD = "old-t0ken-4f1c9a"
 NEW = "new-t0ken-8b2e7d"
@@ -57,13 +57,6 @@ class SecretVolume:
 def fake() -> Iterator[FakeService]:
     with FakeService((OLD,)) as svc:
         yield svc
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 def test_a_rotated_secret_is_used_by_the_next_request_without_a_restart(
@@ -143,13 +136,13 @@ def test_the_daemon_recovers_from_a_rotation_without_a_restart_and_logs_no_token
     daemon = Daemon(settings)
     daemon.start()
     try:
-        wait_for(lambda: daemon.last_poll_summary.sessions == 1)
+        wait_until(lambda: daemon.last_poll_summary.sessions == 1)
         fake.rotate_token(OLD, NEW)
         polls = fake.request_count("GET /session")
-        wait_for(lambda: fake.request_count("GET /session") >= polls + 3)  # refused polls
+        wait_until(lambda: fake.request_count("GET /session") >= polls + 3)  # refused polls
         fake.add_session(NEW, id="after")
         volume.rotate(NEW)
-        wait_for(lambda: daemon.last_poll_summary.sessions == 2)
+        wait_until(lambda: daemon.last_poll_summary.sessions == 2)
     finally:
         daemon.stop()
         logging.getLogger().handlers = [h for h in logging.getLogger().handlers if h.get_name() != "archiver"]

@@ -25,9 +25,7 @@ from archiver.errors import ConfigError, StoreUnavailableError
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.store import FileStore, ObjectStore
 from archiver.store.base import MemoryJournal, PutOutcome
-from tests.test_group_commit import _committed_statuses, _uploading
-from tests.test_settings import settings_from
-from tests.test_state import _ended
+from tests.support import committed_statuses, ended, settings_from, uploading, wait_until
 
 
 def _spooled(tmp_path: Path, store: ObjectStore, name: str, data: bytes) -> ItemRow:
@@ -166,7 +164,7 @@ def _upload_stage(
 
 def _uploaded(state: StateDB, tmp_path: Path, sid: str) -> None:
     """Every item of `sid` uploaded and its outcome committed (as the group commit does): `finalizing`."""
-    items = _uploading(state, Spool(tmp_path / "state" / "spool"), sid)
+    items = uploading(state, Spool(tmp_path / "state" / "spool"), sid)
     state.finish_uploads([StoredOutcome(i.id, i.instance, i.spool_path or "") for i in items], now=50.0)
     row = state.latest(sid)
     assert row is not None and row.state == "finalizing"
@@ -246,7 +244,7 @@ class _StoreThat(FileStore):
 
 def _four_spooled(state: StateDB, spool: Spool) -> list[int]:
     """One ended session of four items (logs and three artifacts), every one fetched into the spool."""
-    _ended(state, "sess-00004", 900.0, ("/a", "/b", "/c"))
+    ended(state, "sess-00004", 900.0, ("/a", "/b", "/c"))
     ids = []
     while (item := state.claim_fetch(0.0)) is not None:
         path = spool.final_path(item.id)
@@ -269,11 +267,15 @@ def test_a_store_failure_hands_the_items_claimed_with_the_failed_one_back_to_spo
     ids = _four_spooled(state, stage.spool)
     worker = threading.Thread(target=stage.run, daemon=True)
     worker.start()
-    until = time.monotonic() + 30.0
-    while not registry.get_sample_value("archiver_errors_total", {"where": "store"}) and time.monotonic() < until:
-        stage.wake.stop.wait(0.02)  # nothing announces a store failure: look again shortly
+    # Nothing announces a store failure: look again shortly.
+    wait_until(
+        lambda: registry.get_sample_value("archiver_errors_total", {"where": "store"}),
+        timeout=30.0,
+        interval=0.02,
+        pause=stage.wake.stop.wait,
+    )
     assert stage._paused_for() > 0
-    assert _committed_statuses(tmp_path / "state") == dict.fromkeys(ids, "spooled")
+    assert committed_statuses(tmp_path / "state") == dict.fromkeys(ids, "spooled")
     with state.read() as db:
         errors = [r[0] for r in db.execute("SELECT last_error FROM items ORDER BY id")]
     assert errors == ["injected: the store is unavailable", None, None, None]
@@ -291,12 +293,12 @@ def test_a_stopping_worker_hands_back_what_it_claimed_and_did_not_attempt_and_no
     stage.wake.stop = stop  # the store's first write stops the worker, with three items still in hand
     ids = _four_spooled(state, stage.spool)
     stage.run()
-    statuses = _committed_statuses(tmp_path / "state")
+    statuses = committed_statuses(tmp_path / "state")
     assert sorted(statuses.values()) == ["done", "spooled", "spooled", "spooled"]
     stage.store.stop = None  # type: ignore[attr-defined]
     while stage.work_once() is None:  # the next worker (one step at a time) takes them, and the manifest
         pass
-    assert _committed_statuses(tmp_path / "state") == dict.fromkeys(ids, "done")
+    assert committed_statuses(tmp_path / "state") == dict.fromkeys(ids, "done")
     row = state.latest("sess-00004")
     assert row is not None and row.state == "archived" and row.manifest_key in _manifests(files)
     assert sorted(files.list_keys("k/")) == sorted(f"k/{i}" for i in ids)

@@ -1,0 +1,2 @@
+f7bc086f
+{"lastIndex":4,"lastTerm":0,"peers":[{"name":"127.0.0.1:20579.30579","connectionString":"127.0.0.1:30579"}],"state":"eyJtYXhWb2x1bWVJZCI6MCwidG9wb2xvZ3lJZCI6Ijc2YmVkODI5LTQ1NDItNDc2Yy1iYjZmLTAyZGNmMTg3ZTVhMCJ9","path":"/tmp/upgrade-v010-maj2nc7k/weed/m20579/snapshot/0_4.ss"}
