@@ -6,8 +6,8 @@ false alarm from `verify` or `get`.
 
 Each case archives once (a module-scoped fixture, one bucket and proxy per case, the session's one
 SeaweedFS); the tests below then read what it left. Ground truth is read straight from SeaweedFS,
-never through the proxy. A case the product does not pass yet is marked `xfail(strict=True)` with
-its reason in `KNOWN_FAILURES`.
+never through the proxy. The start-up probe's findings (and its warnings) are asserted per case, and
+issue 28's two `verify` stories and `archiver check` on the worst store close the module.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import gzip
 import hashlib
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,11 +37,13 @@ from archiver.layout.manifest import Manifest, parse_manifest
 from archiver.retrieval import retrieve
 from archiver.settings import Settings
 from archiver.store import S3Store, make_s3_client, open_store
+from archiver.store.s3_probe import OPTIONAL_OPERATIONS, StoreFindings, missing_guarantees
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_pipeline import FAST, FAST_POLICY
 from tests.fixtures_s3 import SeaweedServer
 from tests.s3_quirks import WORST, QuirkyS3Proxy, StoreQuirks
+from tests.support import settings_from
 
 MIB = 1024 * 1024
 PREFIX = "archive/"
@@ -64,25 +67,25 @@ CASES: dict[str, StoreQuirks] = {
     "worst": WORST,
 }
 
+
 #: (test, case) pairs the product fails today, with why: each is an xfail(strict=True) until fixed.
-_PROBE_CRC32 = (
-    "the start-up probe's own PutObjects carry botocore's default CRC32 checksum, which this store refuses: "
-    "the probe fails and finds nothing"
-)
-_WORST = (
-    "the probe fails on the refused CRC32 checksum, so the dropped metadata goes unnoticed and each upload's "
-    "read-back waits for a sha256 the store never keeps: the pipeline never finishes"
-)
-KNOWN_FAILURES: dict[tuple[str, str], str] = {
-    ("probe", "rejects_crc32"): _PROBE_CRC32,
-    **{(test, "worst"): _WORST for test in ("archived", "overwrite", "verify", "get", "probe")},
-}
+class LogLines(logging.Handler):
+    """The messages one logger emits at ``level`` or above while the ``with`` block runs."""
 
+    def __init__(self, name: str, level: int) -> None:
+        super().__init__(level)
+        self.logger = logging.getLogger(name)
+        self.lines: list[str] = []
 
-def known_failure(request: pytest.FixtureRequest, test: str, case: str) -> None:
-    reason = KNOWN_FAILURES.get((test, case))
-    if reason is not None:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+    def __enter__(self) -> LogLines:
+        self.logger.addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.removeHandler(self)
 
 
 class ManualClock:
@@ -117,8 +120,9 @@ class MatrixRun:
     store: S3Store
     fake: FakeService
     sids: list[str]
-    #: What the start-up probe found, by attribute of the store.
-    findings: dict[str, object]
+    #: What the start-up probe found, and the warnings it logged (one per missing guarantee).
+    findings: StoreFindings
+    warnings: list[str]
     probe_answered: bool
     finished: bool
     seconds: float
@@ -207,14 +211,11 @@ def run(
     with FakeService((TEST_TOKEN,)) as fake, QuirkyS3Proxy(seaweed_server.endpoint, quirks, clock=clock) as proxy:
         store = open_quirky_store(proxy, bucket)
         started = time.monotonic()
-        sids, answered, finished = archive_sessions(fake, store, base / "state", SESSIONS)
-        findings = {
-            name: getattr(store, name)
-            for name in ("conditional_writes", "metadata_supported", "keeps_checksums", "verifies_checksums")
-        }
+        with LogLines("archiver.store.s3", logging.WARNING) as warnings:
+            sids, answered, finished = archive_sessions(fake, store, base / "state", SESSIONS)
         result = MatrixRun(
-            case, quirks, seaweed_server, bucket, proxy, clock, store, fake, sids, findings, answered, finished,
-            time.monotonic() - started, base / "out",
+            case, quirks, seaweed_server, bucket, proxy, clock, store, fake, sids, store.findings, warnings.lines,
+            answered, finished, time.monotonic() - started, base / "out",
         )  # fmt: skip
         # A user reads an archive later than it is written: past the listing lag of the lagging cases.
         clock.advance(LAG + 1)
@@ -226,10 +227,9 @@ def run(
             store.close()
 
 
-def test_every_session_is_archived_once_and_byte_identical(run: MatrixRun, request: pytest.FixtureRequest) -> None:
+def test_every_session_is_archived_once_and_byte_identical(run: MatrixRun) -> None:
     """Each ended session has exactly one archive (logs and artifact archived), and every stored
     object is what its manifest says and what the fake service served (read straight from SeaweedFS)."""
-    known_failure(request, "archived", run.case)
     assert run.finished, f"the pipeline did not finish within its timeout ({run.seconds:.1f} s)"
     for sid in run.sids:
         manifests = run.manifests.get(sid, [])
@@ -246,10 +246,9 @@ def test_every_session_is_archived_once_and_byte_identical(run: MatrixRun, reque
             assert served in run.fake.oracle.complete_digests("org-1", sid, what), item.key
 
 
-def test_no_archived_object_is_written_twice_with_other_bytes(run: MatrixRun, request: pytest.FixtureRequest) -> None:
+def test_no_archived_object_is_written_twice_with_other_bytes(run: MatrixRun) -> None:
     """The proxy saw every write the server accepted: none of an archive key replaced other bytes
     (the probe's own keys are the one exception, written twice on purpose)."""
-    known_failure(request, "overwrite", run.case)
     assert run.finished
     assert run.proxy.overwrites(ignore=lambda key: key.startswith(f"{PREFIX}_probe/")) == {}
     archived = {i.key for ms in run.manifests.values() for m in ms for i in m.items}
@@ -257,40 +256,94 @@ def test_no_archived_object_is_written_twice_with_other_bytes(run: MatrixRun, re
     assert archived <= written
 
 
-def test_verify_finds_every_archive_intact(run: MatrixRun, request: pytest.FixtureRequest) -> None:
-    """`verify` (proof by the store's checksum, and --deep re-hashing) raises no false alarm."""
-    known_failure(request, "verify", run.case)
+def test_verify_finds_every_archive_intact(run: MatrixRun) -> None:
+    """`verify` as a user runs it (a fresh store, not probed) raises no false alarm: each object is
+    proved by the store's checksum where the store keeps one, else counted as not provable by it;
+    --deep re-hashes them all; `verify --since` finds the same archives through the index."""
     assert run.finished
     now = run.fake.clock.now()
-    quick = retrieve.verify(run.store, session_ids=run.sids, now=now, deep=False)
+    store = open_quirky_store(run.proxy, run.bucket)
+    quick = retrieve.verify(store, session_ids=run.sids, now=now, deep=False)
     assert quick.ok, [p.line() for p in quick.problems]
-    assert quick.sessions == len(run.sids) and quick.objects == 2 * len(run.sids)
-    deep = retrieve.verify(run.store, session_ids=run.sids, now=now, deep=True)
-    assert deep.ok, [p.line() for p in deep.problems]
-    listed = retrieve.verify(run.store, since=now - 3600, now=now, deep=False)
+    assert quick.sessions == len(run.sids) and quick.objects == 2 * len(run.sids) and quick.bytes == 0
+    assert (quick.proved if run.findings.keeps_checksums else quick.unproven) == quick.objects
+    deep = retrieve.verify(store, session_ids=run.sids, now=now, deep=True)
+    assert deep.ok and deep.objects == quick.objects, [p.line() for p in deep.problems]
+    listed = retrieve.verify(store, since=now - 3600, now=now, deep=False)
     assert listed.ok and listed.sessions == len(run.sids), [p.line() for p in listed.problems]
+    store.close()
 
 
-def test_get_downloads_every_object_verified(run: MatrixRun, request: pytest.FixtureRequest) -> None:
+def test_get_downloads_every_object_verified(run: MatrixRun) -> None:
     """`get` downloads each archive, every file checked against its manifest's sha256."""
-    known_failure(request, "get", run.case)
     assert run.finished
+    store = open_quirky_store(run.proxy, run.bucket)
     for sid in run.sids:
-        result = retrieve.download_session(run.store, sid, run.out)
+        result = retrieve.download_session(store, sid, run.out)
         assert len(result.files) == 2 and not result.not_archived
         for downloaded in result.files:
             assert hashlib.sha256(downloaded.path.read_bytes()).hexdigest() == downloaded.sha256
+    store.close()
 
 
-def test_the_start_up_probe_finds_what_the_store_does(run: MatrixRun, request: pytest.FixtureRequest) -> None:
-    """The probe's findings follow the switches: create-once enforced unless If-None-Match is
-    ignored, metadata kept unless dropped, uploads verified on arrival unless checksums are dropped."""
-    known_failure(request, "probe", run.case)
-    q = run.quirks
+def expected_findings(q: StoreQuirks) -> StoreFindings:
+    """What the probe must find behind the proxy with ``q`` (SeaweedFS itself keeps every guarantee)."""
+    return StoreFindings(
+        conditional_writes=not q.ignores_if_none_match,
+        metadata_supported=not q.drops_metadata,
+        verifies_checksums=not q.no_checksums,
+        conditional_completes=not q.ignores_if_none_match,
+        keeps_checksums=not q.no_checksums,
+        keeps_composite_checksums=not q.no_checksums,
+        accepts_crc32=not q.rejects_crc32,
+        missing_operations=tuple(OPTIONAL_OPERATIONS) if q.optional_calls_501 else (),
+    )
+
+
+def test_the_start_up_probe_finds_what_the_store_does_and_says_each_missing_guarantee(run: MatrixRun) -> None:
+    """The probe's findings follow the switches exactly (nothing assumed), and start-up logs one
+    warning per missing guarantee (none where the switches take no guarantee away)."""
     assert run.probe_answered
-    assert run.findings["conditional_writes"] is not q.ignores_if_none_match
-    assert run.findings["metadata_supported"] is not q.drops_metadata
-    assert run.findings["verifies_checksums"] is not q.no_checksums
+    assert run.findings == expected_findings(run.quirks)
+    lines = [line for _, line in missing_guarantees(run.findings, sends_checksums=True)]
+    assert [w for w in run.warnings if w.startswith(run.store.url)] == [f"{run.store.url} {line}" for line in lines]
+
+
+def test_manifests_record_a_store_checksum_only_where_the_store_keeps_one(run: MatrixRun) -> None:
+    """Probed, not assumed: every archived item records the store's checksum exactly when the probe
+    saw the store keep it."""
+    assert run.finished
+    items = [i for ms in run.manifests.values() for m in ms for i in m.items]
+    assert items and all((i.checksum_sha256 is not None) is run.findings.keeps_checksums for i in items)
+
+
+# --- `archiver check` -------------------------------------------------------------------------------
+
+
+def test_check_says_every_guarantee_the_worst_store_lacks_and_none_on_a_faithful_one(
+    seaweed_server: SeaweedServer, tmp_path: Path
+) -> None:
+    """`archiver check` against the worst store: create-once writes FAIL (naming both calls), one
+    WARN line per other missing guarantee, never silent; against SeaweedFS as it is: all OK."""
+    from archiver import doctor
+
+    bucket = fresh_bucket(seaweed_server)
+    with QuirkyS3Proxy(seaweed_server.endpoint, WORST) as proxy:
+        settings = settings_from(["--store", f"s3://{bucket}/{PREFIX}", "--s3-endpoint-url", proxy.endpoint])
+        results = {r.name: (r.status, r.detail) for r in doctor.check_store(settings)}
+    assert results["conditional writes"][0] == "FAIL"
+    assert "If-None-Match (on PutObject and CompleteMultipartUpload)" in results["conditional writes"][1]
+    assert {name: status for name, (status, _) in results.items() if status == "WARN"} == dict.fromkeys(
+        ("user metadata", "store checksums", "crc32 checksums", "orphan sweep", "object lock api", "legal hold api"),
+        "WARN",
+    )
+    assert "not provable by the store" in results["store checksums"][1]
+    with QuirkyS3Proxy(seaweed_server.endpoint) as proxy:
+        settings = settings_from(["--store", f"s3://{bucket}/{PREFIX}", "--s3-endpoint-url", proxy.endpoint])
+        statuses = {r.name: r.status for r in doctor.check_store(settings)}
+    assert statuses == dict.fromkeys(
+        ("store reachable", "store writable", "conditional writes", "store guarantees"), "OK"
+    )
 
 
 # --- verify on a store that proves nothing ----------------------------------------------------------
