@@ -764,7 +764,9 @@ def test_chart_defaults_match_the_image_contract() -> None:
     assert values["securityContext"]["readOnlyRootFilesystem"] is True
     reference = f"{values['image']['registry']}/{values['image']['repository']}"
     assert reference == "ghcr.io/session-archiver/archiver"
-    assert f"-t {reference}:" in (REPO / "README.md").read_text()  # the README builds what the chart pulls
+    # `make image` (what the README tells users to run) builds what the chart pulls.
+    assert f"IMAGE ?= {reference}\n" in (REPO / "Makefile").read_text()
+    assert f"{reference}:" in (REPO / "README.md").read_text()
 
 
 @pytest.mark.parametrize("store_alive", [True, False], ids=["store-ok", "store-unreachable"])
