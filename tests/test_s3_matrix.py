@@ -127,6 +127,8 @@ class MatrixRun:
     finished: bool
     seconds: float
     out: Path
+    #: The store as a user's `verify` or `get` opens it: a fresh one, never probed.
+    reader: S3Store
     manifests: dict[str, list[Manifest]] = field(default_factory=dict)
 
     def object_bytes(self, key: str) -> bytes:
@@ -152,9 +154,10 @@ def fresh_bucket(seaweed: SeaweedServer) -> str:
 
 
 def open_quirky_store(proxy: QuirkyS3Proxy, bucket: str) -> S3Store:
-    """The archiver's store on the proxy; multipart from 5 MiB, so a 6 MiB artifact takes two parts."""
+    """The archiver's store on the proxy; multipart from 256 KiB (one 5 MiB part holds such an
+    artifact: create, part and completion, for a few bytes)."""
     store = open_store(
-        f"s3://{bucket}/{PREFIX}", s3_endpoint_url=proxy.endpoint, multipart_threshold=5 * MIB, part_size=5 * MIB
+        f"s3://{bucket}/{PREFIX}", s3_endpoint_url=proxy.endpoint, multipart_threshold=256 * 1024, part_size=5 * MIB
     )
     assert isinstance(store, S3Store)
     return store
@@ -191,10 +194,11 @@ def archive_sessions(
     return sids, answered, finished
 
 
-#: The sessions of every case: one whose artifact goes up in two parts, two small ones.
+#: The sessions of every case: two whose artifact (1 MiB) is a multipart upload, one with a small
+#: one (a single PUT, as every log is).
 SESSIONS: list[dict[str, Any]] = [
-    {"players": ["ann", "bob"], "files": {REPLAY: 6 * MIB}},
-    {"players": ["cid"]},
+    {"players": ["ann", "bob"]},
+    {"players": ["cid"], "files": {REPLAY: 64 * 1024}},
     {"players": ["ann"], "crashed": True},
 ]
 
@@ -215,7 +219,7 @@ def run(
             sids, answered, finished = archive_sessions(fake, store, base / "state", SESSIONS)
         result = MatrixRun(
             case, quirks, seaweed_server, bucket, proxy, clock, store, fake, sids, store.findings, warnings.lines,
-            answered, finished, time.monotonic() - started, base / "out",
+            answered, finished, time.monotonic() - started, base / "out", open_quirky_store(proxy, bucket),
         )  # fmt: skip
         # A user reads an archive later than it is written: past the listing lag of the lagging cases.
         clock.advance(LAG + 1)
@@ -225,6 +229,7 @@ def run(
             yield result
         finally:
             store.close()
+            result.reader.close()
 
 
 def test_every_session_is_archived_once_and_byte_identical(run: MatrixRun) -> None:
@@ -262,7 +267,7 @@ def test_verify_finds_every_archive_intact(run: MatrixRun) -> None:
     --deep re-hashes them all; `verify --since` finds the same archives through the index."""
     assert run.finished
     now = run.fake.clock.now()
-    store = open_quirky_store(run.proxy, run.bucket)
+    store = run.reader
     quick = retrieve.verify(store, session_ids=run.sids, now=now, deep=False)
     assert quick.ok, [p.line() for p in quick.problems]
     assert quick.sessions == len(run.sids) and quick.objects == 2 * len(run.sids) and quick.bytes == 0
@@ -271,19 +276,16 @@ def test_verify_finds_every_archive_intact(run: MatrixRun) -> None:
     assert deep.ok and deep.objects == quick.objects, [p.line() for p in deep.problems]
     listed = retrieve.verify(store, since=now - 3600, now=now, deep=False)
     assert listed.ok and listed.sessions == len(run.sids), [p.line() for p in listed.problems]
-    store.close()
 
 
 def test_get_downloads_every_object_verified(run: MatrixRun) -> None:
     """`get` downloads each archive, every file checked against its manifest's sha256."""
     assert run.finished
-    store = open_quirky_store(run.proxy, run.bucket)
     for sid in run.sids:
-        result = retrieve.download_session(store, sid, run.out)
+        result = retrieve.download_session(run.reader, sid, run.out)
         assert len(result.files) == 2 and not result.not_archived
         for downloaded in result.files:
             assert hashlib.sha256(downloaded.path.read_bytes()).hexdigest() == downloaded.sha256
-    store.close()
 
 
 def expected_findings(q: StoreQuirks) -> StoreFindings:
