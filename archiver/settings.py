@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from archiver import inputs
 from archiver.credentials import Token
 from archiver.errors import ConfigError
 from archiver.evidence import LOCK_MODES, NO_EVIDENCE, SSE_MODES, Evidence
@@ -327,7 +328,7 @@ OPTIONS: tuple[Option, ...] = (
         "state-dir",
         "Directory of the durable state DB and the spool.",
         ".archiver-state",
-        _as_str,
+        lambda value: str(inputs.local_path(_as_str(value), "state directory")),
         metavar="DIR",
         scope="state",
     ),
@@ -540,8 +541,7 @@ def _image_paths(raw: Any, source: str) -> dict[str, tuple[str, ...]]:
 
 def _check_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
     for path in paths:
-        if not path.startswith("/"):
-            raise ValueError(f"artifact paths are absolute paths inside the container, got {path!r}")
+        inputs.artifact_path(path)
     return paths
 
 
