@@ -20,6 +20,7 @@ from archiver.cli.base import (
     resolve,
     settings_options,
 )
+from archiver.cli.params import SENDABLE_ID, LocalPath
 from archiver.errors import ConfigError
 from archiver.settings import DAEMON_SCOPES, STATUS_SCOPES
 from archiver.textsafe import printable
@@ -103,7 +104,7 @@ def status(fmt: str, **kwargs: Any) -> None:
 
 @main.command()
 @settings_options(DAEMON_SCOPES)
-@click.argument("session_ids", nargs=-1, required=True, metavar="ID...")
+@click.argument("session_ids", nargs=-1, required=True, metavar="ID...", type=SENDABLE_ID)
 @click.option("--timeout", "wait", default="30m", show_default=True, metavar="DURATION", help="How long to wait.")
 @friendly_errors
 def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
@@ -124,8 +125,8 @@ def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
 
 
 @main.command()
-@click.option("--archive-dir", type=click.Path(file_okay=False), default="demo-archive", show_default=True)
-@click.option("--state-dir", type=click.Path(file_okay=False), default=".archiver-demo-state", show_default=True)
+@click.option("--archive-dir", type=LocalPath(file_okay=False), default="demo-archive", show_default=True)
+@click.option("--state-dir", type=LocalPath(file_okay=False), default=".archiver-demo-state", show_default=True)
 @click.option("--listen", default="127.0.0.1:9877", show_default=True, metavar="HOST:PORT")
 @click.option("--duration", type=float, default=None, metavar="SECONDS", help="Stop by itself after this long.")
 @friendly_errors
