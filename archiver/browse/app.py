@@ -20,9 +20,10 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes, urlencode, urlsplit
 
 import jinja2
 
-from archiver import __version__
+from archiver import __version__, inputs
 from archiver.errors import (
     ArchiveIntegrityError,
+    InputError,
     ManifestError,
     ObjectNotFoundError,
     SessionNotArchivedError,
@@ -43,6 +44,7 @@ from archiver.retrieval.query import (
 )
 from archiver.retrieval.reading import open_logs
 from archiver.retrieval.render import human_size
+from archiver.settings import MAX_COUNT
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
 
@@ -169,7 +171,12 @@ def parse_list_query(params: Mapping[str, Sequence[str]], now: float) -> ListQue
             raise ValueError(f"before: not a time: {one('before')!r}") from None
         if not math.isfinite(at):
             raise ValueError("before: not a time")
-        before = (at, (params.get("before_id") or [""])[-1], (params.get("before_instance") or [""])[-1])
+        before_id, before_instance = ((params.get(name) or [""])[-1] for name in ("before_id", "before_instance"))
+        before = (
+            at,
+            inputs.session_id(before_id, "before_id") if before_id else "",
+            inputs.instance(before_instance) if before_instance else "",
+        )
     return ListQuery(
         since_text, until_text, one("image") or None, one("location") or None, label_texts, since, until, labels, before
     )
@@ -267,14 +274,19 @@ class BrowseApp:
     def handle(self, raw_path: str) -> Response:
         """The response to ``GET raw_path`` (path and query as the client sent them)."""
         parts = urlsplit(raw_path)
-        # surrogatepass: a query value may carry an id with lone surrogates (as JSON allows).
-        params = parse_qs(parts.query, keep_blank_values=False, errors="surrogatepass")
+        try:
+            # surrogatepass: a query value may carry an id with lone surrogates (as JSON allows).
+            params = parse_qs(parts.query, keep_blank_values=False, errors="surrogatepass")
+        except UnicodeDecodeError:
+            return self._error(400, "Bad request", "the query string is not UTF-8")
         try:
             segments = [unquote_to_bytes(s).decode("utf-8", "surrogatepass") for s in parts.path.split("/")[1:]]
         except UnicodeDecodeError:
             return self._error(400, "Bad request", "the path is not UTF-8")
         try:
             return self._route(segments, params)
+        except InputError as exc:  # an id, instance or number out of archiver.inputs' bounds
+            return self._error(400, "Bad request", str(exc))
         except SessionNotArchivedError as exc:
             return self._error(404, "Not archived", str(exc))
         except (ArchiveIntegrityError, ManifestError) as exc:
@@ -286,9 +298,13 @@ class BrowseApp:
 
     def _route(self, segments: list[str], params: Mapping[str, list[str]]) -> Response:
         instance = (params.get("instance") or [""])[-1] or None
+        if instance is not None:
+            inputs.instance(instance)
         if segments[:1] == ["session"]:
             # The query form of session_path: /session[/logs|/items/N]?id=...
             segments = ["sessions", (params.get("id") or [""])[-1], *segments[1:]]
+        if segments[:1] == ["sessions"] and len(segments) > 1 and segments[1]:
+            inputs.session_id(segments[1])
         match segments:
             case [""]:
                 return _page(302, b"", _TEXT, {"Location": "/sessions"})
@@ -301,7 +317,7 @@ class BrowseApp:
             case ["sessions", sid, "logs"] if sid:
                 return self.logs(sid, instance, params)
             case ["sessions", sid, "items", number] if sid and number.isdigit():
-                return self.download(sid, instance, int(number))
+                return self.download(sid, instance, inputs.count(number, "item number", low=0, high=MAX_COUNT))
         return self._error(404, "Not found", "no such page")
 
     # --- pages ------------------------------------------------------------------------------------
@@ -361,8 +377,7 @@ class BrowseApp:
         if stream not in ("", logformat.STDOUT, logformat.STDERR):
             return self._error(400, "Bad request", "stream must be stdout or stderr")
         search = (params.get("q") or [""])[-1]
-        start_text = (params.get("start") or ["0"])[-1]
-        start = int(start_text) if start_text.isdigit() else 0
+        start = inputs.count((params.get("start") or ["0"])[-1], "start", low=0, high=MAX_COUNT)
         loaded = load_archive(self.store, sid, instance, note=_no_note)
         opened = open_logs(self.store, loaded)
         lines = logformat.read_lines(opened.chunks, opened.shape)
