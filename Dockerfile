@@ -16,26 +16,41 @@ ARG BASE=python:3.11-slim-bookworm
 FROM ${BASE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
 WORKDIR /src
-# Only what the wheel is built from: a change to the tests or docs does not rebuild the venv.
-COPY pyproject.toml README.md LICENSE CHANGELOG.md MANIFEST.in ./
-COPY archiver ./archiver
+# Every package is the locked version with its hash (requirements/, `make lock`): a rebuild installs
+# the same bytes whatever the index serves that day. The locks come first, in a layer of their own:
+# a change to the code does not download the dependencies again. A build venv (the locked pip and
+# setuptools) installs into the runtime venv, which gets no pip or setuptools of its own.
 # python3 (not python): the Debian base has no `python` alias. The venv lives where the runtime
 # stage puts it, so its scripts' shebangs stay right after the copy. Behind a TLS-inspecting proxy,
 # give pip the proxy's CA bundle as the optional build secret `build-ca`
 # (`--secret id=build-ca,src=/etc/ssl/certs/ca-certificates.crt`): it is mounted for this step only
 # and never stored in a layer.
+COPY requirements/build.txt requirements/runtime.txt ./requirements/
 RUN --mount=type=secret,id=build-ca,target=/run/secrets/build-ca.crt,required=false \
     if [ -s /run/secrets/build-ca.crt ]; then export PIP_CERT=/run/secrets/build-ca.crt; fi \
- && python3 -m venv /opt/archiver \
- && /opt/archiver/bin/python -m pip install --upgrade pip \
- && /opt/archiver/bin/python -m pip wheel --no-deps --wheel-dir /tmp/dist . \
- && /opt/archiver/bin/python -m pip install /tmp/dist/*.whl \
- && /opt/archiver/bin/python -m pip uninstall -y pip \
- && /opt/archiver/bin/archiver --version
+ && python3 -m venv /tmp/build-venv \
+ && /tmp/build-venv/bin/python -m pip install --require-hashes -r requirements/build.txt \
+ && python3 -m venv --without-pip /opt/archiver \
+ && /tmp/build-venv/bin/python -m pip --python /opt/archiver/bin/python install --require-hashes -r requirements/runtime.txt
+# Only what the wheel is built from: a change to the tests or docs does not rebuild it.
+COPY pyproject.toml README.md LICENSE CHANGELOG.md MANIFEST.in ./
+COPY archiver ./archiver
+# The release this image is labelled with (the runtime stage's label): when given, the build fails
+# unless it is the version of the package built here (pyproject.toml), so the label cannot lie.
+# Nothing is downloaded here: the wheel is built by the locked setuptools, without dependencies.
+ARG VERSION=unknown
+RUN /tmp/build-venv/bin/python -m pip wheel --no-deps --no-build-isolation --wheel-dir /tmp/dist . \
+ && /tmp/build-venv/bin/python -m pip --python /opt/archiver/bin/python install --no-deps /tmp/dist/*.whl \
+ && built="$(/opt/archiver/bin/archiver --version)" && echo "$built" \
+ && if [ "$VERSION" != unknown ] && [ "$built" != "archiver, version $VERSION" ]; then \
+      echo "VERSION=$VERSION but the package built is: $built (pass pyproject.toml's version: make image)" >&2; \
+      exit 1; \
+    fi
 
 FROM ${BASE}
 # Label values only (`archiver --version` reads the installed package): the version lives in
-# pyproject.toml, so builds pass it, e.g. --build-arg VERSION=0.1.0 --build-arg REVISION=$(git rev-parse HEAD).
+# pyproject.toml and `make image` passes it (the build stage refuses any other), with the commit:
+# --build-arg VERSION=<pyproject version> --build-arg REVISION=$(git rev-parse HEAD).
 ARG VERSION=unknown
 ARG REVISION=unknown
 LABEL org.opencontainers.image.title="session-archiver" \

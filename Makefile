@@ -3,13 +3,23 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The one version, pyproject.toml's: the image build passes it to the Dockerfile.
+VERSION := $(shell $(PYTHON) -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['version'])")
 
-.PHONY: test test-image test-browser rules demo bench lint fake-service clean
+.PHONY: test test-image test-browser test-newest rules demo bench lint lock image fake-service clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+# Installs are reproducible: the locked versions with their hashes (requirements/, `make lock`),
+# then the project itself without dependencies, built by the locked setuptools.
+# A source tree's leftover *.egg-info (an sdist build writes one) would shadow the installed version.
+define install_locked
+	test -x $(1)/bin/python || $(PYTHON) -m venv $(1)
+	rm -rf session_archiver.egg-info
+	$(1)/bin/python -m pip install -q --require-hashes -r $(2)
+	$(1)/bin/python -m pip install -q --no-deps --no-build-isolation -e .
+endef
+
+$(STAMP): pyproject.toml requirements/dev.txt
+	$(call install_locked,$(VENV),requirements/dev.txt)
 	touch $(STAMP)
 
 test: $(STAMP)
@@ -24,14 +34,56 @@ test-image: $(STAMP)
 # A venv of its own: selenium's dependencies (trio) would otherwise be imported by httpx in every
 # process of the main venv and inflate what `make bench` measures.
 BROWSER_VENV := .venv-browser
-$(BROWSER_VENV)/.installed: pyproject.toml
-	test -x $(BROWSER_VENV)/bin/python || $(PYTHON) -m venv $(BROWSER_VENV)
-	$(BROWSER_VENV)/bin/python -m pip install -q --upgrade pip
-	$(BROWSER_VENV)/bin/python -m pip install -q -e '.[browser-test]'
+$(BROWSER_VENV)/.installed: pyproject.toml requirements/browser-test.txt
+	$(call install_locked,$(BROWSER_VENV),requirements/browser-test.txt)
 	touch $@
 
 test-browser: $(BROWSER_VENV)/.installed
 	$(BROWSER_VENV)/bin/python -m pytest -q -m browser tests/test_browse_chromium.py $(PYTEST_ARGS)
+
+# The tests on the newest versions pyproject.toml allows (not the locked ones), in a venv of their
+# own made afresh: tells early when an upgrade within the ranges breaks something. The packages
+# newer than the lock are listed first.
+NEWEST_VENV := .venv-newest
+test-newest:
+	rm -rf $(NEWEST_VENV)
+	$(PYTHON) -m venv $(NEWEST_VENV)
+	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade pip
+	$(NEWEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e '.[dev]'
+	@echo "newer than requirements/dev.txt:"
+	@$(NEWEST_VENV)/bin/python -m pip freeze --exclude-editable | tr 'A-Z_' 'a-z-' | sort > $(NEWEST_VENV)/newest.txt
+	@grep -oE '^[a-z0-9.-]+==[^ ;]+' requirements/dev.txt | sort | comm -13 - $(NEWEST_VENV)/newest.txt | sed 's/^/  /'
+	touch $(NEWEST_VENV)/.installed
+	$(MAKE) test VENV=$(NEWEST_VENV)
+
+# Refreshes the locks in requirements/ to the newest versions pyproject.toml allows (uv, itself
+# locked in requirements/tools.txt); `make lock LOCK_ARGS=` re-resolves keeping the current pins.
+# Resolved for the image's Python (3.11 on Linux) whatever machine runs it; every file's hash is
+# kept, so the locks install on any CPU.
+TOOLS_VENV := .venv-tools
+LOCK_ARGS ?= --upgrade
+UV_COMPILE = UV_CUSTOM_COMPILE_COMMAND="make lock" $(TOOLS_VENV)/bin/uv pip compile --quiet --generate-hashes \
+	--python-version 3.11 --python-platform linux --system-certs $(LOCK_ARGS)
+$(TOOLS_VENV)/.installed: requirements/tools.txt
+	test -x $(TOOLS_VENV)/bin/python || $(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/python -m pip install -q --require-hashes -r requirements/tools.txt
+	touch $@
+
+lock: $(TOOLS_VENV)/.installed
+	$(UV_COMPILE) -o requirements/runtime.txt pyproject.toml
+	$(UV_COMPILE) -o requirements/build.txt requirements/build.in
+	$(UV_COMPILE) -o requirements/dev.txt --extra dev -c requirements/runtime.txt -c requirements/build.txt \
+		pyproject.toml requirements/build.in
+	$(UV_COMPILE) -o requirements/browser-test.txt --extra browser-test -c requirements/dev.txt \
+		pyproject.toml requirements/build.in
+	$(UV_COMPILE) -o requirements/tools.txt requirements/tools.in
+
+# The container image, labelled with pyproject's version: CONTAINER=podman or buildah also work.
+CONTAINER ?= docker
+IMAGE ?= ghcr.io/session-archiver/archiver
+image:
+	$(CONTAINER) build -t $(IMAGE):$(VERSION) --build-arg VERSION=$(VERSION) \
+		--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) .
 
 # grafana/alerts/archiver.rules.yml is the chart's alert template rendered with default values.
 rules: $(STAMP)
@@ -54,4 +106,4 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(BROWSER_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BROWSER_VENV) $(NEWEST_VENV) $(TOOLS_VENV) .pytest_cache .mypy_cache .ruff_cache

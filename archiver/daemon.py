@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import gc
 import logging
 import operator
+import os
 import signal
-import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import FrameType
@@ -23,6 +21,7 @@ from archiver import __version__
 from archiver import logs as logsetup
 from archiver.archive import crashpoints
 from archiver.durable import StateDirLock
+from archiver.errors import ConfigError
 from archiver.exporter.exposition import Snapshot, SnapshotRenderer
 from archiver.exporter.httpserver import MetricsServer
 from archiver.exporter.poller import ENDPOINTS, SESSIONS, Poller, PollResult
@@ -30,7 +29,8 @@ from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.exporter.webconfig import load_web_config
 from archiver.settings import Settings
 from archiver.upstream.api import SessionHostClient
-from archiver.upstream.models import Session, SessionListParser
+from archiver.upstream.listparser import SessionListParser
+from archiver.upstream.models import Session
 
 _PLAYER_COUNT = operator.attrgetter("player_count")
 
@@ -281,27 +281,33 @@ class Daemon:
 
 #: Net new container objects between two young-generation collections (CPython's default is 700).
 GC_YOUNG_THRESHOLD = 20_000
+#: `ARCHIVER_PROCESS_TUNING=off` leaves the interpreter's defaults alone (`tune_allocator`).
+TUNING_ENV = "ARCHIVER_PROCESS_TUNING"
 
 
-def tune_allocator() -> None:
-    """Keep glibc from hoarding freed memory between polls, and the cyclic GC from rescanning them.
+def tune_allocator(environ: Mapping[str, str] = os.environ) -> bool:
+    """Raise the cyclic GC's young-generation threshold to GC_YOUNG_THRESHOLD, once, at start-up;
+    False when switched off (`ARCHIVER_PROCESS_TUNING=off`), ConfigError for a value other than `on`
+    or `off`.
 
-    glibc raises its mmap threshold after large frees, so the multi-megabyte buffers of each poll
-    (list body, decoded JSON, rendered bodies) then come from the heap and fragment it: measured,
-    peak RSS at 10k sessions went from 84-93 MB to 76 MB with a fixed 256 KiB threshold.
+    A poll that replaces a few percent of a large list leaves thousands of new long-lived containers
+    (models, label dicts, cached lines); at the default threshold each poll set off many young and
+    middle collections, and a full one every few polls, each rescanning them for cycles that nothing
+    here makes (refcounting frees the garbage). The older generations keep their thresholds.
 
-    A poll that replaces 2 % of 50,000 sessions leaves ~8,000 new container objects (models, label
-    dicts, cached lines), all long-lived: at the default threshold of 700 that made ~19 young and 2
-    middle collections a poll plus a full one every ~7 polls, 14 ms of collector time per poll on
-    average (gc.callbacks, issue 14), for garbage that refcounting frees anyway (nothing here makes
-    cycles). At 20,000 it is ~2 ms (1.8 -> 0.3 ms at 10,000 sessions), for ~1 MB more peak RSS
-    (`benchmarks/scrape.py` at 10,000 sessions: 79.9 -> 80.7 MB, one run each).
+    It changes the behaviour of everything in the process: that is why it happens here, in the entry
+    points (`archiver run`, and the benchmarks that stand for it), never on import. (glibc's mmap
+    threshold used to be fixed here too; the streamed list and the block parts left no large
+    per-poll buffer for it to help, and paired runs showed it cost CPU for no memory.)
     """
+    raw = environ.get(TUNING_ENV, "on")
+    value = raw.strip().lower()
+    if value not in ("on", "off"):
+        raise ConfigError(f"{TUNING_ENV}={raw!r}: expected on or off")
+    if value == "off":
+        return False
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    if sys.platform != "linux":
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6").mallopt(-3, 256 * 1024)  # M_MMAP_THRESHOLD
+    return True
 
 
 def run_forever(settings: Settings) -> None:

@@ -76,7 +76,7 @@ def measure(upstream: str, workdir: Path, ended_count: int) -> dict[str, Any]:
     from archiver.settings import Settings
     from archiver.store import FileStore
     from archiver.upstream.api import SessionHostClient, Token
-    from archiver.upstream.models import SessionListParser
+    from archiver.upstream.listparser import SessionListParser
 
     (workdir / "store").mkdir()
     settings = Settings(state_dir=workdir / "state")

@@ -5,6 +5,7 @@ Usage: python benchmarks/scrape.py [--sessions 10000,50000] [--json out.json]
 Each measured server runs in a fresh subprocess (so sizes do not pollute each other's RSS and the
 client does not share a GIL with the server); this process is only the HTTP client (httpx, over
 127.0.0.1). Per size:
+(`scrape_servers.py` holds the children.)
 - ours: a child runs the daemon's poll path (Poller.poll_once: SessionHostClient + the poller's
   SessionListParser, then SnapshotRenderer.render) against a stand-in upstream in another process
   serving realistic `GET /session` bodies over 127.0.0.1 (~2 % of sessions changing per poll), and
@@ -23,20 +24,24 @@ import json
 import os
 import platform
 import random
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# The measured processes (re-exported: sharded.py uses them through this module).
+from scrape_servers import _p50_ms as _p50_ms
+from scrape_servers import child_baseline, child_ours, child_static
+from scrape_servers import child_upstream as child_upstream
+from scrape_servers import maxrss_mb as maxrss_mb
 
 IMAGES = (("demo-game", ("1.0.0", "1.1.0")), ("arena-shooter", ("2024.11.1", "2024.12.0")), ("racer", ("7",)))
 LOCATIONS = ("eu-west-1", "us-east-1", "ap-southeast-1", "eu-central-1")
@@ -65,7 +70,7 @@ PROMETHEUS_ACCEPT = (
     "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
     "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 )
-#: Issue 14's goal: scrape p50 within this factor of the same bytes served static.
+#: Goal: scrape p50 within this factor of the same bytes served static.
 FLOOR_GOAL = 1.5
 
 
@@ -104,7 +109,9 @@ def make_session(rnd: random.Random, created_ms: int) -> dict[str, Any]:
     }
 
 
-def write_variants(count: int, directory: Path, seed: int = 7, churn: str = "random", *, polls: int) -> list[Path]:
+def write_variants(
+    count: int, directory: Path, seed: int = 7, churn: str = "random", *, polls: int, lone_surrogate: bool = False
+) -> list[Path]:
     """`polls + 1` session-list bodies, one per poll (the first poll renders everything), each ~2 %
     different from the previous one: player counts change at random, and sessions end either at
     random positions (`random`, the goal's case: every block of the exposition is touched) or oldest
@@ -113,7 +120,11 @@ def write_variants(count: int, directory: Path, seed: int = 7, churn: str = "ran
     The sequence only goes forward, as the service's list does: a session that ended never comes
     back. (Polls used to go back and forth over 6 bodies; from the second pass on, every session
     that came and went had been re-added at the tail of the exposition, so the "random" ends all
-    fell in the last few blocks and the render measured a churn concentrated at the tail.)"""
+    fell in the last few blocks and the render measured a churn concentrated at the tail.)
+
+    `lone_surrogate` gives the middle entry of every body a raw image label ending in half of a
+    surrogate pair (a name cut in the middle of an emoji): msgspec refuses the JSON escape, the
+    entry is left out of every poll, and the parser's way around it keeps the others' reuse."""
     rnd = random.Random(seed)
     base_ms = 1_760_000_000_000
     sessions = [make_session(rnd, base_ms + i * 250) for i in range(count)]
@@ -132,6 +143,8 @@ def write_variants(count: int, directory: Path, seed: int = 7, churn: str = "ran
             for index in rnd.sample(range(count), replaced) if churn == "random" else ():
                 next_created += 250
                 sessions[index] = make_session(rnd, next_created)
+        if lone_surrogate:
+            sessions[count // 2]["labels"]["note"] = "Zo\ud83d"
         path = directory / f"sessions-{count}-{v}.json"
         path.write_bytes(json.dumps({"sessions": sessions}).encode())
         paths.append(path)
@@ -141,254 +154,6 @@ def write_variants(count: int, directory: Path, seed: int = 7, churn: str = "ran
 def variant_paths(directory: Path, count: int, polls: int) -> list[Path]:
     """The bodies `write_variants` wrote for `count` sessions and `polls` measured polls, in poll order."""
     return [directory / f"sessions-{count}-{v}.json" for v in range(polls + 1)]
-
-
-def maxrss_mb() -> float:
-    """Peak RSS of this process in MB. Linux keeps ru_maxrss across fork+exec, so a child reports at
-    least its parent's RSS at fork time: the parent therefore stays small (it only runs httpx; the
-    bodies are generated in a child of their own)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def _p50_ms(samples: list[float]) -> float:
-    return statistics.median(samples) * 1000
-
-
-# --- children ---------------------------------------------------------------------------------------
-
-
-def child_upstream(paths: list[Path], polls: int, *, reads_disk: bool = False) -> None:
-    """A stand-in upstream in a process of its own: `GET /session` answers the next body of the poll
-    sequence, `GET /metrics` a count.
-
-    Every body is in memory before the first poll, as a real service holds its sessions. Read from
-    disk per request (as before 2026-11-24: `--upstream-reads-disk`), the first byte of a
-    50,000-session body came ~28 ms after a request from a plain socket client (a 32 MB read into
-    fresh pages); in the poll cycle that showed as only 2-8 ms more waiting at 50k (paired runs),
-    and 4-11 ms more cycle at 10k: small, but this process's work, not the daemon's."""
-    import http.server
-
-    sequence = iter(range(len(paths)))
-    last = 0
-    bodies = [None if reads_disk else path.read_bytes() for path in paths]
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out in two writes: without this, Nagle + delayed ACK add ~40 ms.
-        disable_nagle_algorithm = True
-
-        def do_GET(self) -> None:
-            nonlocal last
-            if self.path.startswith("/session"):
-                last = next(sequence, last)
-                body, ctype = bodies[last] or paths[last].read_bytes(), "application/json"
-            else:
-                body, ctype = b"# TYPE session_count untyped\nsession_count 1\n", "text/plain; version=0.0.4"
-            self.send_response(200)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-    print(json.dumps({"url": f"http://127.0.0.1:{server.server_port}"}), flush=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    sys.stdin.readline()
-    print(json.dumps({"maxrss_mb": maxrss_mb()}), flush=True)
-
-
-def child_static(paths: list[Path]) -> None:
-    """The floor: `http.server` (HTTP/1.1 keep-alive, as ours) writing prepared bytes, nothing else.
-
-    `paths` are the identity and the gzip body of one of our scrapes (captured by the parent), so
-    both servers send exactly the same bytes with the same headers' shape."""
-    import http.server
-
-    identity, gzipped = paths[0].read_bytes(), paths[1].read_bytes()
-    content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8"
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
-        def do_GET(self) -> None:
-            gzip = "gzip" in (self.headers.get("Accept-Encoding") or "")
-            body = gzipped if gzip else identity
-            self.send_response(200)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            if gzip:
-                self.send_header("Content-Encoding", "gzip")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    print(json.dumps({"url": f"http://127.0.0.1:{server.server_port}"}), flush=True)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    sys.stdin.readline()
-    print(json.dumps({"maxrss_mb": maxrss_mb()}), flush=True)
-
-
-def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: str) -> None:
-    """The daemon's poll path, exactly: Poller.poll_once (SessionHostClient over loopback, the
-    poller's SessionListParser) then SnapshotRenderer.render, as Daemon._on_poll does."""
-    from prometheus_client import CollectorRegistry
-
-    from archiver.daemon import tune_allocator
-
-    tune_allocator()  # as `archiver run` does at start-up
-
-    from archiver.exporter.exposition import SnapshotRenderer
-    from archiver.exporter.httpserver import MetricsServer
-    from archiver.exporter.poller import METRICS, SESSIONS, Poller
-    from archiver.exporter.selfmetrics import SelfMetrics
-    from archiver.upstream.api import SessionHostClient, Token
-    from archiver.upstream.models import STREAM_WINDOW, SessionList, SessionListParser
-
-    parse_times: list[float] = []
-
-    class TimedParser(SessionListParser):
-        """Delegates to the production parser; only records how long its parse took (for a body
-        parsed as it streams in, without the time spent waiting for its chunks)."""
-
-        def parse(self, body: bytes | bytearray) -> SessionList:
-            t0 = time.perf_counter()
-            try:
-                return super().parse(body)
-            finally:
-                parse_times.append(time.perf_counter() - t0)
-
-        def parse_stream(self, chunks: Iterable[bytes], *, window: int = STREAM_WINDOW) -> SessionList:
-            waited = 0.0
-
-            def timed() -> Iterator[bytes]:
-                nonlocal waited
-                source = iter(chunks)
-                while True:
-                    t = time.perf_counter()
-                    chunk = next(source, None)
-                    waited += time.perf_counter() - t
-                    if chunk is None:
-                        return
-                    yield chunk
-
-            t0 = time.perf_counter()
-            try:
-                return super().parse_stream(timed(), window=window)
-            finally:
-                parse_times.append(time.perf_counter() - t0 - waited)
-
-    client = SessionHostClient.connect(upstream, Token("benchmark"))
-    poller = Poller(client, interval=10.0, on_result=lambda result: None, parser=TimedParser())
-    renderer = SnapshotRenderer(max_sessions=10**6, label_allowlist=allowlist)
-    fetch, metrics_fetch, render, total = [], [], [], []
-    first_ms = 0.0
-    first_parts = 0
-    snapshot = None
-    for i in range(1 + polls):
-        t0 = time.perf_counter()
-        result = poller.poll_once()
-        t1 = time.perf_counter()
-        snapshot = renderer.render(result.sessions, result.families, now=result.started_at, delta=result.delta)
-        t2 = time.perf_counter()
-        if result.errors:
-            raise RuntimeError(f"poll failed: {result.errors}")
-        durations = result.durations
-        del result  # the renderer's cache holds the sessions from here on, as in the daemon
-        if i == 0:
-            first_ms = (t2 - t0) * 1000  # the first poll parses and renders every session
-            parse_times.clear()
-            first_parts = renderer.parts_built
-            continue
-        fetch.append(durations[SESSIONS])
-        metrics_fetch.append(durations[METRICS])
-        render.append(t2 - t1)
-        total.append(t2 - t0)
-    registry = CollectorRegistry()
-    server = MetricsServer(
-        ("127.0.0.1", 0),
-        snapshot_source=lambda: snapshot,
-        self_metrics=SelfMetrics(registry),
-        health=lambda: (True, "ok"),
-        ready=lambda: (True, "ok"),
-        web_config=None,
-    )
-    server.start()
-    print(
-        json.dumps(
-            {
-                "url": server.url,
-                "first_poll_ms": first_ms,
-                "poll_p50_ms": _p50_ms(total),
-                "list_p50_ms": _p50_ms(fetch),
-                "parse_p50_ms": _p50_ms(parse_times),
-                "metrics_fetch_p50_ms": _p50_ms(metrics_fetch),
-                "render_p50_ms": _p50_ms(render),
-                "polls": len(total),
-                "renders": renderer.render_count,
-                # Block parts compressed again per poll, as a share of all parts (the rest reused).
-                "parts_share": (renderer.parts_built - first_parts) / len(total) / max(1, first_parts),
-            }
-        ),
-        flush=True,
-    )
-    sys.stdin.readline()  # the parent scrapes, then says it is done
-    print(json.dumps({"maxrss_mb": maxrss_mb()}), flush=True)
-    server.stop()
-
-
-def child_baseline(paths: list[Path], allowlist: list[str]) -> None:
-    """The same series through prometheus_client Gauges, the way a direct-instrumentation exporter does."""
-    from prometheus_client import CollectorRegistry, Gauge, start_http_server
-
-    from archiver.exporter.exposition import label_names_for
-    from archiver.upstream.models import parse_session_list
-
-    label_names = label_names_for(allowlist)
-    registry = CollectorRegistry()
-    info = Gauge("sessionhost_session_info", "i", ["session_id", "image", "tag", "location", "host"], registry=registry)
-    created = Gauge("sessionhost_session_created_timestamp_seconds", "c", ["session_id"], registry=registry)
-    players = Gauge("sessionhost_session_players", "p", ["session_id"], registry=registry)
-    status = Gauge("sessionhost_session_status", "s", ["session_id", "status"], registry=registry)
-    labels = Gauge("sessionhost_session_labels", "l", ["session_id", *label_names.values()], registry=registry)
-    agg = Gauge("sessionhost_sessions", "a", ["location", "image", "tag", "status"], registry=registry)
-    agg_players = Gauge("sessionhost_players", "a", ["location", "image", "tag"], registry=registry)
-    upstream = Gauge("sessionhost_upstream_session_count", "u", registry=registry)
-    exported = Gauge("archiver_sessions_exported", "e", registry=registry)
-
-    sessions = parse_session_list(json.loads(paths[0].read_bytes())).sessions
-    t0 = time.perf_counter()
-    counts: dict[tuple[str, ...], int] = {}
-    sums: dict[tuple[str, ...], int] = {}
-    for s in sessions:
-        info.labels(s.id, s.image, s.tag, s.location, s.host).set(1)
-        created.labels(s.id).set(s.created_ms / 1000)
-        if s.player_count is not None:
-            players.labels(s.id).set(s.player_count)
-        status.labels(s.id, s.status).set(1)
-        labels.labels(s.id, *(s.labels.get(k, "") for k in label_names)).set(1)
-        key = (s.location, s.image, s.tag, s.status)
-        counts[key] = counts.get(key, 0) + 1
-        sums[key[:3]] = sums.get(key[:3], 0) + (s.player_count or 0)
-    for key, n in counts.items():
-        agg.labels(*key).set(n)
-    for key3, n in sums.items():
-        agg_players.labels(*key3).set(n)
-    upstream.set(len(sessions))
-    exported.set(len(sessions))
-    update_ms = (time.perf_counter() - t0) * 1000
-    del sessions
-    server, _thread = start_http_server(0, addr="127.0.0.1", registry=registry)
-    print(json.dumps({"url": f"http://127.0.0.1:{server.server_port}", "update_ms": update_ms}), flush=True)
-    sys.stdin.readline()
-    print(json.dumps({"maxrss_mb": maxrss_mb()}), flush=True)
-    server.shutdown()
 
 
 # --- parent -----------------------------------------------------------------------------------------
@@ -431,6 +196,7 @@ class Child:
 
 def bench_size(count: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     generate = ["--child", "generate", "--sessions", str(count), "--paths", str(workdir), "--churn", args.churn]
+    generate += ["--lone-surrogate"] if args.lone_surrogate else []
     subprocess.run([sys.executable, __file__, *generate, "--polls", str(args.polls)], check=True)
     paths = variant_paths(workdir, count, args.polls)
     common = ["--paths", ",".join(map(str, paths)), "--allowlist", args.allowlist]
@@ -525,6 +291,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
         ("ours / floor, gzip", "floor_ratio_gzip", "floor_ratio", "{:.2f}x"),
         ("ours / floor, identity", "floor_ratio_identity", None, "{:.2f}x"),
         ("poll cycle p50 (ms)", "poll_p50_ms", "poll_p50_ms", "{:.1f}"),
+        ("  CPU time of the poll cycle p50 (ms)", "poll_cpu_p50_ms", None, "{:.1f}"),
         ("  GET /session, fetch + parse p50 (ms)", "list_p50_ms", None, "{:.1f}"),
         ("    SessionListParser.parse p50 (ms)", "parse_p50_ms", None, "{:.1f}"),
         ("  GET /metrics p50 (ms)", "metrics_fetch_p50_ms", None, "{:.1f}"),
@@ -571,9 +338,14 @@ def main(argv: list[str] | None = None) -> int:
         help="which sessions end between polls: at random positions (default, the goals' case) or oldest first",
     )
     parser.add_argument(
+        "--lone-surrogate",
+        action="store_true",
+        help="one entry of every list carries a lone surrogate escape (left out of every poll; the others keep reuse)",
+    )
+    parser.add_argument(
         "--upstream-reads-disk",
         action="store_true",
-        help="the stand-in upstream reads each body from disk when asked (the method before 2026-11-24)",
+        help="the stand-in upstream reads each body from disk when asked (the older method)",
     )
     parser.add_argument(
         "--child", choices=("ours", "upstream", "baseline", "generate", "static"), help=argparse.SUPPRESS
@@ -583,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     allowlist = [k for k in args.allowlist.split(",") if k]
     if args.child == "generate":
-        write_variants(int(args.sessions), Path(args.paths), churn=args.churn, polls=args.polls)
+        write_variants(
+            int(args.sessions), Path(args.paths), churn=args.churn, polls=args.polls, lone_surrogate=args.lone_surrogate
+        )
         return 0
     if args.child:
         paths = [Path(p) for p in args.paths.split(",")]
@@ -606,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"/metrics benchmark, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, "
         f"Python {platform.python_version()}, {os.cpu_count()} CPUs, churn: {args.churn}, "
+        f"{'one lone-surrogate entry per list, ' if args.lone_surrogate else ''}"
         f"stand-in upstream: {'reads each body from disk' if args.upstream_reads_disk else 'bodies in memory'}"
     )
     print_table(results)

@@ -4,7 +4,7 @@
 Usage: python benchmarks/sharded.py [--sessions 100000] [--shards 4] [--polls 15] [--json out.json]
 
 The list bodies and the stand-in upstream are the scrape benchmark's (`scrape.py`: realistic
-`GET /session` bodies, ~2 % of the sessions changing per poll, served from disk by a process of its
+`GET /session` bodies, ~2 % of the sessions changing per poll, held in memory by a process of its
 own; the fake service's Python JSON encoder would dominate at this size, and it is the archiver's
 cost we measure). Each measured daemon runs the daemon's poll path in a fresh process (Poller with the
 shard's SessionListParser, SnapshotRenderer, MetricsServer), one after the other, each against a
@@ -54,7 +54,7 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
     from archiver.exporter.selfmetrics import SelfMetrics
     from archiver.sharding import Shard
     from archiver.upstream.api import SessionHostClient, Token
-    from archiver.upstream.models import SessionListParser
+    from archiver.upstream.listparser import SessionListParser
 
     me = Shard(shard, total)
     client = SessionHostClient.connect(upstream, Token("benchmark"))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 import click
+import jsonschema
 import kubernetes_validate
 import yaml
 from click.testing import CliRunner, Result
@@ -439,7 +440,8 @@ def settings_from(args: Sequence[str], env: Mapping[str, str] | None = None) -> 
     def probe(**kwargs: object) -> None:
         resolved.append(resolve(dict(kwargs)))
 
-    clean = {opt.env: None for opt in OPTIONS} | {"ARCHIVER_CONFIG": None, "ARCHIVER_API_TOKEN": None}
+    envs = [opt.env for opt in OPTIONS] + [alias.env for opt in OPTIONS for alias in opt.aliases if alias.env]
+    clean = dict.fromkeys(envs) | {"ARCHIVER_CONFIG": None, "ARCHIVER_API_TOKEN": None}
     result = CliRunner().invoke(probe, list(args), env={**clean, **(env or {})})
     if isinstance(result.exception, ConfigError):
         raise result.exception
@@ -451,8 +453,9 @@ def settings_from(args: Sequence[str], env: Mapping[str, str] | None = None) -> 
 # --- the Helm chart -----------------------------------------------------------------------------
 
 CHART = REPO / "helm" / "archiver"
-# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schema shipped.
-K8S_VERSIONS = ["1.25", kubernetes_validate.utils.latest_version()]
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion), every minor through 1.33, and the
+# newest schema kubernetes-validate ships.
+K8S_VERSIONS = [*(f"1.{minor}" for minor in range(25, 34)), kubernetes_validate.utils.latest_version()]
 CRD_SCHEMAS = {
     ("monitoring.coreos.com/v1", kind): json.loads(
         (REPO / "tests" / "data" / "crds" / f"monitoring.coreos.com_v1_{kind.lower()}.json").read_text()
@@ -473,6 +476,11 @@ def chart_values(name: str) -> dict[str, Any]:
 
 MINIMAL = chart_values("default-values.yaml")
 ALL_FEATURES = chart_values("all-features-values.yaml")
+CI_VALUES = sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
+#: The browser behind an authenticated Ingress under a path prefix (ci/browser-ingress-values.yaml).
+BROWSER_INGRESS: dict[str, Any] = chart_values("browser-ingress-values.yaml")["browser"]
+#: The rules' selector in tests that do not enable the chart's ServiceMonitor.
+SELECTOR = 'job="archiver"'
 
 
 def render(chart: helm.Chart, values: dict[str, Any]) -> list[Doc]:
@@ -484,6 +492,20 @@ def render(chart: helm.Chart, values: dict[str, Any]) -> list[Doc]:
             continue
         docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
     return docs
+
+
+def validate_manifests(docs: list[Doc], namespace: str = "observability") -> None:
+    """Strict Kubernetes schema validation of every core manifest in every version of K8S_VERSIONS;
+    the prometheus-operator objects against their CRD schemas."""
+    assert docs
+    for doc in docs:
+        crd_schema = CRD_SCHEMAS.get((doc["apiVersion"], doc["kind"]))
+        if crd_schema is not None:
+            assert doc["metadata"]["namespace"] == namespace
+            jsonschema.validate(doc, crd_schema)
+            continue
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(doc, version, strict=True)
 
 
 def one(docs: list[Doc], kind: str, name: str | None = None) -> Doc:

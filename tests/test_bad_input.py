@@ -352,7 +352,7 @@ KNOWN = [
     (["ls", "--until", "9999-12-31T23:59:59-01:00"], 2, "time out of range"),
     (["ls", "--limit", "9" * 30], 2, "is not in the range"),
     (["index-players", "--checkpoint", "/tmp/" + "c" * 300], 2, "has a name of 300 bytes, at most 255"),
-    (["status", "--state-dir", "/tmp/" + "s" * 5000], 2, "state directory too long"),
+    (["status", "--state-dir", "/tmp/" + "s" * 5000], 2, "--state-dir: path too long: 5005 bytes"),
     (["ls", "--store", "file:///tmp/" + "d" * 5000], 2, "store directory too long"),
     (["check", "--artifact-path", "/" + "a" * 5000], 2, "artifact path too long: 5001 bytes, at most 4095"),
 ]

@@ -187,7 +187,7 @@ INTERNAL_CONTROL_FLOW = {
     "archiver.fake.errors.HttpProblem",
     "archiver.fake.validation.InvalidBody",
     "archiver.retrieval.grep._Cancelled",
-    "archiver.upstream.models.WholeBodyNeeded",
+    "archiver.upstream.listparser.WholeBodyNeeded",
 }
 
 

@@ -295,7 +295,7 @@ def test_start_up_tuning_lets_a_polls_new_objects_live_without_a_garbage_collect
             started.append(info["generation"])
 
     try:
-        tune_allocator()
+        assert tune_allocator({}) is True
         assert gc.get_threshold()[1:] == before[1:]  # the older generations keep their thresholds
         gc.collect()
         gc.callbacks.append(count)
@@ -306,3 +306,22 @@ def test_start_up_tuning_lets_a_polls_new_objects_live_without_a_garbage_collect
         assert len(kept) == 8_000 and started == []
     finally:
         gc.set_threshold(*before)
+
+
+def test_process_tuning_switched_off_leaves_the_interpreters_defaults_alone() -> None:
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(700, *before[1:])
+        assert tune_allocator({"ARCHIVER_PROCESS_TUNING": "off"}) is False
+        assert gc.get_threshold() == (700, *before[1:])
+        assert tune_allocator({"ARCHIVER_PROCESS_TUNING": " ON "}) is True
+        assert gc.get_threshold()[0] > 700
+    finally:
+        gc.set_threshold(*before)
+
+
+def test_a_bad_process_tuning_value_is_a_config_error_naming_the_variable() -> None:
+    before = gc.get_threshold()
+    with pytest.raises(ConfigError, match=r"^ARCHIVER_PROCESS_TUNING='maybe': expected on or off$"):
+        tune_allocator({"ARCHIVER_PROCESS_TUNING": "maybe"})
+    assert gc.get_threshold() == before

@@ -1,5 +1,6 @@
 """Grafana dashboards and Prometheus alert rules: valid, tested with promtool, on ARCHITECTURE.md §6 names,
-each alert with a runbook section."""
+each alert with a runbook section, and scoped for a Prometheus shared by several releases and clusters
+(every rule by its selector, every dashboard query by the cluster, namespace and job variables)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,10 @@ EXPECTED_RECORDS = {
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
                    "unless", "bool", "offset", "inf", "nan"}  # fmt: skip
 GRAFANA_DURATIONS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
+#: The standalone rules file's selector (tests/render_rules.py) and the matchers every dashboard
+#: series selector starts with.
+RULES_SELECTOR = 'job="archiver"'
+DASHBOARD_SCOPE = 'cluster=~"$cluster", namespace=~"$namespace", job=~"$job"'
 
 
 def metric_names(expr: str) -> set[str]:
@@ -121,6 +126,27 @@ def test_metric_name_extraction() -> None:
         "b_info) + sum by (le) (rate(c_bucket[$__rate_interval] offset 5m)) > 5e9 and bool time()"
     )
     assert metric_names(expr) == {"a_total", "b_info", "c_bucket"}
+
+
+def series_selectors(expr: str) -> list[tuple[str, str | None]]:
+    """Each series selector of a PromQL expression: its metric name and its matchers (None when it
+    has no braces); the same tokenising as metric_names."""
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", expr)
+    e = re.sub(r"\[[^\]]*\]", " ", e)
+    found: list[tuple[str, str | None]] = []
+    for m in re.finditer(r'([A-Za-z_:][A-Za-z0-9_:]*)(\{(?:[^}"]|"(?:[^"\\]|\\.)*")*\})?', e):
+        name = m.group(1)
+        if m.start() and (e[m.start() - 1].isdigit() or e[m.start() - 1] in '.$"'):
+            continue
+        if name in {"le", "time"} or name.lower() in PROMQL_KEYWORDS or e[m.end() :].lstrip().startswith("("):
+            continue
+        found.append((name, m.group(2)[1:-1] if m.group(2) else None))
+    return [(name, matchers) for name, matchers in found if name in metric_names(expr)]
+
+
+def test_series_selector_extraction() -> None:
+    expr = 'sum by (le) (rate(a_bucket{job="x", le=~"1.*"}[5m])) * on (job) group_left b_info and c{} > 5e3'
+    assert series_selectors(expr) == [("a_bucket", 'job="x", le=~"1.*"'), ("b_info", None), ("c", "")]
 
 
 def load_rules(kind: str = "alert") -> list[dict[str, Any]]:
@@ -171,17 +197,19 @@ def test_alert_rules_unit_tests_pass(promtool: str) -> None:
 
 # Each rule replaced by a plausible wrong one: the unit tests must notice.
 BROKEN_RULES = {
-    # Unscoped, the rule would also page for an account whose /metrics answers 404 for good.
-    "ArchiverUpstreamDown": "archiver_upstream_up == 0",
-    "ArchiverItemsExpired": 'increase(archiver_items_total{outcome="archived"}[1h]) > 0',
-    "ArchiverFetchDeadlineNear": "archiver_next_fetch_deadline_timestamp_seconds - time() < 60",
-    # The old rule: tied to a job name that contains "archiver", and silent without a target.
+    # Without the endpoint, the rule would also page for an account whose /metrics answers 404 for good.
+    "ArchiverUpstreamDown": 'archiver_upstream_up{job="archiver"} == 0',
+    "ArchiverItemsExpired": 'increase(archiver_items_total{job="archiver", outcome="archived"}[1h]) > 0',
+    "ArchiverFetchDeadlineNear": 'archiver_next_fetch_deadline_timestamp_seconds{job="archiver"} - time() < 60',
+    # The 0.1 rule: tied to a job name that contains "archiver", and silent without a target.
     "ArchiverDown/job-name": 'up{job=~".*archiver.*"} == 0',
-    "ArchiverDown/no-absent": "up == 0 and on (job, instance) max_over_time(archiver_build_info[1d])",
-    "ArchiverStoreDown": "archiver_store_up < 1 and archiver_store_up > 0",
-    "ArchiverDetectionFailing": "archiver_detection_up == 1",
+    "ArchiverDown/no-absent": (
+        'up{job="archiver"} == 0 and on (job, instance) max_over_time(archiver_build_info{job="archiver"}[1d])'
+    ),
+    "ArchiverStoreDown": 'archiver_store_up{job="archiver"} < 1 and archiver_store_up{job="archiver"} > 0',
+    "ArchiverDetectionFailing": 'archiver_detection_up{job="archiver"} == 1',
     # A counter that stays up is not new invalid entries.
-    "ArchiverUpstreamInvalidEntries": "archiver_upstream_invalid_entries_total > 0",
+    "ArchiverUpstreamInvalidEntries": 'archiver_upstream_invalid_entries_total{job="archiver"} > 0',
 }
 
 
@@ -195,6 +223,117 @@ def test_alert_unit_tests_catch_a_broken_rule(promtool: str, tmp_path: Path, ale
     shutil.copy(RULES_TEST, tmp_path / RULES_TEST.name)
     result = run_promtool(promtool, "test", "rules", tmp_path / RULES_TEST.name)
     assert result.returncode != 0, result.stdout
+
+
+def _rules() -> list[dict[str, Any]]:
+    return load_rules() + load_rules("record")
+
+
+@pytest.mark.parametrize("rule", [r.get("alert") or r["record"] for r in _rules()])
+def test_every_rule_selector_is_load_bearing(promtool: str, tmp_path: Path, rule: str) -> None:
+    """Without its selector, each rule (alerting or recording) sees another release's series in the
+    unit tests' shared Prometheus and fails them: the tests prove every rule is scoped."""
+    document = yaml.safe_load(RULES.read_text())
+    (target,) = [r for g in document["groups"] for r in g["rules"] if rule in (r.get("alert"), r.get("record"))]
+    unscoped = target["expr"].replace(f"{RULES_SELECTOR}, ", "").replace(f"{{{RULES_SELECTOR}}}", "")
+    assert RULES_SELECTOR not in unscoped and unscoped != target["expr"]
+    target["expr"] = unscoped
+    (tmp_path / RULES.name).write_text(yaml.safe_dump(document))
+    shutil.copy(RULES_TEST, tmp_path / RULES_TEST.name)
+    result = run_promtool(promtool, "test", "rules", tmp_path / RULES_TEST.name)
+    assert result.returncode != 0, result.stdout
+
+
+def test_every_series_selector_of_every_rule_carries_the_selector() -> None:
+    """Mixin style: prometheusRule.selector is in every selector of every expression, so a release's
+    rules never read, alert on, or record another release's series."""
+    for rule in _rules():
+        selectors = series_selectors(rule["expr"])
+        assert selectors, rule
+        for name, matchers in selectors:
+            assert matchers is not None and matchers.startswith(RULES_SELECTOR), (
+                rule.get("alert") or rule["record"],
+                name,
+            )
+
+
+def test_alert_texts_name_namespace_and_pod_not_the_instance_alone() -> None:
+    """Every alert's summary and description say where: namespace/pod when the ServiceMonitor's
+    target labels are there, the instance only as a fallback (a plain scrape)."""
+    where = "{{ if $labels.pod }}{{ $labels.namespace }}/{{ $labels.pod }}{{ else }}{{ $labels.instance }}{{ end }}"
+    for rule in load_rules():
+        annotations = rule["annotations"]
+        for key in ("summary", "description"):
+            assert where in annotations[key], (rule["alert"], key)
+            if rule["alert"] != "ArchiverDown":  # whose texts test for a target: `if $labels.instance`
+                assert annotations[key].replace(where, "").count("$labels.instance") == 0, (rule["alert"], key)
+
+
+def test_a_release_rendered_by_the_chart_alerts_on_its_own_targets_only(promtool: str, tmp_path: Path) -> None:
+    """The chart's rules for release games-evidence in namespace games (its ServiceMonitor's job and
+    namespace, the default selector) under promtool: its store down and its target gone alert, with
+    namespace and pod in the texts; the same failures of a release of the same name in another
+    namespace do not; its fleet sum counts its own sessions only."""
+    from tests.render_rules import chart_groups
+
+    values = {"serviceMonitor": {"enabled": True}, "prometheusRule": {"selector": ""}}
+    groups = chart_groups(values, release="games-evidence", namespace="games")
+    (tmp_path / "release.rules.yml").write_text(yaml.safe_dump({"groups": groups}))
+    job = "games-evidence-archiver"
+    pod = f"{job}-0"
+    ours = f'job="{job}", namespace="games", pod="{pod}", instance="10.0.0.1:9877"'
+    theirs = f'job="{job}", namespace="staging", pod="{pod}", instance="10.0.0.2:9877"'
+    fleet = 'shard="0", total_shards="1", replica="0"'
+    sessions = 'location="eu", image="g", tag="1", status="running"'
+    build = 'version="1", python_version="3.11"'
+    # Both store down throughout; ours gone after minute 2, theirs running.
+    tests = f"""
+rule_files: [release.rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - {{series: 'archiver_store_up{{{ours}}}', values: 0x20}}
+      - {{series: 'archiver_store_up{{{theirs}}}', values: 0x20}}
+      - {{series: 'sessionhost_sessions{{{ours}, {sessions}}}', values: 7x20}}
+      - {{series: 'sessionhost_sessions{{{theirs}, {sessions}}}', values: 900x20}}
+      - {{series: 'archiver_shard_info{{{ours}, {fleet}}}', values: 1x20}}
+      - {{series: 'archiver_shard_info{{{theirs}, {fleet}}}', values: 1x20}}
+      - {{series: 'archiver_build_info{{{ours}, {build}}}', values: 1x2}}
+      - {{series: 'archiver_build_info{{{theirs}, {build}}}', values: 1x30}}
+    alert_rule_test:
+      - eval_time: 10m
+        alertname: ArchiverStoreDown
+        exp_alerts:
+          - exp_labels: {{severity: critical, job: {job}, namespace: games, pod: {pod}, instance: "10.0.0.1:9877"}}
+            exp_annotations:
+              runbook_url: {RUNBOOK_URL}#archiverstoredown
+              summary: Archiver games/{pod} cannot write to its archive store
+              description: >-
+                games/{pod}: store operations and probes have failed for 5m. Fetched logs and artifacts wait
+                in the local spool (nothing is lost while the volume has room), but no session is archived
+                until the store accepts writes again.
+      - eval_time: 15m
+        alertname: ArchiverDown
+        exp_alerts:
+          - exp_labels: {{severity: critical, job: {job}, namespace: games}}
+            exp_annotations:
+              runbook_url: {RUNBOOK_URL}#archiverdown
+              summary: "Archiver is not running in games: no target of job {job} exports archiver_build_info"
+              description: >-
+                No archiver has been scraped successfully for 5m. While the archiver is down, ended sessions
+                are neither confirmed nor fetched; their logs and artifacts are removed upstream 4 hours
+                after the session ends.
+    promql_expr_test:
+      - expr: archiver:sessionhost_sessions:sum
+        eval_time: 1m
+        exp_samples:
+          - labels: 'archiver:sessionhost_sessions:sum{{job="{job}", namespace="games", {sessions}}}'
+            value: 7
+"""
+    (tmp_path / "release.test.yml").write_text(tests)
+    result = run_promtool(promtool, "test", "rules", tmp_path / "release.test.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def runbook_anchors() -> set[str]:
@@ -342,9 +481,89 @@ def test_dashboard_expressions_are_valid_promql(promtool: str, tmp_path: Path) -
 
 
 @pytest.mark.parametrize("path", DASHBOARDS, ids=[p.name for p in DASHBOARDS])
+def test_every_dashboard_query_is_scoped_by_cluster_namespace_and_job(path: Path) -> None:
+    """A shared Prometheus holds other teams' releases and, behind Thanos or Mimir, other clusters:
+    every series selector of every panel and variable query starts with the cluster, namespace and
+    job matchers (the variables chain in that order), and joins and per-release groupings keep
+    cluster and namespace apart."""
+    board = json.loads(path.read_text())
+    variables = [v for v in board["templating"]["list"] if v["type"] == "query"]
+    assert [v["name"] for v in variables][:4] == ["cluster", "namespace", "job", "instance"]
+    chained = {"cluster": "", "namespace": 'cluster=~"$cluster"', "job": 'cluster=~"$cluster", namespace=~"$namespace"'}
+    for var in variables:
+        query = var["query"]["query"]
+        assert var["definition"] == query
+        match = re.fullmatch(r"label_values\((.+),\s*\w+\)", query)
+        assert match, query
+        ((_, matchers),) = series_selectors(match.group(1))
+        if var["name"] in chained:
+            assert (matchers or "") == chained[var["name"]], query
+        else:
+            assert matchers and matchers.startswith(DASHBOARD_SCOPE), query
+    for panel in all_panels(board):
+        for target in panel.get("targets", []):
+            selectors = series_selectors(target["expr"])
+            assert selectors, target["expr"]
+            for name, matchers in selectors:
+                assert matchers is not None and matchers.startswith(DASHBOARD_SCOPE), (panel["title"], name)
+            for clause in re.findall(r"\b(?:on|by)\s*\(([^)]*)\)", target["expr"]):
+                labels = [label.strip() for label in clause.split(",")]
+                if "job" in labels:
+                    assert labels[:3] == ["cluster", "namespace", "job"], (panel["title"], clause)
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=[p.name for p in DASHBOARDS])
+def test_scope_variables_match_everything_when_all_is_selected(path: Path) -> None:
+    """cluster, namespace and job default to All, whose value .* also matches series that lack the
+    label (a single-cluster Prometheus has no cluster label; a plain scrape no namespace)."""
+    board = json.loads(path.read_text())
+    variables = {v["name"]: v for v in board["templating"]["list"]}
+    for name in ("cluster", "namespace", "job", "instance"):
+        var = variables[name]
+        assert var["includeAll"] is True and var["allValue"] == ".*" and var["multi"] is True, name
+        assert var["current"] == {} and var["refresh"] == 2, name
+
+
+def test_the_all_value_matches_series_without_the_label(promtool: str, tmp_path: Path) -> None:
+    """What the All value relies on, checked by Prometheus' own engine: `=~".*"` selects a series
+    without that label, so the dashboards work before anyone adds a cluster label."""
+    (tmp_path / "empty.rules.yml").write_text("groups: []\n")
+    tests = {
+        "rule_files": ["empty.rules.yml"],
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [
+                    {"series": 'archiver_build_info{job="archiver", instance="a:9877"}', "values": "1x5"},
+                    {
+                        "series": 'archiver_build_info{cluster="eu1", namespace="games", job="other", instance="b"}',
+                        "values": "1x5",
+                    },
+                ],
+                "promql_expr_test": [
+                    {
+                        "expr": 'count(archiver_build_info{cluster=~".*", namespace=~".*", job=~".*"})',
+                        "eval_time": "2m",
+                        "exp_samples": [{"labels": "{}", "value": 2}],
+                    },
+                    {
+                        "expr": 'count(archiver_build_info{cluster=~"eu1", namespace=~".*", job=~".*"})',
+                        "eval_time": "2m",
+                        "exp_samples": [{"labels": "{}", "value": 1}],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "all.test.yml").write_text(yaml.safe_dump(tests))
+    result = run_promtool(promtool, "test", "rules", tmp_path / "all.test.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("path", DASHBOARDS, ids=[p.name for p in DASHBOARDS])
 def test_dashboard_structure(path: Path) -> None:
-    """Grafana 10 JSON: schemaVersion 39, unique ids, the datasource/job/instance variables,
-    every query on ${datasource}, and no two panels overlapping on the grid."""
+    """Grafana 10 JSON: schemaVersion 39, unique ids, the datasource/cluster/namespace/job/instance
+    variables, every query on ${datasource}, and no two panels overlapping on the grid."""
     board = json.loads(path.read_text())
     assert board["schemaVersion"] == 39
     assert board["uid"] and board["title"] and board["id"] is None
@@ -354,7 +573,7 @@ def test_dashboard_structure(path: Path) -> None:
     variables = {v["name"]: v for v in board["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    assert {"job", "instance"} <= variables.keys()
+    assert {"cluster", "namespace", "job", "instance"} <= variables.keys()
     cells: dict[tuple[int, int], int] = {}
     for panel in panels:
         assert panel["title"], panel["id"]
@@ -400,7 +619,9 @@ def test_chart_rules_with_custom_settings_pass_promtool_check(promtool: str, tmp
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"SUCCESS: {len(EXPECTED_ALERTS) - 1 + len(EXPECTED_RECORDS)} rules found" in result.stdout
     rules = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
-    assert rules["ArchiverSpoolLarge"]["expr"] == f"archiver_spool_bytes > {int(0.9 * 200 * 1024**3)}"
+    assert (
+        rules["ArchiverSpoolLarge"]["expr"] == f"archiver_spool_bytes{{{RULES_SELECTOR}}} > {int(0.9 * 200 * 1024**3)}"
+    )
     assert (
         rules["ArchiverFetchDeadlineNear"]["expr"].endswith("< 2700")
         and "for" not in rules["ArchiverFetchDeadlineNear"]

@@ -138,7 +138,7 @@ def _fake_sessions(fake: FakeService) -> list[object]:
     import httpx as _httpx
 
     body = _httpx.get(f"{fake.base_url}/session", headers={"Authorization": f"Bearer {TEST_TOKEN}"}).json()
-    from archiver.upstream.models import parse_session_list
+    from archiver.upstream.sessionlist import parse_session_list
 
     return parse_session_list(body).sessions  # type: ignore[return-value]
 

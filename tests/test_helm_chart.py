@@ -2,8 +2,11 @@
 
 Rendering and linting use helm-python-sdk (Helm's Go SDK through ctypes, no helm binary);
 every rendered core manifest is validated with kubernetes-validate against the Kubernetes
-OpenAPI schemas it ships, in strict mode (unknown fields are errors), and the prometheus-operator
-objects against structural CRD schemas in tests/data/crds. values.schema.json refuses unknown keys.
+OpenAPI schemas it ships (every minor version from the chart's kubeVersion floor through 1.33, and
+the newest), in strict mode (unknown fields are errors), and the prometheus-operator objects
+against structural CRD schemas in tests/data/crds. values.schema.json refuses unknown keys. The
+CI values files (ci/*-values.yaml: defaults, every feature, the browser behind an Ingress, a
+sharded fleet) and the chart as an umbrella chart's dependency all render valid manifests.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -28,15 +33,19 @@ from archiver.fake import FakeService
 from tests.fixtures_fake import TEST_TOKEN
 from tests.support import (
     ALL_FEATURES,
+    BROWSER_INGRESS,
     CHART,
+    CI_VALUES,
     CRD_SCHEMAS,
     K8S_VERSIONS,
     MINIMAL,
+    SELECTOR,
     Doc,
     chart_values,
     free_port,
     one,
     render,
+    validate_manifests,
 )
 from tests.support import CHART_TOKEN as TOKEN
 
@@ -77,7 +86,7 @@ def test_default_values_refuse_to_render_without_api_url_and_token(chart: helm.C
         chart.render({"config": {"api_url": "https://api.example.com"}}, name="arch")
 
 
-@pytest.mark.parametrize("values_file", ["default-values.yaml", "all-features-values.yaml"])
+@pytest.mark.parametrize("values_file", CI_VALUES)
 def test_chart_lints_clean(values_file: str) -> None:
     """helm lint --strict finds no warning or error with the CI values files."""
     report = helm.lint(CHART, chart_values(values_file), strict=True)
@@ -85,19 +94,59 @@ def test_chart_lints_clean(values_file: str) -> None:
     assert report["errors"] == [] and problems == [], report
 
 
-@pytest.mark.parametrize("values", [MINIMAL, ALL_FEATURES], ids=["minimal", "all-features"])
-def test_rendered_manifests_validate_against_kubernetes_schemas(chart: helm.Chart, values: dict[str, Any]) -> None:
-    """Every core manifest passes strict schema validation; the CRDs have their required shape."""
-    docs = render(chart, values)
-    assert docs
-    for doc in docs:
-        crd_schema = CRD_SCHEMAS.get((doc["apiVersion"], doc["kind"]))
-        if crd_schema is not None:
-            assert doc["metadata"]["namespace"] == "observability"
-            jsonschema.validate(doc, crd_schema)
-            continue
-        for version in K8S_VERSIONS:
-            kubernetes_validate.validate(doc, version, strict=True)
+@pytest.mark.parametrize("values_file", CI_VALUES)
+def test_rendered_manifests_validate_against_kubernetes_schemas(chart: helm.Chart, values_file: str) -> None:
+    """Every core manifest of every CI values file (defaults, every feature, the browser behind an
+    Ingress, 3 shards x 2 replicas) passes strict schema validation in Kubernetes 1.25-1.33 and the
+    newest; the operator objects pass their CRD schemas."""
+    validate_manifests(render(chart, chart_values(values_file)))
+
+
+def test_ci_values_files_cover_the_release_scenarios(chart: helm.Chart) -> None:
+    """The values files validated above include the browser with an Ingress and a 3 x 2 fleet."""
+    kinds = {name: {d["kind"] for d in render(chart, chart_values(name))} for name in CI_VALUES}
+    assert any({"Deployment", "Ingress"} <= found for found in kinds.values()), kinds
+    sharded = [
+        n for n in CI_VALUES if (chart_values(n).get("shards"), chart_values(n).get("replicasPerShard")) == (3, 2)
+    ]
+    assert sharded and one(render(chart, chart_values(sharded[0])), "StatefulSet")["spec"]["replicas"] == 6
+
+
+def _umbrella_chart(tmp_path: Path) -> Path:
+    """A parent chart with this chart as a dependency, switched by `condition: archiver.enabled`."""
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    parent = tmp_path / "studio"
+    (parent / "charts").mkdir(parents=True)
+    shutil.copytree(CHART, parent / "charts" / "archiver")
+    (parent / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "studio",
+                "version": "1.0.0",
+                "dependencies": [{"name": "archiver", "version": version, "condition": "archiver.enabled"}],
+            }
+        )
+    )
+    return parent
+
+
+def test_chart_renders_as_a_subchart_switched_by_enabled(tmp_path: Path) -> None:
+    """An umbrella chart sets `archiver.enabled` (its dependency condition): the strict schema accepts
+    the key, every manifest validates, and `enabled: false` leaves the archiver out."""
+    with helm.Chart.load(_umbrella_chart(tmp_path)) as parent:
+        values = {"archiver": {**ALL_FEATURES, "enabled": True, "browser": BROWSER_INGRESS}}
+        docs = render(parent, values)
+        validate_manifests(docs)
+        assert {"StatefulSet", "Deployment", "Ingress", "ServiceMonitor", "PrometheusRule"} <= {d["kind"] for d in docs}
+        assert one(docs, "StatefulSet")["metadata"]["name"] == "arch-archiver"
+        assert render(parent, {"archiver": {**ALL_FEATURES, "enabled": False}}) == []
+
+
+def test_enabled_is_a_boolean(chart: helm.Chart) -> None:
+    assert render(chart, {**MINIMAL, "enabled": True})
+    with pytest.raises(helm.HelmError, match="enabled"):
+        chart.render({**MINIMAL, "enabled": "yes"}, name="arch")
 
 
 @pytest.mark.parametrize(
@@ -148,7 +197,7 @@ def test_statefulset_runs_one_archiver_with_a_persistent_state_dir(chart: helm.C
     assert claim["spec"]["resources"]["requests"]["storage"] == "10Gi"
     assert "storageClassName" not in claim["spec"]
     c = container(docs)
-    assert c["image"] == "ghcr.io/session-archiver/archiver:0.1.0"  # appVersion
+    assert c["image"] == "ghcr.io/session-archiver/archiver:1.0.0"  # appVersion
     assert c["args"][:5] == ["run", "--config", "/etc/archiver/config.toml", "--api-token-file", TOKEN_FILE]
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
     assert mounts["state"] == "/var/lib/archiver" == rendered_toml(docs)["state_dir"]
@@ -193,7 +242,9 @@ def test_api_token_reaches_only_the_secret_and_is_passed_as_a_file(chart: helm.C
     c = container(docs)
     args = c["args"]
     assert args[args.index("--api-token-file") + 1] == TOKEN_FILE
-    assert "env" not in c  # never an environment variable
+    # Never an environment variable: the env carries the token file's path only.
+    assert {e["name"]: e.get("value") for e in c["env"]}["ARCHIVER_API_TOKEN_FILE"] == TOKEN_FILE
+    assert "ARCHIVER_API_TOKEN" not in {e["name"] for e in c["env"]}
     assert {"name": "api-token", "mountPath": "/etc/archiver/secret", "readOnly": True} in c["volumeMounts"]
     volumes = one(docs, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
     token_volume = next(v for v in volumes if v["name"] == "api-token")
@@ -208,6 +259,25 @@ def test_existing_secret_is_mounted_and_no_secret_is_created(chart: helm.Chart) 
     volumes = one(docs, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
     token_volume = next(v for v in volumes if v["name"] == "api-token")
     assert token_volume["secret"]["secretName"] == "team-archiver-token"
+    assert token_volume["secret"]["items"] == [{"key": "api-token", "path": "api-token"}]
+
+
+def test_existing_secret_key_names_the_token_inside_the_secret(chart: helm.Chart) -> None:
+    """An External Secrets / Sealed Secrets object may store the token under another key: the
+    daemon and the helm test pod mount that key at the same path; a chart-made Secret ignores it."""
+    docs = render(chart, {**MINIMAL, "existingSecret": "vault-synced", "existingSecretKey": "GAMEYE_TOKEN"})
+    pods = [one(docs, "StatefulSet")["spec"]["template"]["spec"], one(docs, "Pod")["spec"]]
+    for pod in pods:
+        (token_volume,) = [v for v in pod["volumes"] if v["name"] == "api-token"]
+        assert token_volume["secret"] == {
+            "secretName": "vault-synced",
+            "defaultMode": 0o440,
+            "items": [{"key": "GAMEYE_TOKEN", "path": "api-token"}],
+        }
+    own = render(chart, {**MINIMAL, "existingSecret": "", "apiToken": TOKEN, "existingSecretKey": "GAMEYE_TOKEN"})
+    assert list(one(own, "Secret")["data"]) == ["api-token"]
+    volumes = one(own, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    assert next(v for v in volumes if v["name"] == "api-token")["secret"]["items"][0]["key"] == "api-token"
 
 
 @pytest.mark.parametrize("key", ["api_token", "api_token_file", "web_config_file", "shard", "total_shards"])
@@ -324,13 +394,14 @@ def test_shards_and_replicas_run_one_statefulset_with_a_pdb_and_spread_pods(char
     assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     (spread,) = sts["spec"]["template"]["spec"]["topologySpreadConstraints"]
     assert spread["topologyKey"] == "kubernetes.io/hostname"
-    assert spread["labelSelector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
+    # The archiver pods only (not the browser's, which share the name and instance labels).
+    archiver_pods = one(docs, "Service")["spec"]["selector"]
+    assert archiver_pods["app.kubernetes.io/component"] == "archiver"
+    assert archiver_pods.items() <= sts["spec"]["template"]["metadata"]["labels"].items()
+    assert spread["labelSelector"]["matchLabels"] == archiver_pods
     pdb = one(docs, "PodDisruptionBudget")
-    assert pdb["spec"] == {"maxUnavailable": 1, "selector": sts["spec"]["selector"]}
-    for doc in docs:
-        if (doc["apiVersion"], doc["kind"]) not in CRD_SCHEMAS:
-            for version in K8S_VERSIONS:
-                kubernetes_validate.validate(doc, version, strict=True)
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": archiver_pods}}
+    validate_manifests(docs)
     single = render(chart, MINIMAL)
     assert not [d for d in single if d["kind"] == "PodDisruptionBudget"]
     assert "--shard" not in container(single)["args"]
@@ -375,7 +446,7 @@ def test_all_features_wire_web_config_servicemonitor_and_irsa(chart: helm.Chart)
     docs = render(chart, ALL_FEATURES)
     c = container(docs)
     args = c["args"]
-    assert args[args.index("--web-config-file") + 1] == "/etc/archiver/web/web-config.yml"
+    assert args[args.index("--web.config.file") + 1] == "/etc/archiver/web/web-config.yml"
     web = one(docs, "Secret", "arch-archiver-web-config")
     assert yaml.safe_load(base64.b64decode(web["data"]["web-config.yml"])) == ALL_FEATURES["webConfig"]
     # TLS in the web config: probes and scrapes switch to HTTPS.
@@ -389,6 +460,8 @@ def test_all_features_wire_web_config_servicemonitor_and_irsa(chart: helm.Chart)
     service = one(docs, "Service")
     selector = sm["spec"]["selector"]["matchLabels"]
     assert selector.items() <= service["metadata"]["labels"].items()
+    # No jobLabel: the operator names the job after the Service, one job per release.
+    assert "jobLabel" not in sm["spec"]
     sa = one(docs, "ServiceAccount")
     assert sa["metadata"]["annotations"] == ALL_FEATURES["serviceAccount"]["annotations"]
     assert rendered_toml(docs)["images"] == ALL_FEATURES["config"]["images"]
@@ -409,11 +482,12 @@ def rule_groups(chart: helm.Chart, values: dict[str, Any]) -> dict[str, Doc]:
 
 
 def test_prometheus_rule_with_defaults_is_the_standalone_rules_file(chart: helm.Chart) -> None:
-    """The chart's alert template is the source; grafana/alerts/archiver.rules.yml is its default
-    rendering, byte for byte (fix: make rules)."""
-    from tests.render_rules import RULES, render_file
+    """The chart's alert template is the source; grafana/alerts/archiver.rules.yml is its rendering
+    with default values and the standalone selector, byte for byte (fix: make rules)."""
+    from tests.render_rules import RULES, STANDALONE_SELECTOR, render_file
 
-    docs = render(chart, ALL_FEATURES)
+    values = {**ALL_FEATURES, "prometheusRule": {**ALL_FEATURES["prometheusRule"], "selector": STANDALONE_SELECTOR}}
+    docs = render(chart, values)
     rule = one(docs, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
@@ -422,12 +496,65 @@ def test_prometheus_rule_with_defaults_is_the_standalone_rules_file(chart: helm.
     assert RULES.read_text() == render_file(), "grafana/alerts/archiver.rules.yml is stale: run `make rules`"
 
 
+def rule_exprs(chart: helm.Chart, values: dict[str, Any]) -> dict[str, str]:
+    """Every rule's expression (alerts and recording rules) by its name."""
+    rule = one(render(chart, values), "PrometheusRule")
+    return {r.get("alert") or r["record"]: r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]}
+
+
+def selectors_of(expr: str) -> list[str]:
+    """The label matchers of every series selector in a PromQL expression (`{...}` contents)."""
+    return re.findall(r"\{([^{}]*)\}", expr)
+
+
+def test_rules_select_this_release_by_default_with_a_service_monitor(chart: helm.Chart) -> None:
+    """With the chart's ServiceMonitor, every selector of every rule matches this release's job (the
+    Service's name, as the operator labels it without jobLabel) and namespace, so releases sharing a
+    Prometheus each alert and record on their own targets only."""
+    values = {**MINIMAL, "serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    docs = render(chart, values)
+    service = one(docs, "Service")["metadata"]["name"]
+    assert "jobLabel" not in one(docs, "ServiceMonitor")["spec"]
+    exprs = rule_exprs(chart, values)
+    assert len(exprs) == 15
+    for name, expr in exprs.items():
+        found = selectors_of(expr)
+        assert found, name
+        for matchers in found:
+            assert matchers.startswith(f'job="{service}", namespace="observability"'), (name, matchers)
+
+
+def test_rule_selector_follows_job_label_and_explicit_selector(chart: helm.Chart) -> None:
+    """serviceMonitor.jobLabel names the Service label whose value is the job; an explicit
+    prometheusRule.selector (regexes allowed) replaces the computed one everywhere."""
+    by_label = {**MINIMAL, "serviceMonitor": {"enabled": True, "jobLabel": "app.kubernetes.io/part-of"},
+                "prometheusRule": {"enabled": True}}  # fmt: skip
+    assert one(render(chart, by_label), "ServiceMonitor")["spec"]["jobLabel"] == "app.kubernetes.io/part-of"
+    expr = rule_exprs(chart, by_label)["ArchiverStoreDown"]
+    assert expr == 'archiver_store_up{job="session-archiver", namespace="observability"} == 0'
+    explicit = {**by_label, "prometheusRule": {"enabled": True, "selector": 'job=~"games-.*", cluster="eu1"'}}
+    for name, expr in rule_exprs(chart, explicit).items():
+        assert all(m.startswith('job=~"games-.*", cluster="eu1"') for m in selectors_of(expr)), name
+    with pytest.raises(helm.HelmError, match="jobLabel"):
+        chart.render({**by_label, "serviceMonitor": {"enabled": True, "jobLabel": "no-such-label"}}, name="arch")
+
+
+def test_rules_without_a_service_monitor_need_a_selector(chart: helm.Chart) -> None:
+    """The chart cannot know the job of a scrape config it did not make: one clear line, no guess."""
+    with pytest.raises(helm.HelmRenderError, match=r"prometheusRule\.selector is required") as caught:
+        chart.render({**MINIMAL, "prometheusRule": {"enabled": True}}, name="arch")
+    assert "\n" not in str(caught.value).strip()
+    with pytest.raises(helm.HelmError, match="selector"):
+        chart.render({**MINIMAL, "prometheusRule": {"enabled": True, "selector": '{job="x"}'}}, name="arch")
+
+
 def test_alert_rules_follow_values(chart: helm.Chart) -> None:
     """Per-rule enabled, severity, for and thresholds, extra alert labels and the runbook base URL."""
     values = {
         **MINIMAL,
         "prometheusRule": {
             "enabled": True,
+            "selector": SELECTOR,
             "alertLabels": {"team": "games"},
             "runbookBaseUrl": "https://wiki.example.com/archiver",
             "rules": {
@@ -442,7 +569,7 @@ def test_alert_rules_follow_values(chart: helm.Chart) -> None:
     rules = rule_groups(chart, values)
     assert "ArchiverSessionsDropped" not in rules and "ArchiverDown" in rules
     backlog = rules["ArchiverUploadBacklog"]
-    assert backlog["expr"] == 'archiver_pending_items{stage="upload"} > 500'
+    assert backlog["expr"] == 'archiver_pending_items{job="archiver", stage="upload"} > 500'
     assert backlog["for"] == "1h" and backlog["labels"] == {"severity": "critical", "team": "games"}
     assert "more than 500 fetched items" in backlog["annotations"]["description"]
     assert rules["ArchiverFetchDeadlineNear"]["expr"].endswith("time() < 3600")
@@ -469,13 +596,14 @@ def test_spool_alert_follows_the_volume_size(
     values = {
         **MINIMAL,
         "persistence": persistence,
-        "prometheusRule": {"enabled": True, "rules": {"ArchiverSpoolLarge": spool}},
+        "prometheusRule": {"enabled": True, "selector": SELECTOR, "rules": {"ArchiverSpoolLarge": spool}},
     }
-    assert rule_groups(chart, values)["ArchiverSpoolLarge"]["expr"] == f"archiver_spool_bytes > {expected}"
+    expr = rule_groups(chart, values)["ArchiverSpoolLarge"]["expr"]
+    assert expr == f'archiver_spool_bytes{{job="archiver"}} > {expected}'
 
 
 def test_spool_alert_refuses_an_unreadable_volume_size(chart: helm.Chart) -> None:
-    values = {**MINIMAL, "persistence": {"size": "lots"}, "prometheusRule": {"enabled": True}}
+    values = {**MINIMAL, "persistence": {"size": "lots"}, "prometheusRule": {"enabled": True, "selector": SELECTOR}}
     with pytest.raises(helm.HelmError, match="lots"):
         chart.render(values, name="arch")
 
@@ -572,9 +700,9 @@ def test_image_reference_registry_and_global_override(chart: helm.Chart) -> None
         found: str = container(render(chart, {**MINIMAL, **values}))["image"]
         return found
 
-    assert image({}) == "ghcr.io/session-archiver/archiver:0.1.0"
+    assert image({}) == "ghcr.io/session-archiver/archiver:1.0.0"
     assert image({"image": {"registry": "registry.example.com/mirror/"}}) == (
-        "registry.example.com/mirror/session-archiver/archiver:0.1.0"
+        "registry.example.com/mirror/session-archiver/archiver:1.0.0"
     )
     assert image({"global": {"imageRegistry": "mirror.local"}, "image": {"tag": "0.2.0"}}) == (
         "mirror.local/session-archiver/archiver:0.2.0"
@@ -636,7 +764,9 @@ def test_chart_defaults_match_the_image_contract() -> None:
     assert values["securityContext"]["readOnlyRootFilesystem"] is True
     reference = f"{values['image']['registry']}/{values['image']['repository']}"
     assert reference == "ghcr.io/session-archiver/archiver"
-    assert f"-t {reference}:" in (REPO / "README.md").read_text()  # the README builds what the chart pulls
+    # `make image` (what the README tells users to run) builds what the chart pulls.
+    assert f"IMAGE ?= {reference}\n" in (REPO / "Makefile").read_text()
+    assert f"{reference}:" in (REPO / "README.md").read_text()
 
 
 @pytest.mark.parametrize("store_alive", [True, False], ids=["store-ok", "store-unreachable"])
@@ -689,3 +819,40 @@ def test_helm_test_pod_command_fails_when_the_store_is_unreachable(
     else:
         assert result.returncode != 0, output
         assert "NOT READY" in output and "store reachable" in output
+
+
+def test_archiver_check_in_the_pod_needs_no_flags(
+    chart: helm.Chart, fake_service: FakeService, s3_bucket: tuple[str, str], tmp_path: Path
+) -> None:
+    """`kubectl exec <pod> -- archiver check`: the archiver container's environment alone (its config
+    and token file paths, where the pod mounts them) makes the real CLI find the upstream, the token
+    and the store, with no flag; without that environment the same command finds no upstream."""
+    endpoint, bucket = s3_bucket
+    values = {
+        **MINIMAL,
+        "config": {
+            "api_url": fake_service.base_url,
+            "store": f"s3://{bucket}/archive/",
+            "s3_endpoint_url": endpoint,
+            "state_dir": str(tmp_path / "state"),
+        },
+        "extraEnv": [{"name": "AWS_DEFAULT_REGION", "value": "us-east-1"}],
+    }
+    docs = render(chart, values)
+    mounted = {"/etc/archiver/config.toml": tmp_path / "config.toml", TOKEN_FILE: tmp_path / "api-token"}
+    mounted["/etc/archiver/config.toml"].write_text(one(docs, "ConfigMap", "arch-archiver")["data"]["config.toml"])
+    mounted[TOKEN_FILE].write_text(TEST_TOKEN)
+    pod_env = {e["name"]: str(mounted.get(e["value"], e["value"])) for e in container(docs)["env"]}
+    assert {"ARCHIVER_CONFIG", "ARCHIVER_API_TOKEN_FILE"} <= pod_env.keys()
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("ARCHIVER_")}
+    archiver = str(Path(sys.executable).parent / "archiver")
+
+    def check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([archiver, "check"], capture_output=True, text=True, timeout=120, env=env, check=False)
+
+    in_pod = check({**clean, **pod_env})
+    assert in_pod.returncode == 0, in_pod.stdout + in_pod.stderr
+    assert "verdict: READY" in in_pod.stdout
+    assert TEST_TOKEN not in in_pod.stdout + in_pod.stderr
+    bare = check({**clean, "AWS_DEFAULT_REGION": "us-east-1"})
+    assert bare.returncode != 0 and "no upstream configured" in bare.stdout + bare.stderr

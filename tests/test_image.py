@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ import pytest
 pytestmark = pytest.mark.image
 
 REPO = Path(__file__).resolve().parent.parent
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 BASE_IMAGE = "localhost/archiver-test-base:bookworm"
 IMAGE = "localhost/session-archiver:test"
 BASE_PACKAGES = ["python3", "python3-venv", "ca-certificates"]
@@ -151,7 +153,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BuiltImage]:
             "--build-arg",
             f"BASE={BASE_IMAGE}",
             "--build-arg",
-            "VERSION=0.0.0-test",
+            f"VERSION={VERSION}",  # as `make image` passes it
             "-f",
             str(REPO / "Dockerfile"),
             "-t",
@@ -209,22 +211,31 @@ def test_image_contract(image: BuiltImage) -> None:
     assert "/var/lib/archiver" in config["Volumes"]
     labels = config["Labels"]
     assert labels["org.opencontainers.image.licenses"] == "Apache-2.0"
-    assert labels["org.opencontainers.image.version"] == "0.0.0-test"
+    assert labels["org.opencontainers.image.version"] == VERSION
     assert labels["org.opencontainers.image.source"] == "https://github.com/session-archiver/session-archiver"
     assert not any(k.startswith("ARCHIVER_") for k in (e.split("=", 1)[0] for e in config["Env"])), config["Env"]
     # Only the runtime stage's layers: the build stage (wheel, pip, the source tree) is not in it.
     assert image.size_bytes < 400_000_000, image.size_bytes
 
 
-def test_archiver_version_runs_as_nobody(image: BuiltImage, container: str) -> None:
-    from archiver import __version__
-
+def test_archiver_version_runs_as_nobody_and_is_pyprojects(image: BuiltImage, container: str) -> None:
     result = run_in(image, container, "archiver", "--version")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.strip() == f"archiver, version {__version__}"
+    assert result.stdout.strip() == f"archiver, version {VERSION}"
     who = run_in(image, container, "python3", "-c", "import os, sys; print(os.getuid(), os.getgid(), sys.prefix)")
     assert who.returncode == 0, who.stdout + who.stderr
     assert who.stdout.split() == ["65534", "65534", "/opt/archiver"]
+
+
+def test_the_image_holds_exactly_the_locked_runtime_packages(image: BuiltImage, container: str) -> None:
+    """requirements/runtime.txt, version for version, and the package itself: no pip, no setuptools."""
+    locked = dict(re.findall(r"^([a-z0-9.-]+)==([^ ;\\]+)", (REPO / "requirements" / "runtime.txt").read_text(), re.M))
+    listing = "import importlib.metadata as m; print('\\n'.join(f'{d.name} {d.version}' for d in m.distributions()))"
+    result = run_in(image, container, "python3", "-c", listing)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = (line.split() for line in result.stdout.splitlines())
+    installed = {re.sub(r"[-_.]+", "-", name).lower(): version for name, version in lines}
+    assert installed == {**locked, "session-archiver": VERSION}
 
 
 def _tree(root: Path, skip: tuple[str, ...]) -> dict[str, tuple[int, int]]:

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from archiver.exporter import blocks
 from archiver.exporter.blocks import coalesce, combine_crc
 from archiver.exporter.exposition import SnapshotRenderer
-from archiver.upstream.models import ListDelta, Session, SessionListParser, parse_session
+from archiver.upstream.listparser import SessionListParser
+from archiver.upstream.models import ListDelta, Session, parse_session
 from tests.support import raw_session
 
 ALLOWLIST = ("mode",)

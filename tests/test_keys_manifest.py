@@ -6,8 +6,10 @@ import hashlib
 import json
 import random
 import re
+import runpy
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -508,3 +510,34 @@ def test_documents_with_a_bad_instance_are_refused(bad: object) -> None:
     if isinstance(bad, str):
         with pytest.raises(ValueError, match="instance"):
             _manifest(instance=bad)
+
+
+# --- stored fixtures: the bytes of archives already written ----------------------------------------
+
+FIXTURES = Path(__file__).parent / "data" / "manifests"
+
+
+def _fixture_path_id(path: Path) -> str:
+    return path.stem
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("manifest-*.json")), ids=_fixture_path_id)
+def test_stored_manifests_read_and_write_back_the_same_bytes(path: Path) -> None:
+    data = path.read_bytes()
+    assert manifest_to_bytes(parse_manifest(data)) == data
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("index-*.json")), ids=_fixture_path_id)
+def test_stored_index_entries_read_and_write_back_the_same_bytes(path: Path) -> None:
+    data = path.read_bytes()
+    assert index_entry_to_bytes(parse_index_entry(data)) == data
+
+
+def test_building_each_stored_document_today_gives_its_stored_bytes() -> None:
+    """The script that wrote the fixtures, run against today's codec, writes every file unchanged
+    (and every file on disk is one it writes)."""
+    documents = dict(runpy.run_path(str(FIXTURES / "make_fixtures.py"))["documents"]())
+    on_disk = {path.name for path in FIXTURES.glob("*.json")}
+    assert len(on_disk) >= 20 and set(documents) == on_disk
+    for name, data in documents.items():
+        assert data == (FIXTURES / name).read_bytes(), name

@@ -19,8 +19,8 @@ from archiver.upstream.models import (
     parse_labels,
     parse_ports,
     parse_session,
-    parse_session_list,
 )
+from archiver.upstream.sessionlist import parse_session_list
 from tests.support import list_entry
 
 ENV = {"GAMEYE_SESSION_ID": "s1", "GAMEYE_HOST": "203.0.113.42", "SECRET": "hunter2"}
@@ -327,7 +327,8 @@ def test_created_that_is_not_a_finite_number_is_a_payload_error(created: Any) ->
 
 def test_scan_ended_keeps_only_terminal_entries_and_parses_them_on_demand() -> None:
     """Reconciliation reads id, status and created of every entry and parses only ended ones."""
-    from archiver.upstream.models import Session, parse_ended, scan_ended
+    from archiver.upstream.models import Session, parse_ended
+    from archiver.upstream.sessionlist import scan_ended
 
     entries = [
         {"id": "running", "image": "g", "location": "l", "created": 1.7e12, "status": "running"},

@@ -1,8 +1,10 @@
 """Package hygiene: one version (pyproject.toml, read back through importlib.metadata), the metadata a
-package index shows, the typing marker, and an sdist that carries what the tests need."""
+package index shows, the typing marker, an sdist that carries what the tests need, and locks
+(requirements/) that pin with hashes every dependency within pyproject's ranges."""
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.resources
 import re
@@ -13,6 +15,8 @@ import tomllib
 from pathlib import Path
 
 from click.testing import CliRunner
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 import archiver
 from archiver.cli import main
@@ -95,14 +99,73 @@ def test_sdist_carries_the_tests_and_their_data(tmp_path: Path) -> None:
         "CHANGELOG.md",
         "LICENSE",
         "Dockerfile",
+        "requirements/runtime.txt",
+        "requirements/build.txt",
     ):
         assert required in members, required
     assert not [m for m in members if "__pycache__" in m or m.endswith(".pyc")]
 
 
-def test_chart_app_version_is_the_package_version() -> None:
-    """The chart deploys the image tag of its appVersion: the release the package says it is."""
-    import yaml
+def locked(name: str) -> dict[str, str]:
+    """The pins of requirements/`name`: project name -> version; each must carry a hash."""
+    text = (REPO / "requirements" / name).read_text()
+    entries = re.findall(r"^([a-z0-9][a-z0-9.-]*)==(\S+)((?: \\\n\s+--hash=sha256:[0-9a-f]{64})*)", text, re.M)
+    assert entries, name
+    assert [n for n, _, hashes in entries if not hashes] == [], f"pins without a hash in {name}"
+    assert len(entries) == len(re.findall(r"^\S", text, re.M)) - len(re.findall(r"^#", text, re.M))
+    return {n: v for n, v, _ in entries}
 
-    chart = yaml.safe_load((REPO / "helm" / "archiver" / "Chart.yaml").read_text())
-    assert chart["appVersion"] == PYPROJECT["project"]["version"]
+
+def _extra(name: str) -> list[Requirement]:
+    """An extra's requirements, the project's own extras it names expanded."""
+    found = []
+    for line in PYPROJECT["project"]["optional-dependencies"][name]:
+        requirement = Requirement(line)
+        if canonicalize_name(requirement.name) == "session-archiver":
+            found.extend(r for extra in requirement.extras for r in _extra(extra))
+        else:
+            found.append(requirement)
+    return found
+
+
+LOCKS = {
+    "runtime.txt": [Requirement(r) for r in PYPROJECT["project"]["dependencies"]],
+    "build.txt": [Requirement(r) for r in PYPROJECT["build-system"]["requires"]],
+    "dev.txt": [Requirement(r) for r in PYPROJECT["project"]["dependencies"]] + _extra("dev"),
+    "browser-test.txt": [Requirement(r) for r in PYPROJECT["project"]["dependencies"]] + _extra("browser-test"),
+}
+
+
+def test_every_lock_pins_each_requirement_within_pyprojects_range() -> None:
+    for name, requirements in LOCKS.items():
+        pins = locked(name)
+        for requirement in requirements:
+            version = pins.get(canonicalize_name(requirement.name))
+            assert version is not None, f"{requirement.name} is not locked in {name}"
+            assert requirement.specifier.contains(version), f"{name}: {requirement.name}=={version}, not {requirement}"
+            # A range the tests prove has an upper bound (the next major, or minor below 1.0).
+            assert any(spec.operator == "<" for spec in requirement.specifier), f"{requirement} has no upper bound"
+
+
+def test_the_test_locks_pin_the_runtime_packages_as_the_image_does() -> None:
+    """What the tests run on is what the image installs (dev.txt is locked within runtime.txt)."""
+    runtime, build = locked("runtime.txt"), locked("build.txt")
+    for name in ("dev.txt", "browser-test.txt"):
+        pins = locked(name)
+        assert {n: pins.get(n) for n in runtime} == runtime, name
+        assert {n: pins.get(n) for n in build} == build, name
+
+
+def test_each_runtime_dependency_is_imported_by_the_package() -> None:
+    """No dependency kept for an import that is gone (h11 left with the direct chunked read)."""
+    imported = set()
+    for path in (REPO / "archiver").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    providers = importlib.metadata.packages_distributions()
+    used = {canonicalize_name(dist) for module in imported for dist in providers.get(module, [])}
+    declared = {canonicalize_name(Requirement(r).name) for r in PYPROJECT["project"]["dependencies"]}
+    assert declared - used == set()

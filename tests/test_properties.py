@@ -24,6 +24,7 @@ from archiver.errors import PayloadError, upstream_excerpt
 from archiver.exporter.exposition import SnapshotRenderer
 from archiver.exporter.poller import Poller
 from archiver.upstream.api import SessionHostClient
+from archiver.upstream.listparser import SessionListParser
 from archiver.upstream.models import (
     CREATED_MAX_MS,
     CREATED_MIN_MS,
@@ -31,11 +32,9 @@ from archiver.upstream.models import (
     INT64_MIN,
     Session,
     SessionList,
-    SessionListParser,
     parse_ended,
-    parse_session_list,
-    scan_ended,
 )
+from archiver.upstream.sessionlist import parse_session_list, scan_ended
 from tests.support import JSON, entries
 
 

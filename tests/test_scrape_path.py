@@ -1,12 +1,14 @@
-"""The scrape path reuses what did not change: the self-metrics tail is rendered once per change (issue 14)."""
+"""The scrape path reuses what did not change: the self-metrics tail is rendered once per change."""
 
 from __future__ import annotations
 
 import gzip
 import threading
 
+import pytest
 from prometheus_client import CollectorRegistry
 
+from archiver.exporter import selfmetrics
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.exporter.snapshot import scrape_parts
 
@@ -21,6 +23,25 @@ def test_self_metrics_are_rendered_again_only_after_an_event() -> None:
     assert b'archiver_errors_total{where="http"} 1.0' in after
     assert metrics.render(False) is metrics.render(False)  # each format has its own render
     assert b"archiver_errors_total" in metrics.render(False) and not metrics.render(False).endswith(b"# EOF\n")
+
+
+def test_every_public_method_but_render_is_an_event_that_moves_the_render() -> None:
+    """A new event method without `@_event` would leave its change out of scrapes until another
+    event happened; each of them wraps its method (functools.wraps) and moves the generation."""
+    public = {name: f for name, f in vars(SelfMetrics).items() if callable(f) and not name.startswith("_")}
+    assert "render" in public and len(public) > 20
+    assert [name for name, f in public.items() if name != "render" and not hasattr(f, "__wrapped__")] == []
+    metrics = SelfMetrics(CollectorRegistry())
+    first = metrics.render(False)
+    metrics.set_spool_bytes(7)
+    assert metrics.render(False) is not first and b"archiver_spool_bytes 7.0" in metrics.render(False)
+
+
+def test_with_the_render_cache_off_every_scrape_renders(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(selfmetrics, "RENDER_CACHE", False)
+    metrics = SelfMetrics(CollectorRegistry())
+    first = metrics.render(True)
+    assert metrics.render(True) is not first and metrics.render(True) == first
 
 
 def test_events_from_many_threads_are_all_in_the_next_render() -> None:

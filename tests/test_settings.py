@@ -3,16 +3,23 @@ and each command taking only its own options."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 
-from archiver.cli import main
+from archiver.cli import main, settings_options
+from archiver.cli.base import resolve_values
 from archiver.errors import ConfigError
-from archiver.settings import OPTIONS, load_settings, parse_duration, parse_listen, parse_size
+from archiver.options import OPTIONS, Alias, Option, check_options
+from archiver.settings import COMPOSED, Settings, load_settings
+from archiver.values import as_int, parse_duration, parse_listen, parse_size
 from tests.support import settings_from
 
 
@@ -184,3 +191,146 @@ def test_non_finite_durations_are_refused(value: str) -> None:
     """nan would make the poll loop spin; inf would kill it in Event.wait."""
     with pytest.raises(ConfigError, match="--poll-interval"):
         load_settings({"poll_interval": value}, {})
+
+
+# --- one declaration per option ------------------------------------------------------------------
+
+
+def test_every_option_fills_one_settings_field_whose_default_is_the_tables() -> None:
+    """Each option's value lands in one Settings field; a field of its own defaults to the table's
+    converted default, a COMPOSED one to what the table's defaults make; no field is left over
+    but the file's per-image paths."""
+    fields = {f.name for f in dataclasses.fields(Settings)}
+    defaults = Settings()
+    own = Counter(opt.field for opt in OPTIONS if opt.field not in COMPOSED)
+    assert own and all(count == 1 for count in own.values()), own
+    for opt in OPTIONS:
+        assert opt.field in fields, opt.name
+        if opt.field not in COMPOSED:
+            assert getattr(defaults, opt.field) == opt.converted_default, opt.name
+    assert {opt.field for opt in OPTIONS if opt.field in COMPOSED} == COMPOSED
+    assert fields - {opt.field for opt in OPTIONS} == {"image_artifact_paths"}
+    assert defaults == load_settings({}, {})  # the composed fields too
+    assert (defaults.retention, defaults.max_artifact_size, defaults.listen) == (
+        4 * 3600,
+        110_000_000,
+        ("0.0.0.0", 9877),
+    )
+
+
+# --- deprecated aliases (a throwaway table: the real one has none yet) ----------------------------
+
+RENAMED = (
+    Option("web.poll-every", "How often.", "10", as_int, metavar="N", aliases=(Alias("poll-every"),)),
+    Option("other", "Another option.", None, as_int, metavar="N"),
+)
+
+
+def values_from(
+    args: Sequence[str], env: Mapping[str, str] | None = None, options: tuple[Option, ...] = RENAMED
+) -> dict[str, object]:
+    """The converted values of `options` as a command declaring them resolves `args` and `env`."""
+    resolved: list[dict[str, object]] = []
+
+    @click.command()
+    @settings_options(frozenset({"daemon"}), options)
+    def probe(**kwargs: object) -> None:
+        resolved.append(resolve_values(dict(kwargs), options))
+
+    result = CliRunner().invoke(probe, list(args), env={"ARCHIVER_CONFIG": None, **(env or {})})
+    if isinstance(result.exception, ConfigError):
+        raise result.exception
+    assert result.exit_code == 0, result.output
+    return resolved[0]
+
+
+def deprecations(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "archiver.settings" and r.levelname == "WARNING"]
+
+
+def test_a_new_option_name_derives_its_flag_env_var_and_toml_key() -> None:
+    opt = RENAMED[0]
+    assert (opt.flag, opt.env, opt.key) == ("--web.poll-every", "ARCHIVER_WEB_POLL_EVERY", "web_poll_every")
+    assert (opt.aliases[0].flag, opt.aliases[0].env, opt.aliases[0].key) == (
+        "--poll-every",
+        "ARCHIVER_POLL_EVERY",
+        "poll_every",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "file", "line"),
+    [
+        (["--poll-every", "7"], {}, "", "--poll-every is deprecated and will be removed in a future release: "
+         "use --web.poll-every instead"),
+        ([], {"ARCHIVER_POLL_EVERY": "7"}, "", "ARCHIVER_POLL_EVERY is deprecated and will be removed in a future "
+         "release: use ARCHIVER_WEB_POLL_EVERY instead"),
+        ([], {}, "poll_every = 7\n", "config.toml: poll_every is deprecated and will be removed in a future release: "
+         "use web_poll_every instead"),
+    ],
+    ids=["flag", "env", "file"],
+)  # fmt: skip
+def test_an_old_name_still_works_and_logs_one_deprecation_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, args: list[str], env: dict[str, str], file: str, line: str
+) -> None:
+    if file:
+        args = [*args, "--config", str(write(tmp_path, file))]
+    assert values_from(args, env) == {"web_poll_every": 7, "other": None}
+    assert [text.replace(str(tmp_path) + "/", "") for text in deprecations(caplog)] == [line]
+
+
+def test_new_names_log_nothing_and_the_default_comes_from_the_table(caplog: pytest.LogCaptureFixture) -> None:
+    assert values_from([]) == {"web_poll_every": 10, "other": None}
+    assert values_from(["--web.poll-every", "3"], {"ARCHIVER_OTHER": "4"}) == {"web_poll_every": 3, "other": 4}
+    assert deprecations(caplog) == []
+
+
+def test_precedence_holds_across_old_and_new_names(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """flag > env > file whatever the spelling; at the same level the new name wins, and the old one
+    given beside it is still reported."""
+    assert values_from(["--web.poll-every", "1", "--poll-every", "2"])["web_poll_every"] == 1
+    assert values_from(["--poll-every", "2"], {"ARCHIVER_WEB_POLL_EVERY": "3"})["web_poll_every"] == 2
+    assert values_from([], {"ARCHIVER_POLL_EVERY": "4", "ARCHIVER_WEB_POLL_EVERY": "3"})["web_poll_every"] == 3
+    config = write(tmp_path, "poll_every = 5\nweb_poll_every = 6\n")
+    assert values_from(["--config", str(config)], {"ARCHIVER_POLL_EVERY": "4"})["web_poll_every"] == 4
+    assert values_from(["--config", str(config)])["web_poll_every"] == 6
+    named = [line.split(" is deprecated")[0].replace(f"{tmp_path}/", "") for line in deprecations(caplog)]
+    assert named == [
+        "--poll-every",
+        "--poll-every",
+        "ARCHIVER_POLL_EVERY",
+        "ARCHIVER_POLL_EVERY",
+        "config.toml: poll_every",
+    ]
+
+
+def test_a_bad_value_under_an_old_name_names_the_old_name() -> None:
+    with pytest.raises(ConfigError, match="--poll-every: expected an integer"):
+        values_from(["--poll-every", "many"])
+
+
+def test_old_names_are_accepted_but_not_shown_in_help() -> None:
+    @click.command()
+    @settings_options(frozenset({"daemon"}), RENAMED)
+    def probe(**kwargs: object) -> None:
+        pass
+
+    result = CliRunner().invoke(probe, ["--help"], terminal_width=200)
+    assert "--web.poll-every" in result.output and "ARCHIVER_WEB_POLL_EVERY" in result.output
+    assert "--poll-every" not in result.output.replace("--web.poll-every", "")
+
+
+@pytest.mark.parametrize(
+    "clash",
+    [
+        Option("a", "A.", None, as_int, aliases=(Alias("other"),)),
+        Option("a", "A.", None, as_int, aliases=(Alias("b", env="ARCHIVER_OTHER"),)),
+        Option("a", "A.", None, as_int, key="other"),
+        Option("a", "A.", None, as_int, key="not-an-identifier"),
+    ],
+    ids=["alias name", "alias env", "key", "bad key"],
+)
+def test_the_table_refuses_a_spelling_that_names_two_things(clash: Option) -> None:
+    with pytest.raises(ValueError, match=r"^option (a|other): .+ is also (a|other)$|not a bare identifier"):
+        check_options((clash, RENAMED[1]))
+    assert check_options(RENAMED) == RENAMED

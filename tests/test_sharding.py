@@ -14,7 +14,7 @@ from archiver.errors import ConfigError
 from archiver.layout.manifest import ManifestItem, build_manifest
 from archiver.settings import load_settings
 from archiver.sharding import Shard, shard_from_ordinal, shard_of, stable_hash
-from archiver.upstream.models import SessionListParser
+from archiver.upstream.listparser import SessionListParser
 
 
 def test_the_stable_hash_is_the_first_8_bytes_of_sha256_big_endian() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import io
 import json
@@ -30,11 +31,20 @@ from archiver.errors import (
     StoreError,
     StorePermissionError,
     StoreUnavailableError,
+    StoreUnsupportedError,
 )
 from archiver.layout import keys
 from archiver.store import FileStore, MemoryJournal, ObjectStore, PutOutcome, S3Store, open_store
 from archiver.store.base import sha256_checksum
 from archiver.store.file import PARTIAL_DIR
+from archiver.store.s3_errors import translate_client_error
+from archiver.store.s3_multipart import (
+    ChecksumMismatchError,
+    CompletionRefusedError,
+    NoSuchUploadError,
+    PreconditionFailedError,
+)
+from archiver.store.s3_probe import UNPROBED, probe_store
 from tests.fixtures_s3 import client_factory
 
 MIB = 1024 * 1024
@@ -761,6 +771,58 @@ def test_probe_notes_dropped_metadata_and_comparisons_reread_objects(
     with pytest.raises(ObjectConflictError):
         store.put_bytes("m", b"two", content_type="x/y")  # same size, other bytes
     assert store.requests_made["GetObject"] == 2
+
+
+def test_probe_store_returns_plain_findings_the_store_adopts_only_when_applied(
+    s3_bucket: tuple[str, str], s3_client: Callable[..., Any]
+) -> None:
+    """`s3_probe.probe_store` reports a server ignoring If-None-Match and dropping metadata as a
+    frozen value; the store keeps its assumptions until `apply_findings` takes that value."""
+    _, bucket = s3_bucket
+    client = s3_client()
+    strip_params(client, "IfNoneMatch", "Metadata")
+    store = open_store(f"s3://{bucket}/p/", s3_client=client)
+    assert isinstance(store, S3Store) and store.findings == UNPROBED
+    findings = probe_store(store, sends_checksums=False)
+    assert (findings.conditional_writes, findings.metadata_supported, findings.verifies_checksums) == (
+        False,
+        False,
+        False,
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        findings.conditional_writes = True  # type: ignore[misc]
+    assert store.conditional_writes and store.metadata_supported  # not applied yet
+    store.apply_findings(findings)
+    assert store.findings == findings and not store.conditional_writes and not store.metadata_supported
+    assert list(store.list_keys("p/")) == []  # the probe's objects are gone
+
+
+@pytest.mark.parametrize(
+    ("operation", "code", "status", "error"),
+    [
+        ("PutObject", "PreconditionFailed", 412, PreconditionFailedError),
+        ("PutObject", "BadDigest", 400, ChecksumMismatchError),
+        ("PutObject", "XAmzContentChecksumMismatch", 400, ChecksumMismatchError),
+        ("CompleteMultipartUpload", "InvalidPart", 400, CompletionRefusedError),
+        ("PutObject", "InvalidPart", 400, StoreError),
+        ("AbortMultipartUpload", "NoSuchUpload", 404, NoSuchUploadError),
+        ("HeadObject", "", 404, ObjectNotFoundError),
+        ("HeadObject", "NoSuchBucket", 404, StorePermissionError),
+        ("ListMultipartUploads", "NotImplemented", 501, StoreUnsupportedError),
+        ("PutObject", "AccessDenied", 403, StorePermissionError),
+        ("PutObject", "SlowDown", 503, StoreUnavailableError),
+        ("PutObject", "", 429, StoreUnavailableError),
+        ("PutObject", "Weird", 400, StoreError),
+    ],
+)
+def test_s3_error_codes_become_the_store_error_that_says_what_to_do(
+    operation: str, code: str, status: int, error: type[StoreError]
+) -> None:
+    response = {"Error": {"Code": code, "Message": "no"}, "ResponseMetadata": {"HTTPStatusCode": status}}
+    translated = translate_client_error(response, operation, "s3://b/k", "k")
+    assert type(translated) is error
+    if error is not ObjectNotFoundError:
+        assert str(translated) == f"S3 {operation} s3://b/k failed: {code or '?'} (HTTP {status}): no"
 
 
 def test_file_store_probe_is_true_and_leaves_nothing(tmp_path: Path) -> None:

@@ -23,7 +23,8 @@ from archiver.errors import ApiTransportError
 from archiver.retry import RetryPolicy
 from archiver.sharding import Shard
 from archiver.upstream.api import SessionHostClient
-from archiver.upstream.models import Session, SessionListParser, WholeBodyNeeded
+from archiver.upstream.listparser import SessionListParser, WholeBodyNeeded
+from archiver.upstream.models import Session
 from archiver.upstream.transport import DIRECT_MIN_BYTES
 from tests.fixtures_http import TLSFiles
 from tests.support import QUIRKS, SECRET, body, entry

@@ -123,17 +123,13 @@ def _states(db: sqlite3.Connection) -> dict[str, list[Any]]:
 
 
 def _install_state(scenario: dict[str, Any], state_dir: Path) -> None:
-    """The state dir where v0.1.0 had it. v0.1.0 records absolute spool paths; the copy lives
-    elsewhere, so they are pointed at it, in v0.1.0's schema, before the new version opens it (as
-    if v0.1.0 had run here: a deployment keeps its state dir at one path)."""
-    old, new = scenario["state_dir"].rstrip("/") + "/", str(state_dir) + "/"
+    """The state dir copied elsewhere than v0.1.0 had it: v0.1.0 recorded absolute spool paths, and
+    1.0 must find its spooled bodies by name in the new place rather than fetch them again."""
     db = sqlite3.connect(state_dir / "state.db")
     try:
-        with db:
-            db.execute(
-                "UPDATE items SET spool_path = ? || substr(spool_path, ?) WHERE substr(spool_path, 1, ?) = ?",
-                (new, len(old) + 1, len(old), old),
-            )
+        old = scenario["state_dir"].rstrip("/") + "/"
+        paths = [p for (p,) in db.execute("SELECT spool_path FROM items WHERE spool_path IS NOT NULL")]
+        assert paths and all(p.startswith(old) for p in paths), "the fixture records v0.1.0's absolute paths"
         # The fixture holds the states it claims (a regenerated fixture that did not is caught here).
         assert _states(db) == scenario["at_kill"]["sessions"]
     finally:

@@ -31,10 +31,10 @@ from archiver.vocabulary import Outcome
 
 log = logging.getLogger("archiver.fetch")  # the name it had before the rooms: log filters keep working
 
-#: ISA-L level 1: about 2 ms of CPU for a 1 MB log where zlib's level 6 takes about 20 ms, for a
-#: stored log about a fifth larger (issue 14: when thousands of sessions end at once, the CPU is the
-#: limit). The stored bytes therefore differ from an older archiver's; replicas compare logs by
-#: their uncompressed content (`Uploader.upload`), so that is no conflict.
+#: ISA-L level 1: a small fraction of the CPU zlib's level 6 takes, for a stored log somewhat larger
+#: (when thousands of sessions end at once, the CPU is the limit). The stored bytes therefore differ
+#: from an older archiver's; replicas compare logs by their uncompressed content (`Uploader.upload`),
+#: so that is no conflict.
 GZIP_LEVEL = 1
 #: The pieces logs are compressed in (see `gzip_blocks`).
 DEFLATE_BLOCK = 64 * 1024
@@ -292,10 +292,9 @@ class Fetcher:
             if download.content_length is not None and download.content_length > limit:
                 return Finished(Outcome.TOO_LARGE, f"Content-Length {download.content_length} > limit {limit}", source)
             try:
-                # Read past httpx's parser (chunked or large): a 5 MB chunked artifact drains with
-                # less than half the CPU. Logs keep `iter_bytes`: at ~1 MB with a length the saving
-                # measured nil, and such a direct read loses the connection (README "Reading bodies
-                # past httpx").
+                # A large artifact with a Content-Length is read past httpx's parser; a chunked one
+                # goes through it (`iter_direct`). Logs keep `iter_bytes`: at ~1 MB with a length the
+                # saving measured nil, and such a direct read loses the connection.
                 spooled = self._spool.write(item.id, download.iter_direct(), compress=False, limit=limit)
             except TooLargeError:
                 return Finished(Outcome.TOO_LARGE, f"body larger than {limit} bytes (stopped while streaming)", source)

@@ -3,11 +3,12 @@ transaction (one fsync) records every outcome handed over meanwhile, and only th
 files go.
 
 Why: an upload worker used to wait for its own outcome's commit (the state DB's write lock, shared
-by every worker, and a synchronous fsync) before its next PUT, about a tenth of a 1 MiB object's
-time (issue 14). Crash safety is unchanged: until the commit, the item's row says `uploading` and
-its spool file stays, so a crash leaves exactly what a crash after the PUT always left; recovery puts
-the item back to `spooled`, its create-once PUT finds the object already there, a HEAD proves it is
-ours, and the outcome is recorded then (once: only an item still in flight takes an outcome).
+by every worker, and a synchronous fsync) before its next PUT, a sizeable share of a small object's
+time (`benchmarks/upload.py` guards it). Crash safety is unchanged: until the commit, the item's
+row says `uploading` and its spool file stays, so a crash leaves exactly what a crash after the PUT
+always left; recovery puts the item back to `spooled`, its create-once PUT finds the object already
+there, a HEAD proves it is ours, and the outcome is recorded then (once: only an item still in
+flight takes an outcome).
 """
 
 from __future__ import annotations

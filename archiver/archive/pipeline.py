@@ -1,9 +1,9 @@
 """The archive pipeline: end detection, confirmation and reconciliation, driving the fetch and upload stages.
 
 Its parts are rooms of their own: the pure detector (`detector.observe`) and deadline rule
-(`deadline.deadline_for`), the fetch stage (`fetch_stage`, bound to the deadline) and the upload
-stage (`upload_stage`: objects, then manifest and index entry). This class owns the threads,
-applies the detector's decisions to the state DB and describes candidates.
+(`deadline.deadline_for`), the reconciler (`reconcile`), the fetch stage (`fetch_stage`, bound to
+the deadline) and the upload stage (`upload_stage`: objects, then manifest and index entry). This
+class owns the threads, applies the detector's decisions to the state DB and describes candidates.
 
 Everything durable goes through the state DB (`archiver.archive.state`), so every thread here can die at
 any instant: `recover()` at start-up puts in-flight work back and the next run carries on. The
@@ -37,9 +37,10 @@ from archiver.archive.deadline import deadline_for
 from archiver.archive.detector import key_id, observe
 from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
 from archiver.archive.fetch_stage import FetchStage
+from archiver.archive.reconcile import Reconciler
 from archiver.archive.replicas import ArchiveCheck, Stagger
 from archiver.archive.stage import CONFIRM, FETCH, UPLOAD, Clock, StageParts, Tuning, Wakeups
-from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key, session_key_of
+from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key_of
 from archiver.archive.store_health import check_store, probe_store
 from archiver.archive.upload import Uploader
 from archiver.archive.upload_stage import UploadStage
@@ -51,9 +52,8 @@ from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
 from archiver.store.base import ObjectStore
-from archiver.textsafe import printable
 from archiver.upstream.api import SessionHostClient
-from archiver.upstream.models import UNKNOWN_STATUS, InvalidEntry, Session, parse_ended
+from archiver.upstream.models import UNKNOWN_STATUS, Session
 from archiver.vocabulary import DETECTING_STATES
 
 log = logging.getLogger("archiver.pipeline")  # the name it had before the rooms: log filters keep working
@@ -118,14 +118,15 @@ class Pipeline:
         self._last_seen: dict[str, float] = {}
         self._last_seen_persisted = float("-inf")
         self._poll_gap = False
-        # Reconciliation: requested by start-up and by a successful poll after a gap.
-        self._reconcile_requested = threading.Event()
-        self._first_start = state.created
-        self.reconciled_once = threading.Event()
         self._gauges_at = float("-inf")
         refresh = functools.partial(self._refresh_gauges, force=False)
         parts = StageParts(state, metrics, self.tuning, self._wake, clock, monotonic, refresh)
         self.shard = settings.shard
+        # Reconciliation: requested by start-up and by a successful poll after a gap.
+        self._reconciler = Reconciler(
+            settings, client, state, metrics, clock, policy=self._policy, on_queued=lambda: self._wake.notify(CONFIRM)
+        )
+        self.reconciled_once = self._reconciler.done_once
         # Others may archive the same sessions (replicas of this shard, owners before a reshard):
         # check the store before fetching, and take a manifest with the same evidence for ours.
         several = not self.shard.whole or settings.replicas_per_shard > 1
@@ -182,6 +183,9 @@ class Pipeline:
         first successful poll does not list them.
         """
         fetches, uploads = self.state.reset_in_flight()
+        moved = self.state.relocate_spool(self.spool.directory)
+        if moved:
+            log.info("the state dir moved: %d spool files found by name in %s", moved, self.spool.directory)
         keep = {Path(p).name for p in self.state.spool_paths_in_use()}
         removed = self.spool.sweep(keep)
         # Multipart uploads in the journal are resumed by put_file itself; everything else under
@@ -200,7 +204,7 @@ class Pipeline:
         self.metrics.set_retention(self.settings.retention)
         self.metrics.restore_last_archive_success(self.state.last_archived_at())
         # Whatever ended while we were not looking is found by the first reconciliation.
-        self._reconcile_requested.set()
+        self._reconciler.request()
         backlog = self.gauges()
         log.info(
             "state recovered: %d fetches and %d uploads resumed, %d stale spool files removed, "
@@ -215,7 +219,7 @@ class Pipeline:
             raise RuntimeError("the pipeline is already started")
         self._stop.clear()
         specs = (
-            [("reconcile", self._reconcile_loop)] * reconcile
+            [("reconcile", functools.partial(self._reconciler.run, self._stop))] * reconcile
             + [("confirm", self._confirm_loop)] * self.tuning.confirm_workers
             + [("fetch", self._fetches.run)] * self.settings.fetch_workers
             + [("upload", self._uploads.run)] * self.upload_workers
@@ -233,7 +237,7 @@ class Pipeline:
         An item interrupted mid-fetch or mid-upload is simply resumed by the next `recover()`.
         """
         self._stop.set()
-        self._reconcile_requested.set()
+        self._reconciler.request()
         self._wake.notify()
         self._uploads.committer.wake()
         until = time.monotonic() + timeout
@@ -270,7 +274,7 @@ class Pipeline:
         if self._poll_gap:
             # Sessions may have started and ended while the list was failing: reconcile.
             self._poll_gap = False
-            self._reconcile_requested.set()
+            self._reconciler.request()
         decisions = observe(
             sessions,
             self._known,
@@ -403,75 +407,11 @@ class Pipeline:
                 queued.append(sid)
         return queued
 
-    # --- reconciliation ---------------------------------------------------------------------
-
-    def _reconcile_loop(self) -> None:
-        interval = self.settings.reconcile_interval
-        while not self._stop.is_set():
-            self._reconcile_requested.wait(interval)
-            if self._stop.is_set():
-                return
-            self._reconcile_requested.clear()
-            try:
-                self.reconcile()
-            except ApiError as exc:
-                # The next poll after the outage asks again; meanwhile the interval does.
-                log.warning("reconciliation could not list the sessions: %s", exc)
-            except Exception:  # loop edge
-                log.exception("reconciliation failed")
-                self.metrics.error("reconcile")
-            self.reconciled_once.set()
+    # --- reconciliation (archive/reconcile.py) ---------------------------------------------
 
     def reconcile(self) -> int:
-        """List every session the upstream still holds (`all=true`) and queue those it calls ended
-        that the state DB has never seen, however the polls missed them (daemon stopped, list
-        outage). They become candidates: the confirmers describe them (the describe also gives
-        their players) and end them as any other session.
-
-        Sessions the DB knows are left to the polls and confirmers. The deadline of a session never
-        seen alive comes from its creation time and the fact that the upstream lists it now
-        (`deadline_for`). Also prunes old terminal rows. Returns the number of sessions queued.
-        """
-        scanned = self.client.list_ended_sessions(policy=self._policy)
-        if not self.shard.whole:
-            scanned = [e for e in scanned if self.shard.owns(e.session_id)]
-        now = self.clock()
-        by_key = {session_key(e.session_id, e.created_ms): e for e in scanned}
-        states = self.state.states_of(by_key)
-        # Only entries the DB does not know are parsed: in steady state that is none of them.
-        unseen: list[Session] = []
-        invalid: list[InvalidEntry] = []
-        for key, entry in by_key.items():
-            if key not in states:
-                parsed = parse_ended(entry)
-                if isinstance(parsed, Session):
-                    unseen.append(parsed)
-                else:
-                    invalid.append(parsed)
-        if invalid:
-            self.metrics.upstream_invalid_entries(len(invalid))
-            for bad in invalid[:5]:
-                log.warning("ended list entry %d (id %s) left out of reconciliation: %s", bad.index,
-                            printable(bad.session_id or "")[:80], bad.reason)  # fmt: skip
-        queued = 0
-        if unseen and self._first_start and self.settings.on_first_start == "skip":
-            skipped = self.state.skip_sessions(unseen, now)
-            log.info("first start: %d ended sessions the upstream still holds are not archived (on-first-start=skip)",
-                     skipped)  # fmt: skip
-        elif unseen:
-            if self._first_start:
-                log.info("first start: archiving the %d ended sessions the upstream still holds", len(unseen))
-            queued = self.state.add_candidates(unseen, now)
-            if queued:
-                self.metrics.reconciled(queued)
-                log.info("reconciliation found %d ended sessions the polls had missed", queued)
-                self._wake.notify(CONFIRM)
-        self._first_start = False
-        pruned = self.state.prune(now - self.settings.prune_after)
-        if pruned:
-            log.info("pruned %d archived sessions older than %.0f s from the state DB", pruned,
-                     self.settings.prune_after)  # fmt: skip
-        return queued
+        """One reconciliation now (see `Reconciler.reconcile`); the number of sessions queued."""
+        return self._reconciler.reconcile()
 
     # --- reporting --------------------------------------------------------------------------
 
@@ -495,7 +435,7 @@ class Pipeline:
 
     def request_reconcile(self) -> None:
         """Reconcile as soon as possible (tests, and operators through the daemon)."""
-        self._reconcile_requested.set()
+        self._reconciler.request()
 
     def run_until_idle(self, timeout: float) -> bool:
         """Wait until no candidate, item or manifest is pending (True) or `timeout` s passed (False)."""

@@ -87,7 +87,7 @@ class Wakeups:
 
     Aimed, because every wake-up of a worker with nothing to do costs a state DB transaction and a
     turn of the GIL: an uploaded item used to wake the confirm and fetch workers too (three wasted
-    write transactions per object, measured on the 200 x 1 MiB upload benchmark, issue 14).
+    write transactions per object, seen in `benchmarks/upload.py`).
     """
 
     def __init__(self, idle_wait: float, monotonic: Clock = time.monotonic) -> None:

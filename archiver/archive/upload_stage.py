@@ -301,8 +301,8 @@ class UploadStage(Stage):
         process has made one due since (the state DB's finalize generation stands still), and no
         retry gate has passed. Else one look on the reader connection decides.
 
-        Why: workers ask before every item and the answer is almost always no; the look cost about
-        a millisecond of a worker's time per object (issue 14). A look is taken at least every
+        Why: workers ask before every item and the answer is almost always no; the look was a
+        noticeable share of a worker's time per small object. A look is taken at least every
         `idle_wait` all the same, so a change the generation does not see (another process writing
         the DB) costs latency, never a manifest.
         """

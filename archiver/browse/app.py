@@ -44,9 +44,9 @@ from archiver.retrieval.query import (
 )
 from archiver.retrieval.reading import open_logs
 from archiver.retrieval.render import human_size
-from archiver.settings import MAX_COUNT
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
+from archiver.values import MAX_COUNT
 
 #: Sessions on one list page.
 PAGE_SIZE = 50

@@ -4,8 +4,9 @@ one error edge, `--format` and `--instance`, the store a command reads."""
 from __future__ import annotations
 
 import functools
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,15 +16,8 @@ from click.core import ParameterSource
 from archiver import __version__
 from archiver.cli.params import INSTANCE, ArchiverGroup, LocalPath
 from archiver.errors import ArchiverError, ConfigError, InputError
-from archiver.settings import (
-    DAEMON_SCOPES,
-    OPTIONS,
-    OPTIONS_BY_KEY,
-    Option,
-    Settings,
-    build_settings,
-    read_config_file,
-)
+from archiver.options import DAEMON_SCOPES, OPTIONS, Option, by_key
+from archiver.settings import Given, Origin, Settings, build_settings, convert_values, read_config_file
 from archiver.textsafe import one_line
 
 if TYPE_CHECKING:
@@ -35,40 +29,54 @@ F = TypeVar("F", bound=Callable[..., Any])
 _CONFIG_META = "archiver.config"
 
 
-def _read_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """Eager `--config` callback: the TOML file becomes click's `default_map`, so every option
-    resolves flag > env var > file > default by click's own rules."""
+def _read_config(
+    options: Sequence[Option], ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    """Eager `--config` callback: the TOML file becomes click's `default_map` (each key for the
+    parameter of its spelling), so every option resolves flag > env var > file > default by click's
+    own rules."""
     if value is None:
         return None
     try:
-        data = read_config_file(Path(value))
+        data = read_config_file(Path(value), options)
     except ConfigError as exc:
         # Raised while click parses, before friendly_errors runs: the same one line and exit 2.
         click.echo(f"error: configuration: {one_line(str(exc))}", err=True)
         ctx.exit(2)
+    spelled = by_key(options)
     defaults: dict[str, Any] = {}
     for key, raw in data.items():
-        opt = OPTIONS_BY_KEY.get(key)
-        if opt is None:
+        if key not in spelled:
             continue  # [images]: read by archiver.settings from the stashed file data
+        opt, alias = spelled[key]
         # A multiple option's default must be a list for click; a TOML string is one item.
-        defaults[key] = [raw] if opt.multiple and isinstance(raw, str) else raw
+        defaults[alias.param if alias else opt.param] = [raw] if opt.multiple and isinstance(raw, str) else raw
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     ctx.meta[_CONFIG_META] = (data, value)
     return value
 
 
-def settings_options(scopes: frozenset[str] = DAEMON_SCOPES) -> Callable[[F], F]:
-    """Adds the configuration options of `scopes` (see archiver.settings.Option.scope) and --config;
-    click resolves each value from the flag, its env var or the file, and `resolve` converts them."""
+def settings_options(scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[Option] = OPTIONS) -> Callable[[F], F]:
+    """Adds the configuration options of `scopes` (see archiver.options.Option.scope), their
+    deprecated aliases (hidden) and --config; click resolves each value from the flag, its env var
+    or the file, and `resolve` converts them."""
 
     def decorate(func: F) -> F:
-        for opt in reversed(OPTIONS):
+        for opt in reversed(options):
             if opt.scope not in scopes:
                 continue
+            for alias in opt.aliases:
+                func = click.option(
+                    alias.flag,
+                    alias.param,
+                    multiple=opt.multiple,
+                    type=click.UNPROCESSED,
+                    envvar=alias.env,
+                    hidden=True,
+                )(func)
             func = click.option(
                 opt.flag,
-                opt.key,
+                opt.param,
                 multiple=opt.multiple,
                 # Shown by --help; a value from this default is left to archiver.settings' own default.
                 default=opt.default,
@@ -89,7 +97,7 @@ def settings_options(scopes: frozenset[str] = DAEMON_SCOPES) -> Callable[[F], F]
             show_envvar=True,
             is_eager=True,
             expose_value=True,
-            callback=_read_config,
+            callback=functools.partial(_read_config, options),
             metavar="FILE.toml",
             help="TOML configuration file (keys are option names with underscores).",
         )(func)
@@ -97,34 +105,48 @@ def settings_options(scopes: frozenset[str] = DAEMON_SCOPES) -> Callable[[F], F]
     return decorate
 
 
-def _source(opt: Option, source: ParameterSource | None, file_name: str) -> str | None:
-    """Where a value came from, as error messages name it; None for click's (empty) default."""
-    if source is ParameterSource.COMMANDLINE:
-        return opt.flag
-    if source is ParameterSource.ENVIRONMENT:
-        return opt.env
-    if source is ParameterSource.DEFAULT_MAP:
-        return f"{file_name}: {opt.key}"
-    return None
+#: Where click found a value, as archiver.settings ranks it (click's own default: not given).
+_ORIGINS: dict[ParameterSource | None, Origin] = {
+    ParameterSource.COMMANDLINE: Origin.FLAG,
+    ParameterSource.ENVIRONMENT: Origin.ENV,
+    ParameterSource.DEFAULT_MAP: Origin.FILE,
+}
+
+
+def _given(kwargs: dict[str, Any], options: Sequence[Option]) -> dict[str, list[Given]]:
+    """Pops the values of `options` (and their aliases) out of a command's kwargs, each with where
+    click found it; option key → values given."""
+    ctx = click.get_current_context()
+    raw: dict[str, list[Given]] = {}
+    for opt in options:
+        if opt.param not in kwargs:
+            continue  # not an option of this command
+        for param, alias in [(opt.param, None), *((a.param, a) for a in opt.aliases)]:
+            value = kwargs.pop(param)
+            origin = _ORIGINS.get(ctx.get_parameter_source(param))
+            if origin is not None:
+                raw.setdefault(opt.key, []).append(Given(value, origin, alias))
+    return raw
+
+
+def _file(kwargs: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    kwargs.pop("config_file", None)
+    data, name = click.get_current_context().meta.get(_CONFIG_META, ({}, ""))
+    return data, name
 
 
 def resolve(kwargs: dict[str, Any]) -> Settings:
     """Pops the configuration options out of a command's kwargs and builds Settings from them
     (options the command does not take keep their defaults)."""
-    import os
+    file_data, file_name = _file(kwargs)
+    return build_settings(_given(kwargs, OPTIONS), file_data=file_data, file_name=file_name, env=os.environ)
 
-    ctx = click.get_current_context()
-    kwargs.pop("config_file", None)
-    file_data, file_name = ctx.meta.get(_CONFIG_META, ({}, ""))
-    raw: dict[str, tuple[Any, str]] = {}
-    for opt in OPTIONS:
-        if opt.key not in kwargs:
-            continue
-        value = kwargs.pop(opt.key)
-        source = _source(opt, ctx.get_parameter_source(opt.key), file_name)
-        if source is not None and value is not None and value != ():
-            raw[opt.key] = (value, source)
-    return build_settings(raw, file_data=file_data, file_name=file_name, env=os.environ)
+
+def resolve_values(kwargs: dict[str, Any], options: Sequence[Option]) -> dict[str, Any]:
+    """Pops the options of another table (`settings_options(..., options)`) out of a command's
+    kwargs: their converted values by key, as `resolve` converts the configuration's."""
+    _, file_name = _file(kwargs)
+    return convert_values(_given(kwargs, options), file_name=file_name, options=options)
 
 
 def friendly_errors(func: F) -> F:

@@ -26,8 +26,9 @@ from archiver.cli.base import (
 )
 from archiver.cli.params import PLAYER_ID, SESSION_ID, LocalPath
 from archiver.errors import ConfigError, LocalFileError
-from archiver.settings import MAX_COUNT, MAX_WORKERS, STORE_SCOPES
+from archiver.settings import STORE_SCOPES
 from archiver.textsafe import one_line, printable
+from archiver.values import MAX_COUNT, MAX_WORKERS
 
 #: Parallel HEADs of a verify without download (small requests: latency-bound, not bandwidth-bound).
 VERIFY_HEAD_WORKERS = 16

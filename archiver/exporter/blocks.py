@@ -7,13 +7,12 @@ keep their joined bytes, their CRC-32 and their compressed form. A block's compr
 self-contained deflate segment (the shared compressor is reset by a full flush after every part),
 so parts can be stitched in any order into the one gzip member a scrape sends.
 
-Measured on the 2-core machine (10,000 sessions, ISA-L level 1): a full flush costs ~7 µs, about the
-price of compressing 4 KB, and a block compressed alone is ~10 % larger at 32 sessions per block,
-~25 % at 16. Sessions that end at random positions leave almost every small block dirty anyway (2 %
-random churn touches ~47 % of 64-session blocks), so blocks are large (`BLOCK_SESSIONS`): then a
-random churn costs what one full pass costs (plus ~1 %), while the common shapes cost a fraction:
-player counts changing touch only the players family's parts, new sessions fill the tail block,
-and sessions ending oldest-first empty the head blocks.
+Each part's full flush costs about as much as compressing a few KB, and a small block compresses
+worse on its own, so small blocks cost more than they save; and sessions that end at random positions
+leave almost every small block dirty anyway. So blocks are large (`BLOCK_SESSIONS`): a random churn
+then costs about what one full pass costs, while the common shapes cost a fraction: player counts
+changing touch only the players family's parts, new sessions fill the tail block, and sessions
+ending oldest-first empty the head blocks. `benchmarks/scrape.py` (`--churn random|oldest`) guards it.
 """
 
 from __future__ import annotations
@@ -27,9 +26,9 @@ from isal import isal_zlib
 
 from archiver.exporter.snapshot import LEVEL
 
-#: Sessions per block: parts of ~40-100 KB, so a full flush's cost is noise and no part reaches the
-#: 256 KiB mmap threshold the daemon gives glibc (`daemon.tune_allocator`): a poll's joins reuse
-#: heap memory rather than faulting in fresh pages (~1.7 ms per MB on this VM).
+#: Sessions per block: parts of tens of KB, so a full flush's cost is noise and a poll's joins reuse
+#: heap memory rather than being mapped and faulted in afresh (glibc maps large allocations of their
+#: own).
 BLOCK_SESSIONS = 512
 #: Chunks a scrape writes are coalesced up to about this size (one write each, heap-sized).
 CHUNK_BYTES = 192 * 1024
@@ -130,8 +129,8 @@ class SessionBlocks:
             lines = block.members.values()
             for family in sorted(block.dirty):
                 # One family's column read straight from the members' lines: a zip of all of them
-                # touched every family's bytes objects (one cache miss each, ~50,000 sessions per
-                # poll) where most polls rebuild only the players part of a block.
+                # touched every family's bytes objects (one cache miss each, for every session of
+                # the block) where most polls rebuild only the players part of a block.
                 raw = block.raw[family] = b"".join(map(self._line_of[family], lines))
                 if raw:
                     todo.append((block, family))
@@ -143,7 +142,7 @@ class SessionBlocks:
             _compress(todo)
             return
         # Like pigz: ISA-L releases the GIL while it compresses, so a second thread halves the wall
-        # time of a big build (every block dirty: ~9 ms at 10,000 sessions). Interleaved halves get
+        # time of a big build (every block dirty). Interleaved halves get
         # a similar mix of families, hence of bytes.
         helper = _helper_pool().submit(_compress, todo[1::2])
         _compress(todo[::2])

@@ -5,8 +5,8 @@ self-metrics tail (see `scrape_parts`). Rendering follows kube-state-metrics: ev
 lines are rendered once and cached next to a cheap change key, so a poll only re-renders the sessions
 that are new or changed; the families' bytes are kept in blocks of sessions (`blocks.SessionBlocks`)
 whose joined and compressed parts are reused until one of their sessions changes. Which families
-exist, their help, labels and line renderers are one declarative table (`FAMILIES`, see
-`SESSION_FAMILIES`).
+exist, their help, labels and line renderers are one declarative table (`families.FAMILIES`,
+re-exported here); the aggregates are `aggregates.Aggregator`'s.
 
 Format notes (both formats are served from the same bytes wherever possible):
 - Every family rendered here is a gauge; gauge sample lines are identical in text 0.0.4 and
@@ -29,13 +29,27 @@ from __future__ import annotations
 import itertools
 import math
 import operator
-import re
-from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 
 from archiver.errors import ConfigError
+from archiver.exporter.aggregates import Aggregates, Aggregator
 from archiver.exporter.blocks import BLOCK_SESSIONS, SessionBlocks, coalesce, combine_crc
+from archiver.exporter.families import (
+    AGGREGATE_FAMILIES,
+    DEFAULT_PREFIX,
+    SESSION_FAMILIES,
+    SNAPSHOT_FAMILIES,
+    encode,
+    family_header,
+)
+
+# The families table and the text helpers live in families.py (re-exported: one import site).
+from archiver.exporter.families import FAMILIES as FAMILIES
+from archiver.exporter.families import FamilySpec as FamilySpec
+from archiver.exporter.families import SessionFamily as SessionFamily
+from archiver.exporter.families import escape_label_value as escape_label_value
+from archiver.exporter.families import format_value as format_value
+from archiver.exporter.families import label_names_for as label_names_for
 
 # The bytes of a poll and how a scrape sends them live in snapshot.py (re-exported: one import site).
 from archiver.exporter.snapshot import CONTENT_TYPE_OPENMETRICS as CONTENT_TYPE_OPENMETRICS
@@ -50,193 +64,6 @@ from archiver.exporter.snapshot import gzip_trailer as gzip_trailer
 from archiver.exporter.snapshot import scrape_parts as scrape_parts
 from archiver.upstream.metrics import MetricFamily, render_upstream
 from archiver.upstream.models import ListDelta, Session
-
-_LABEL_KEY_INVALID = re.compile(r"[^a-zA-Z0-9_]")
-DEFAULT_PREFIX = "sessionhost_"
-
-
-def escape_label_value(value: str) -> str:
-    r"""Escape a label value for both formats: `\` → `\\`, `"` → `\"`, newline → `\n`."""
-    if "\\" in value or '"' in value or "\n" in value:
-        value = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return value
-
-
-def format_value(value: float) -> str:
-    """A sample value as both formats spell it (`NaN`, `+Inf`, `-Inf`, shortest round-trip repr)."""
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(value)
-
-
-def _encode(text: str) -> bytes:
-    # Session fields come from JSON, which can carry lone surrogates ("\ud800"): they cannot be UTF-8
-    # encoded, so they become "?" rather than failing the whole poll.
-    return text.encode("utf-8", "replace")
-
-
-def _header(name: str, doc: str, kind: str = "gauge") -> bytes:
-    return _encode(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
-
-
-def label_names_for(allowlist: Iterable[str]) -> dict[str, str]:
-    """Map each allowlisted caller label key to a unique, valid Prometheus label name `label_<key>`.
-
-    Invalid characters become `_`; clashes get `_2`, `_3`, ... in sorted order of the original keys,
-    so the mapping depends only on the allowlist (e.g. `a-b` → `label_a_b`, `a.b` → `label_a_b_2`).
-    """
-    names: dict[str, str] = {}
-    used: set[str] = set()
-    for key in sorted(set(allowlist)):
-        base = "label_" + _LABEL_KEY_INVALID.sub("_", key)
-        name, n = base, 2
-        while name in used:
-            name, n = f"{base}_{n}", n + 1
-        used.add(name)
-        names[key] = name
-    return names
-
-
-@dataclass(frozen=True, slots=True)
-class FamilySpec:
-    """One metric family this module renders: what the README's metric tables and the dashboards'
-    name check read (`FAMILIES`). `labels` are the documented label names (`label_<key>` stands for
-    the allowlisted caller labels); `value_one` marks families whose samples are always 1."""
-
-    name: str
-    type: str
-    help: str
-    labels: tuple[str, ...]
-    value_one: bool = False
-    #: Whether `name` is relative to the renderer's prefix (`sessionhost_` by default).
-    prefixed: bool = True
-
-    def full_name(self, prefix: str = DEFAULT_PREFIX) -> str:
-        return prefix + self.name if self.prefixed else self.name
-
-
-#: Renders one session's sample line(s) of a family: (full name, session, `session_id="..."` pair,
-#: allowlisted (label name, caller key) pairs) → text; "" renders no sample for that session.
-SessionRender = Callable[[str, Session, str, tuple[tuple[str, str], ...]], str]
-#: Session counts by (image, location, status, tag) and player sums by (image, location, tag).
-Aggregates = tuple[dict[tuple[str, str, str, str], int], dict[tuple[str, str, str], int]]
-
-
-@dataclass(frozen=True, slots=True)
-class SessionFamily(FamilySpec):
-    """A per-session family: `render` is called once per new or changed session and cached."""
-
-    render: SessionRender = lambda name, s, sid, pairs: ""
-    #: The Session fields `render` reads: the change key is built from them (a changed value re-renders).
-    fields: tuple[str, ...] = ()
-    #: Rendered (header included) only when a label allowlist is configured.
-    needs_allowlist: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class AggregateFamily(FamilySpec):
-    """A family over all sessions (not capped by --max-sessions), rendered from `_aggregate`'s result."""
-
-    render: Callable[[str, Aggregates], str] = lambda name, aggregates: ""
-
-
-@dataclass(frozen=True, slots=True)
-class SnapshotFamily(FamilySpec):
-    """A one-sample gauge about the snapshot itself: `value(exported, dropped)`."""
-
-    value: Callable[[int, int], int] = lambda exported, dropped: 0
-
-
-def _render_info(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    esc = escape_label_value
-    return (
-        f'{name}{{host="{esc(s.host)}",image="{esc(s.image)}",location="{esc(s.location)}",'
-        f'{sid},tag="{esc(s.tag)}"}} 1\n'
-    )
-
-
-def _render_created(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    return f"{name}{{{sid}}} {format_value(s.created_ms / 1000)}\n"
-
-
-def _render_players(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    return "" if s.player_count is None else f"{name}{{{sid}}} {s.player_count}\n"
-
-
-def _render_status(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    return f'{name}{{{sid},status="{escape_label_value(s.status)}"}} 1\n'
-
-
-def _render_labels(name: str, s: Session, sid: str, pairs: tuple[tuple[str, str], ...]) -> str:
-    esc = escape_label_value
-    user = s.labels
-    # Only allowlisted keys are read: every other caller label (and the env, which is not even in
-    # the model) stays out of the output.
-    parts = [f'{label}="{esc(value)}",' for label, k in pairs if (value := user.get(k)) is not None]
-    return f"{name}{{{''.join(parts)}{sid}}} 1\n"
-
-
-def _render_sessions(name: str, aggregates: Aggregates) -> str:
-    esc = escape_label_value
-    return "".join(
-        f'{name}{{image="{esc(image)}",location="{esc(location)}",status="{esc(status)}",tag="{esc(tag)}"}} {n}\n'
-        for (image, location, status, tag), n in sorted(aggregates[0].items())
-    )
-
-
-def _render_agg_players(name: str, aggregates: Aggregates) -> str:
-    esc = escape_label_value
-    return "".join(
-        f'{name}{{image="{esc(image)}",location="{esc(location)}",tag="{esc(tag)}"}} {n}\n'
-        for (image, location, tag), n in sorted(aggregates[1].items())
-    )
-
-
-#: Families over all sessions, first in the body.
-AGGREGATE_FAMILIES: tuple[AggregateFamily, ...] = (
-    AggregateFamily("sessions", "gauge", "Active sessions by location, image, tag and status.",
-                    ("location", "image", "tag", "status"), render=_render_sessions),
-    AggregateFamily("players", "gauge", "Players in active sessions by location, image and tag.",
-                    ("location", "image", "tag"), render=_render_agg_players),
-)  # fmt: skip
-#: Per-session families, in body order after the aggregates.
-#:
-#: Adding a per-session gauge touches one entry here and one test. For example, a port count:
-#:
-#:     SessionFamily("session_ports", "gauge", "Ports published by the session.", ("session_id",),
-#:                   render=lambda name, s, sid, pairs: f"{name}{{{sid}}} {len(s.ports)}\n",
-#:                   fields=("ports",)),
-#:
-#: plus its row in the README's metric table (tests/test_exposition.py checks the table against the
-#: README, and tests/test_dashboards_alerts.py takes its known names from here). The header, the
-#: cache, the change key and the join all follow from the entry.
-SESSION_FAMILIES: tuple[SessionFamily, ...] = (
-    SessionFamily("session_info", "gauge", "Information about an active session, always 1.",
-                  ("session_id", "image", "tag", "location", "host"), value_one=True,
-                  render=_render_info, fields=("image", "tag", "location", "host")),
-    SessionFamily("session_created_timestamp_seconds", "gauge",
-                  "When the session was created, in seconds since the epoch.", ("session_id",),
-                  render=_render_created, fields=("created_ms",)),
-    SessionFamily("session_players", "gauge", "Players currently in the session.",
-                  ("session_id",), render=_render_players, fields=("player_count",)),
-    SessionFamily("session_status", "gauge", "Current status of the session, always 1.",
-                  ("session_id", "status"), value_one=True, render=_render_status, fields=("status",)),
-    SessionFamily("session_labels", "gauge", "Allowlisted caller labels of the session, always 1.",
-                  ("session_id", "label_<key>"), value_one=True, render=_render_labels, needs_allowlist=True),
-)  # fmt: skip
-#: Gauges about the snapshot, last in the session block (not in SelfMetrics: a name must not appear twice).
-SNAPSHOT_FAMILIES: tuple[SnapshotFamily, ...] = (
-    SnapshotFamily("archiver_sessions_exported", "gauge", "Sessions with per-session series in /metrics.", (),
-                   prefixed=False, value=lambda exported, dropped: exported),
-    SnapshotFamily("archiver_sessions_dropped", "gauge", "Sessions left out of per-session series by --max-sessions.",
-                   (), prefixed=False, value=lambda exported, dropped: dropped),
-)  # fmt: skip
-#: Every family this module renders, in body order (the upstream families follow, re-exposed as is).
-FAMILIES: tuple[FamilySpec, ...] = (*AGGREGATE_FAMILIES, *SESSION_FAMILIES, *SNAPSHOT_FAMILIES)
 
 
 class _Entry:
@@ -256,12 +83,6 @@ _KEY_FIELD_NAMES: tuple[str, ...] = tuple(
     dict.fromkeys(field for family in SESSION_FAMILIES for field in family.fields)
 )
 _KEY_FIELDS: Callable[[Session], tuple[object, ...]] = operator.attrgetter(*_KEY_FIELD_NAMES)
-#: Aggregate keys, in label-name order so rendered labels come out sorted.
-_AGGREGATE_FIELDS: Callable[[Session], tuple[str, str, str, str]] = operator.attrgetter(
-    "image", "location", "status", "tag"
-)
-_GROUP_FIELDS: Callable[[Session], tuple[str, str, str]] = operator.attrgetter("image", "location", "tag")
-_PLAYERS_FIELD: Callable[[Session], int | None] = operator.attrgetter("player_count")
 _ID: Callable[[Session], str] = operator.attrgetter("id")
 
 
@@ -277,47 +98,6 @@ def _touched(previous: Mapping[str, Session], current: Mapping[str, Session]) ->
     makes them a few percent; the scan itself runs in C (map/compress), not a Python loop."""
     same = map(operator.is_, map(previous.get, current), current.values())
     return list(itertools.compress(current.items(), map(operator.not_, same)))
-
-
-class _Aggregator:
-    """Session counts by (image, location, status, tag) and player sums by (image, location, tag),
-    kept up to date by removing and adding the sessions that changed (see `_aggregate`)."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[tuple[str, str, str, str]] = Counter()
-        self.players: dict[tuple[str, str, str], int] = {}
-        #: Sessions per player group: a group is dropped with its last session.
-        self.groups: Counter[tuple[str, str, str]] = Counter()
-
-    def rebuild(self, sessions: Collection[Session]) -> None:
-        counts, players = _aggregate(sessions)
-        self.counts = Counter(counts)
-        self.players = players
-        self.groups = Counter()
-        for (image, location, _, tag), n in counts.items():
-            self.groups[image, location, tag] += n
-
-    def add(self, session: Session) -> None:
-        key = _AGGREGATE_FIELDS(session)
-        self.counts[key] += 1
-        group = (key[0], key[1], key[3])
-        self.groups[group] += 1
-        self.players[group] = self.players.get(group, 0) + (session.player_count or 0)
-
-    def remove(self, session: Session) -> None:
-        key = _AGGREGATE_FIELDS(session)
-        self.counts[key] -= 1
-        if not self.counts[key]:
-            del self.counts[key]
-        group = (key[0], key[1], key[3])
-        self.groups[group] -= 1
-        if self.groups[group]:
-            self.players[group] -= session.player_count or 0
-        else:
-            del self.groups[group], self.players[group]
-
-    def result(self) -> Aggregates:
-        return dict(self.counts), dict(self.players)
 
 
 class SnapshotRenderer:
@@ -355,11 +135,11 @@ class SnapshotRenderer:
         self._label_keys = tuple(key for _, key in self._label_pairs)
         # HELP/TYPE headers never change: built once. The labels family exists only with an allowlist.
         self._aggregate_families = tuple(
-            (family.render, family.full_name(prefix), _header(family.full_name(prefix), family.help, family.type))
+            (family.render, family.full_name(prefix), family_header(family.full_name(prefix), family.help, family.type))
             for family in AGGREGATE_FAMILIES
         )
         self._session_families = tuple(
-            (family.render, family.full_name(prefix), _header(family.full_name(prefix), family.help, family.type))
+            (family.render, family.full_name(prefix), family_header(family.full_name(prefix), family.help, family.type))
             for family in SESSION_FAMILIES
             if self._label_pairs or not family.needs_allowlist
         )
@@ -383,7 +163,7 @@ class SnapshotRenderer:
         self._snapshot_families = tuple(
             (
                 family.value,
-                _header(family.full_name(prefix), family.help, family.type),
+                family_header(family.full_name(prefix), family.help, family.type),
                 family.full_name(prefix).encode(),
             )
             for family in SNAPSHOT_FAMILIES
@@ -408,7 +188,7 @@ class SnapshotRenderer:
         self._cache: dict[str, _Entry] = {}
         self._lines: dict[str, tuple[bytes, ...]] = {}
         self._blocks = SessionBlocks(len(self._session_families), block_sessions=self._block_sessions)
-        self._aggregator = _Aggregator()
+        self._aggregator = Aggregator()
         #: The list `_all` holds (every id once), which a parser's `ListDelta.base` must be.
         self._base: Sequence[Session] | None = None
         # What the last session block was built from, to skip the build when nothing changed.
@@ -610,17 +390,17 @@ class SnapshotRenderer:
         sid = f'session_id="{escape_label_value(s.id)}"'
         pairs = self._label_pairs
         if old is None:
-            lines = tuple(_encode(render(name, s, sid, pairs)) for render, name, _ in self._session_families)
+            lines = tuple(encode(render(name, s, sid, pairs)) for render, name, _ in self._session_families)
             return _Entry(s, key, lines)
         before = old.key
         kept = list(old.lines)
         for n, (render, name, _) in enumerate(self._session_families):
             if any(key[i] != before[i] for i in self._family_key_indices[n]):
-                kept[n] = _encode(render(name, s, sid, pairs))
+                kept[n] = encode(render(name, s, sid, pairs))
         return _Entry(s, key, tuple(kept))
 
     def _aggregate_part(self, aggregates: Aggregates) -> tuple[bytes, bytes, int]:
-        raw = b"".join(header + _encode(render(name, aggregates)) for render, name, header in self._aggregate_families)
+        raw = b"".join(header + encode(render(name, aggregates)) for render, name, header in self._aggregate_families)
         return raw, deflate_segment(raw), crc32(raw)
 
     def _assemble(self, exported: int, dropped: int) -> None:
@@ -645,18 +425,3 @@ class SnapshotRenderer:
         self._body_deflate = coalesce(deflated)
         self._body_crc = combine_crc(0, raw, crcs)
         self._body_length = sum(map(len, raw))
-
-
-def _aggregate(sessions: Collection[Session]) -> Aggregates:
-    """Session counts by (image, location, status, tag) and player sums by (image, location, tag).
-
-    Keys are in label-name order so the rendered labels come out sorted. A group whose sessions all
-    lack a player count still gets a players sample (0): the group exists, its known players are 0.
-    """
-    # Counter's C helper does the counting; only the player sums need a Python loop.
-    counts: dict[tuple[str, str, str, str], int] = Counter(map(_AGGREGATE_FIELDS, sessions))
-    players: dict[tuple[str, str, str], int] = dict.fromkeys(((im, loc, tag) for im, loc, _, tag in counts), 0)
-    for group, count in zip(map(_GROUP_FIELDS, sessions), map(_PLAYERS_FIELD, sessions), strict=True):
-        if count:
-            players[group] += count
-    return dict(counts), players

@@ -13,8 +13,9 @@ from archiver.errors import ApiError, ApiStatusError, PayloadError
 from archiver.retry import RetryPolicy, upstream_poll
 from archiver.textsafe import printable
 from archiver.upstream.api import SessionHostClient
+from archiver.upstream.listparser import SessionListParser
 from archiver.upstream.metrics import MetricFamily, parse_upstream_metrics
-from archiver.upstream.models import InvalidEntry, ListDelta, Session, SessionListParser
+from archiver.upstream.models import InvalidEntry, ListDelta, Session
 
 log = logging.getLogger("archiver.poller")
 

@@ -126,6 +126,31 @@ class _OptionalGauge(Collector):
         return [GaugeMetricFamily(self._name, self._documentation)]
 
 
+#: Whether `SelfMetrics.render` reuses its last bytes until an event method runs. The registry's
+#: render is most of what a scrape costs beyond sending the snapshot's prepared bytes, and scrapes
+#: come far more often than the events that change these metrics. False renders at every scrape
+#: (to rule the cache out when a value looks stale).
+RENDER_CACHE = True
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _event(method: Callable[Concatenate[SelfMetrics, _P], _R]) -> Callable[Concatenate[SelfMetrics, _P], _R]:
+    """Marks an event method: once its change is made, the render generation moves, so the next
+    scrape renders again. Every public method of SelfMetrics but `render` is one (a test checks)."""
+
+    @functools.wraps(method)
+    def wrapper(self: SelfMetrics, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            with self._generation_lock:  # `+=` from two threads could lose a bump, or go back
+                self._generation += 1
+
+    return wrapper
+
+
 class SelfMetrics:
     """Creates every `archiver_*` metric of ARCHITECTURE.md §6 (except the two snapshot gauges) and offers one
     method per event the poller and the pipeline report. All methods are thread-safe."""
@@ -138,7 +163,7 @@ class SelfMetrics:
         endpoints: Iterable[str] = ("sessions", "metrics"),
     ) -> None:
         self.registry = registry
-        #: Bumped after every event method (see `_bumps`); `render` reuses its bytes while it stays.
+        #: Bumped after every event method (see `_event`); `render` reuses its bytes while it stays.
         self._generation = 0
         self._generation_lock = threading.Lock()
         self._rendered: dict[bool, tuple[int, bytes]] = {}
@@ -298,11 +323,13 @@ class SelfMetrics:
 
     # --- poller ---------------------------------------------------------------------------------
 
+    @_event
     def upstream_request(self, endpoint: str, code: int | str) -> None:
         """Count one upstream request; `code` is the HTTP status, or e.g. "error" when none came back.
         `endpoint` is the API client's request name ("GET /session"), exported as ENDPOINT_LABELS says."""
         self._requests.labels(ENDPOINT_LABELS.get(endpoint, endpoint), str(code)).inc()
 
+    @_event
     def poll_result(self, endpoint: str, *, ok: bool, duration: float, now: float) -> None:
         """Record one poll of an endpoint (`now` is the wall-clock time of its end)."""
         self._up.labels(endpoint).set(1 if ok else 0)
@@ -310,55 +337,69 @@ class SelfMetrics:
         if ok:
             self._last_success.labels(endpoint).set(now)
 
+    @_event
     def upstream_invalid_entries(self, count: int) -> None:
         """`count` entries of one session-list poll were left out (each poll that still sees one counts it)."""
         self._upstream_invalid.inc(count)
 
+    @_event
     def sessions_ended(self, count: int = 1) -> None:
         self._sessions_ended.inc(count)
 
     # --- pipeline -------------------------------------------------------------------------------
 
+    @_event
     def item_done(self, kind: str, outcome: str) -> None:
         """An item reached a final outcome (kind `logs|artifact`, outcome per ITEM_OUTCOMES)."""
         self._items.labels(kind, outcome).inc()
 
+    @_event
     def set_pending(self, stage: str, count: int) -> None:
         self._pending.labels(stage).set(count)
 
+    @_event
     def set_next_fetch_deadline(self, timestamp: float | None) -> None:
         """The earliest pending fetch deadline; None removes the series (nothing pending)."""
         self._next_deadline.set(timestamp)
 
+    @_event
     def fetch_completed(self, slack_seconds: float) -> None:
         """A fetch finished `slack_seconds` before its deadline (negative when after it)."""
         self._deadline_slack.observe(slack_seconds)
 
+    @_event
     def archive_completed(self, *, delay_seconds: float, now: float) -> None:
         """A session's manifest was written `delay_seconds` after its end was seen."""
         self._completion_delay.observe(delay_seconds)
         self._last_archive_success.set(now)
 
+    @_event
     def add_bytes(self, stage: str, kind: str, count: int) -> None:
         self._bytes.labels(stage, kind).inc(count)
 
+    @_event
     def set_spool_bytes(self, count: int) -> None:
         self._spool_bytes.set(count)
 
+    @_event
     def set_retention(self, seconds: float) -> None:
         self._retention.set(seconds)
 
+    @_event
     def set_conditional_writes_supported(self, supported: bool) -> None:
         self._conditional_writes.set(1 if supported else 0)
 
+    @_event
     def set_store_up(self, up: bool) -> None:
         """The outcome of the latest store operation or probe (absent until the first one)."""
         self._store_up.set(1 if up else 0)
 
+    @_event
     def set_shard(self, shard: int, total_shards: int, replica: int) -> None:
         self._shard_info.clear()
         self._shard_info.labels(str(shard), str(total_shards), str(replica)).set(1)
 
+    @_event
     def archive_recognised(self, now: float | None = None) -> None:
         """A session another replica (or an earlier owner) had archived already: success, nothing
         written. Given `now` (found before fetching: no manifest of ours follows), it is also this
@@ -368,27 +409,34 @@ class SelfMetrics:
         if now is not None:
             self._last_archive_success.set(now)
 
+    @_event
     def set_detection_up(self, up: bool) -> None:
         self._detection_up.set(1 if up else 0)
 
+    @_event
     def session_failed(self) -> None:
         self._sessions_failed.inc()
 
+    @_event
     def session_reopened(self, count: int = 1) -> None:
         self._sessions_reopened.inc(count)
 
+    @_event
     def reconciled(self, count: int) -> None:
         self._reconciled.inc(count)
 
+    @_event
     def restore_last_archive_success(self, timestamp: float | None) -> None:
         """After a restart: the newest manifest the state DB knows of (absent → left at 0)."""
         if timestamp is not None:
             self._last_archive_success.set(timestamp)
 
+    @_event
     def retried(self, operation: str) -> None:
         """One retry of `operation` (an archiver.retry observer)."""
         self._retries.labels(operation).inc()
 
+    @_event
     def error(self, where: str) -> None:
         """An unexpected exception was caught at a loop or request edge (`where`: e.g. poll, fetch, http)."""
         self._errors.labels(where).inc()
@@ -398,14 +446,14 @@ class SelfMetrics:
     def render(self, openmetrics: bool) -> bytes:
         """The registry in the requested format; the OpenMetrics body ends with `# EOF` (it goes last).
 
-        Rendered again only when an event method ran since the last render of that format (about
-        1.8 ms at every scrape otherwise, most of the distance to serving static bytes). The
-        generation is read before rendering: an event that lands during the render moves it, so
-        the next scrape renders again and nothing is ever served stale past one scrape.
+        Rendered again only when an event method ran since the last render of that format (see
+        `RENDER_CACHE`). The generation is read before rendering: an event that lands during the
+        render moves it, so the next scrape renders again and nothing is ever served stale past one
+        scrape.
         """
         generation = self._generation
         cached = self._rendered.get(openmetrics)
-        if cached is not None and cached[0] == generation:
+        if RENDER_CACHE and cached is not None and cached[0] == generation:
             return cached[1]
         if openmetrics:
             # prometheus_client's OpenMetrics writer has no annotations.
@@ -414,27 +462,3 @@ class SelfMetrics:
             body = _text_generate_latest(self.registry)
         self._rendered[openmetrics] = (generation, body)
         return body
-
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _bumps(method: Callable[Concatenate[SelfMetrics, _P], _R]) -> Callable[Concatenate[SelfMetrics, _P], _R]:
-    """An event method that moves the render generation once its change is made."""
-
-    @functools.wraps(method)
-    def wrapper(self: SelfMetrics, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            with self._generation_lock:  # `+=` from two threads could lose a bump, or go back
-                self._generation += 1
-
-    return wrapper
-
-
-# Every public method but `render` records an event: each moves the generation.
-for _name, _method in list(vars(SelfMetrics).items()):
-    if not _name.startswith("_") and _name != "render" and callable(_method):
-        setattr(SelfMetrics, _name, _bumps(_method))

@@ -8,7 +8,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-# ISA-L's deflate: ~5x faster than zlib at level 1 on metric text (10 vs 49 ms for 10k sessions), smaller.
+# ISA-L's deflate: several times faster than zlib's at level 1 on metric text, and smaller.
 from isal import isal_zlib
 
 CONTENT_TYPE_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -17,7 +17,7 @@ CONTENT_TYPE_OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset
 #: gzip header: deflate, no flags, mtime 0 (reproducible bytes), no extra flags, OS unknown.
 GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 #: Level 1: the body is compressed once per poll and served to every scrape, so speed matters more
-#: than the last few percent of size (zlib level 9 is ~4x slower for ~15 % less).
+#: than the last few percent of size that higher levels buy at several times the CPU.
 LEVEL = 1
 
 

@@ -218,10 +218,10 @@ def build_ssl_context(tls: TLSConfig) -> ssl.SSLContext:
 class BasicAuth:
     """Checks `Authorization: Basic ...` headers against the bcrypt hashes of the web config.
 
-    bcrypt costs 100-250 ms per check by design; Prometheus sends the same credentials every scrape,
-    so successful checks are remembered (as the exporter-toolkit does), keyed by a SHA-256 over the
-    user, the stored hash and the presented password: the cache never holds a password, and a changed
-    hash can never match an old entry. Failures are never cached, so guessing stays expensive.
+    bcrypt is slow by design; Prometheus sends the same credentials every scrape, so successful
+    checks are remembered (as the exporter-toolkit does), keyed by a SHA-256 over the user, the
+    stored hash and the presented password: the cache never holds a password, and a changed hash can
+    never match an old entry. Failures are never cached, so guessing stays expensive.
     """
 
     def __init__(self, users: Mapping[str, str]) -> None:

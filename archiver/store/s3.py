@@ -9,10 +9,9 @@ import logging
 import math
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal
+from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
 
 from botocore.config import Config
 from botocore.exceptions import (
@@ -31,12 +30,12 @@ from archiver.errors import (
     StoreError,
     StorePermissionError,
     StoreUnavailableError,
-    StoreUnsupportedError,
     excerpt,
 )
 from archiver.evidence import NO_EVIDENCE, Evidence
 from archiver.layout.manifest import is_sha256
 from archiver.retry import STORE, RetryPolicy
+from archiver.store import s3_probe
 from archiver.store.base import (
     DEFAULT_MULTIPART_THRESHOLD,
     DEFAULT_PART_CONCURRENCY,
@@ -52,20 +51,16 @@ from archiver.store.base import (
     validate_key,
     validate_prefix,
 )
+from archiver.store.s3_errors import translate_client_error
 from archiver.store.s3_multipart import (
-    COMPLETION_REFUSED_CODES,
     ChecksumMismatchError,
     CompletedChecksums,
-    CompletionRefusedError,
     MultipartUploads,
-    NoSuchUploadError,
     PreconditionFailedError,
-    check_size,
-    check_source,
 )
+from archiver.store.s3_parts import check_size, check_source
 
 if TYPE_CHECKING:
-    from botocore.config import _S3Dict
     from mypy_boto3_s3 import S3Client
 else:
     S3Client = Any
@@ -73,42 +68,6 @@ else:
 log = logging.getLogger(__name__)
 
 ChecksumMode = Literal["when_supported", "when_required"]
-
-#: Error codes meaning "we are not allowed / misconfigured": retrying will not help, alert.
-_PERMISSION_CODES = frozenset(
-    {
-        "AccessDenied",
-        "AllAccessDisabled",
-        "AccountProblem",
-        "AuthorizationHeaderMalformed",
-        "ExpiredToken",
-        "InvalidAccessKeyId",
-        "InvalidBucketName",
-        "InvalidToken",
-        "NoSuchBucket",
-        "PermanentRedirect",
-        "RequestTimeTooSkewed",
-        "SignatureDoesNotMatch",
-    }
-)
-#: The body that arrived does not match the checksum sent with it (AWS and most servers: BadDigest;
-#: MinIO for the x-amz-checksum-* headers: XAmzContentChecksumMismatch).
-_CHECKSUM_MISMATCH_CODES = frozenset({"BadDigest", "XAmzContentChecksumMismatch"})
-#: Error codes (besides 5xx) that a later retry may get past: pause and retry.
-_TRANSIENT_CODES = frozenset(
-    {
-        "ConditionalRequestConflict",
-        "InternalError",
-        "OperationAborted",
-        "RequestLimitExceeded",
-        "RequestTimeout",
-        "ServiceUnavailable",
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-    }
-)
-
 
 #: botocore's own default for connect and read timeouts (used when only one of them is given).
 DEFAULT_BOTO_TIMEOUT = 60.0
@@ -143,18 +102,19 @@ def make_s3_client(
     """
     import boto3  # local: keeps `import archiver.store` cheap for commands that never touch S3
 
-    s3: _S3Dict = {"addressing_style": "path"} if endpoint_url else {}
+    # Built as a plain dict: the stubs' TypedDict for it is a private name of botocore.
+    s3: dict[str, Any] = {"addressing_style": "path"} if endpoint_url else {}
     if checksum_mode == "when_supported":
         # Every PUT and part carries x-amz-checksum-sha256 (signed, as every header is), which the
         # server checks the body against: botocore hashing the body once more for the signature
         # (it always does over http) proves nothing more and costs CPU the server needs too on a
-        # small machine (measured, issue 14). Over https botocore already skips it for uploads.
+        # small machine. Over https botocore already skips it for uploads.
         s3["payload_signing_enabled"] = False
     config = Config(
         retries={"mode": "standard", "max_attempts": policy.attempts},
         request_checksum_calculation=checksum_mode,
         response_checksum_validation="when_required",
-        s3=s3 or None,
+        s3=cast(Any, s3) or None,
         max_pool_connections=32,
     )
     if connect_timeout is not None or read_timeout is not None:
@@ -173,9 +133,9 @@ class S3Store(MultipartUploads):
 
     Create-once: ``PutObject`` and ``CompleteMultipartUpload`` carry ``If-None-Match: *``; a 412
     (also the one botocore's retry provokes after a lost answer) is resolved by comparing the
-    stored ``x-amz-meta-sha256`` and size with ours. Servers that ignore ``If-None-Match`` are
-    detected by :meth:`probe_conditional_writes`, after which writes HEAD first (a small race
-    window remains: such servers cannot do better).
+    stored ``x-amz-meta-sha256`` and size with ours. What the server really does (``If-None-Match``
+    honoured, metadata kept, checksums verified) is probed at start-up (`archiver/store/s3_probe.py`),
+    and each missing guarantee has its fallback (`apply_findings`).
     """
 
     def __init__(
@@ -211,13 +171,15 @@ class S3Store(MultipartUploads):
         # "when_required" (servers that reject checksum headers) we send Content-MD5 instead,
         # which every S3 implementation verifies.
         self._crc32 = checksum_mode == "when_supported"
-        self.conditional_writes = True
-        self.metadata_supported = True
         self.keeps_checksums = self._crc32
-        #: The server refuses a body that does not match the checksum sent with it (proved by the
-        #: start-up probe, `probe_conditional_writes`): small objects then go out without being
-        #: hashed again here first. False until proved: moto, for one, accepts any checksum.
-        self.verifies_checksums = False
+        #: What the start-up probe found (`probe_conditional_writes`); until then what a store is
+        #: assumed to do. Its three guarantees are also plain attributes, as ObjectStore has them.
+        self.findings = s3_probe.UNPROBED
+        self.conditional_writes = self.findings.conditional_writes
+        self.metadata_supported = self.findings.metadata_supported
+        #: The server refuses a body that does not match the checksum sent with it: small objects
+        #: then go out without being hashed again here first.
+        self.verifies_checksums = self.findings.verifies_checksums
         #: Encryption, storage class, tags and Object Lock retention of every archived object.
         self.evidence = evidence
         self.requests_made = RequestCounter()
@@ -225,57 +187,30 @@ class S3Store(MultipartUploads):
 
     # --- plumbing -----------------------------------------------------------------------------
 
-    def _where(self, key: str | None) -> str:
+    def where(self, key: str | None) -> str:
+        """The ``s3://`` URL of ``key`` (of the prefix for None), as messages name it."""
         return f"s3://{self._bucket}/{key}" if key is not None else f"s3://{self._bucket}/{self.prefix}"
 
-    def _call(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
+    def call(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
         """One S3 API call (botocore retries inside it), counted, with errors translated."""
         self.requests_made.add(operation)
         method = getattr(self._client, _SNAKE[operation])
         try:
             response: dict[str, Any] = method(Bucket=self._bucket, **params)
         except ClientError as exc:
-            raise self._translate(exc, operation, key) from exc
+            raise translate_client_error(exc.response, operation, self.where(key), key) from exc
         except (NoCredentialsError, PartialCredentialsError, CredentialRetrievalError) as exc:
             raise StorePermissionError(
-                f"S3 {operation} {self._where(key)}: no usable AWS credentials ({type(exc).__name__})"
+                f"S3 {operation} {self.where(key)}: no usable AWS credentials ({type(exc).__name__})"
             ) from exc
         except ParamValidationError as exc:
-            raise StoreError(f"S3 {operation} {self._where(key)}: invalid request ({excerpt(str(exc))})") from exc
+            raise StoreError(f"S3 {operation} {self.where(key)}: invalid request ({excerpt(str(exc))})") from exc
         except BotoCoreError as exc:
             # Connection refused/reset, timeouts, broken streams, after botocore's own retries.
             raise StoreUnavailableError(
-                f"S3 {operation} {self._where(key)} failed: {type(exc).__name__}: {excerpt(str(exc))}"
+                f"S3 {operation} {self.where(key)} failed: {type(exc).__name__}: {excerpt(str(exc))}"
             ) from exc
         return response
-
-    def _translate(self, exc: ClientError, operation: str, key: str | None) -> StoreError:
-        error = exc.response.get("Error", {})
-        code = str(error.get("Code", ""))
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        # Only the code and the server's message: never request headers (signatures) or params.
-        message = f"S3 {operation} {self._where(key)} failed: {code or '?'} (HTTP {status})"
-        if error.get("Message"):
-            message += f": {excerpt(str(error['Message']))}"
-        if code == "PreconditionFailed" or status == 412:
-            return PreconditionFailedError(message)
-        if code == "NoSuchUpload":
-            return NoSuchUploadError(message)
-        if code in _CHECKSUM_MISMATCH_CODES:
-            return ChecksumMismatchError(message)
-        if operation == "CompleteMultipartUpload" and code in COMPLETION_REFUSED_CODES:
-            return CompletionRefusedError(message)
-        if code == "NoSuchKey" or (
-            status == 404 and operation in ("HeadObject", "GetObject") and code != "NoSuchBucket"
-        ):
-            return ObjectNotFoundError(key or "")
-        if code == "NotImplemented" or status == 501:
-            return StoreUnsupportedError(message)
-        if code in _PERMISSION_CODES or status in (401, 403):
-            return StorePermissionError(message)
-        if code in _TRANSIENT_CODES or status >= 500 or status == 429:
-            return StoreUnavailableError(message)
-        return StoreError(message)
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -285,7 +220,7 @@ class S3Store(MultipartUploads):
         # are refused: "when_required" mode).
         extra = {"ChecksumMode": "ENABLED"} if self._crc32 else {}
         try:
-            response = self._call("HeadObject", key, Key=key, **extra)
+            response = self.call("HeadObject", key, Key=key, **extra)
         except ObjectNotFoundError:
             return None
         sha256 = (response.get("Metadata") or {}).get("sha256")
@@ -321,7 +256,7 @@ class S3Store(MultipartUploads):
 
     def iter_bytes(self, key: str, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
         validate_key(key)
-        response = self._call("GetObject", key, Key=key)
+        response = self.call("GetObject", key, Key=key)
         return self._stream(response["Body"], key, chunk_size)
 
     def _stream(self, body: Any, key: str, chunk_size: int) -> Iterator[bytes]:
@@ -329,7 +264,7 @@ class S3Store(MultipartUploads):
             yield from body.iter_chunks(chunk_size)
         except (BotoCoreError, OSError) as exc:
             raise StoreUnavailableError(
-                f"S3 GetObject {self._where(key)}: download broke off ({type(exc).__name__})"
+                f"S3 GetObject {self.where(key)}: download broke off ({type(exc).__name__})"
             ) from exc
         finally:
             body.close()
@@ -343,7 +278,7 @@ class S3Store(MultipartUploads):
                 params["StartAfter"] = start_after
             if token:
                 params["ContinuationToken"] = token
-            response = self._call("ListObjectsV2", prefix, **params)
+            response = self.call("ListObjectsV2", prefix, **params)
             for obj in response.get("Contents", []):
                 yield obj["Key"]
             token = response.get("NextContinuationToken")
@@ -368,7 +303,7 @@ class S3Store(MultipartUploads):
         if info is None:
             # 412 says it exists, HEAD says it does not (a concurrent delete or a lagging
             # replica): nothing is decided, try again later.
-            raise StoreUnavailableError(f"S3 {self._where(key)} refused a create-once write but cannot be read back")
+            raise StoreUnavailableError(f"S3 {self.where(key)} refused a create-once write but cannot be read back")
         if info.size != size:
             raise ObjectConflictError(key, detail=f"stored size {info.size}, ours {size}")
         stored = self._stored_sha256(key, info)
@@ -400,7 +335,7 @@ class S3Store(MultipartUploads):
         else:
             params["ContentMD5"] = base64.b64encode(_digest(hashlib.md5(usedforsecurity=False), data)).decode()
         try:
-            self._call("PutObject", key, **params)
+            self.call("PutObject", key, **params)
         except PreconditionFailedError:
             return self._resolve_existing(key, sha256, size)
         return PutOutcome.CREATED
@@ -428,13 +363,13 @@ class S3Store(MultipartUploads):
         with source:
             if size < self._threshold:
                 # The file itself is the body: read once, by the socket, with no copy of it in memory
-                # (a 5 MB read cost 3.3 ms of CPU more per object, most of it fresh pages).
+                # (a copy costs CPU per object, most of it touching fresh pages).
                 check_size(path, os.fstat(source.fileno()).st_size, size)
                 if not self.verifies_checksums:
                     check_source(path, _digest(hashlib.sha256(), source).hex(), size, sha256, size)
                     return self._put_small(key, source, sha256, size, content_type)
                 # The server hashes what arrives against the signed checksum of `sha256` and refuses
-                # a mismatch: hashing the file here first would repeat its proof (0.7 ms per MiB).
+                # a mismatch: hashing the file here first would repeat its proof at a cost per byte.
                 try:
                     return self._put_small(key, source, sha256, size, content_type)
                 except ChecksumMismatchError:
@@ -445,106 +380,34 @@ class S3Store(MultipartUploads):
                     raise
             return self._put_multipart(key, source, path, sha256, size, content_type, journal)
 
-    # --- start-up probe -----------------------------------------------------------------------
+    # --- start-up probe (archiver/store/s3_probe.py) -----------------------------------------
 
     def probe_conditional_writes(self) -> bool:
-        """Two create-once writes of one probe key: does the server refuse the second?
+        """Probe what the server really does (``s3_probe.probe_store``: create-once writes, user
+        metadata, checksum verification) and adapt to it; whether it honours ``If-None-Match``.
+        Permission problems raise StorePermissionError (``archiver check`` reports them)."""
+        self.apply_findings(s3_probe.probe_store(self, sends_checksums=self._crc32))
+        return self.conditional_writes
 
-        Writes ``{prefix}_probe/<random>`` and deletes it afterwards: probe keys are the one
-        exception to create-once. If the second write succeeds, the server ignores
-        ``If-None-Match``: ``conditional_writes`` becomes False and writes HEAD first from then
-        on (logged as a warning). A HEAD without our ``sha256`` metadata sets
-        ``metadata_supported`` to False (sha256 comparisons then re-read the object).
-        Permission problems raise StorePermissionError (``archiver check`` reports them).
-        """
-        key = f"{self.prefix}_probe/{uuid.uuid4().hex}"
-        first, second = b"archiver probe: first write\n", b"archiver probe: second write\n"
-        sums = {hashlib.sha256(first).hexdigest(), hashlib.sha256(second).hexdigest()}
-        enforced = False
-        try:
-            for n, body in enumerate((first, second)):
-                try:
-                    self._call(
-                        "PutObject",
-                        key,
-                        Key=key,
-                        Body=body,
-                        ContentType="text/plain",
-                        Metadata={"sha256": hashlib.sha256(body).hexdigest()},
-                        IfNoneMatch="*",
-                    )
-                except PreconditionFailedError:
-                    if n == 0:
-                        raise StoreUnavailableError(f"probe key {self._where(key)} already exists") from None
-                    enforced = True
-                else:
-                    enforced = False
-            info = self.head(key)
-            metadata = info is not None and info.sha256 in sums
-            verifies = self._probe_checksum_check(key)
-        finally:
-            try:
-                self._call("DeleteObject", key, Key=key)
-            except StoreError as exc:
-                log.warning("could not delete store probe object %s: %s", key, exc)
-        self._delete_probe_leftovers()
-        self.conditional_writes = enforced
-        self.metadata_supported = metadata
-        self.verifies_checksums = verifies
-        if not enforced:
-            log.warning(
-                "%s ignores If-None-Match: falling back to HEAD-before-PUT (a concurrent writer could "
-                "still overwrite an object between the HEAD and the PUT)",
-                self.url,
-            )
-        if not metadata:
-            log.warning("%s drops user metadata: sha256 comparisons will re-read objects", self.url)
-        return enforced
-
-    def _probe_checksum_check(self, key: str) -> bool:
-        """Does the server refuse a body that does not match the checksum sent with it?
-
-        Writes the probe key (deleted by the caller) with a checksum of other bytes. Refused with
-        BadDigest: the server proves every upload's integrity on arrival, so `put_file` need not
-        hash a file before sending it. Accepted, or refused otherwise: we keep hashing first.
-        Only with SHA-256 checksum headers ("when_supported"): they carry the sha256 the caller
-        recorded, so the server's check compares the file with it. Content-MD5 ("when_required")
-        is computed from the file itself and proves only that the bytes arrived as read.
-        """
-        if not self._crc32:
-            return False
-        body = b"archiver probe: checksum check\n"
-        params: dict[str, Any] = {
-            "Key": key,
-            "Body": body,
-            "ContentType": "text/plain",
-            "ChecksumAlgorithm": "SHA256",
-            "ChecksumSHA256": sha256_checksum(hashlib.sha256(b"not the body").digest()),
-        }
-        try:
-            self._call("PutObject", key, **params)
-        except ChecksumMismatchError:
-            return True
-        except (StoreUnavailableError, StorePermissionError):
-            raise
-        except StoreError as exc:
-            log.info("%s refused the checksum probe otherwise (%s): uploads are hashed before sending", self.url, exc)
-            return False
-        log.info("%s accepts a body that does not match its checksum: uploads are hashed before sending", self.url)
-        return False
+    def apply_findings(self, findings: s3_probe.StoreFindings) -> None:
+        """Take the fallback of each guarantee the probe found missing (see StoreFindings)."""
+        self.findings = findings
+        self.conditional_writes = findings.conditional_writes
+        self.metadata_supported = findings.metadata_supported
+        self.verifies_checksums = findings.verifies_checksums
 
     # --- evidence -----------------------------------------------------------------------------
 
     def set_legal_hold(self, key: str, on: bool) -> None:
         """Place (``on``) or clear a legal hold on the object at ``key`` (needs Object Lock on the bucket)."""
         validate_key(key)
-        self._call("PutObjectLegalHold", key, Key=key, LegalHold={"Status": "ON" if on else "OFF"})
+        self.call("PutObjectLegalHold", key, Key=key, LegalHold={"Status": "ON" if on else "OFF"})
 
     def legal_hold(self, key: str) -> bool:
         """Whether the object at ``key`` is under a legal hold."""
         validate_key(key)
         try:
-            response = self._call("GetObjectLegalHold", key, Key=key)
+            response = self.call("GetObjectLegalHold", key, Key=key)
         except StoreError as exc:
             if "NoSuchObjectLockConfiguration" in str(exc):
                 return False  # never held
@@ -554,7 +417,7 @@ class S3Store(MultipartUploads):
     def object_lock_enabled(self) -> bool:
         """Whether the bucket has Object Lock enabled (StoreUnsupportedError: the server has no Object Lock)."""
         try:
-            response = self._call("GetObjectLockConfiguration", None)
+            response = self.call("GetObjectLockConfiguration", None)
         except StoreError as exc:
             if "ObjectLockConfigurationNotFound" in str(exc):
                 return False
@@ -562,37 +425,8 @@ class S3Store(MultipartUploads):
         return bool(response.get("ObjectLockConfiguration", {}).get("ObjectLockEnabled") == "Enabled")
 
     def probe_evidence(self) -> dict[str, str]:
-        """Write a probe object with the evidence settings (retention aside: a locked probe could not be
-        deleted), read back what the server applied, delete it; the HEAD's answer as strings."""
-        key = f"{self.prefix}_probe/{uuid.uuid4().hex}"
-        body = b"archiver evidence probe\n"
-        params = self.evidence.put_params(time.time(), retention=False)
-        try:
-            self._call("PutObject", key, Key=key, Body=body, ContentType="text/plain", **params)
-            response = self._call("HeadObject", key, Key=key)
-            return {
-                "sse": str(response.get("ServerSideEncryption") or ""),
-                "sse_kms_key_id": str(response.get("SSEKMSKeyId") or ""),
-                # HEAD omits the class for STANDARD.
-                "storage_class": str(response.get("StorageClass") or "STANDARD"),
-                "tags": str(response.get("TagCount") or 0),
-            }
-        finally:
-            try:
-                self._call("DeleteObject", key, Key=key)
-            except StoreError as exc:
-                log.warning("could not delete evidence probe object %s: %s", key, exc)
-
-    def _delete_probe_leftovers(self) -> None:
-        """Delete the probe objects of earlier probes that could not (the store went away between
-        the write and the delete, or the process was killed): they are not evidence. A replica
-        sharing the prefix may delete a probe of its partner in flight: that probe then fails once
-        and is retried, which costs a moment of its health check, never an archive."""
-        try:
-            for key in list(self.list_keys(f"{self.prefix}_probe/")):
-                self._call("DeleteObject", key, Key=key)
-        except StoreError as exc:
-            log.warning("could not delete leftover store probe objects under %s_probe/: %s", self.prefix, exc)
+        """What the server applies of the evidence settings to a probe object (``s3_probe.probe_evidence``)."""
+        return s3_probe.probe_evidence(self, self.evidence)
 
     def close(self) -> None:
         self._client.close()

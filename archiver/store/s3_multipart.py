@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import io
 import logging
 import math
 import threading
@@ -14,7 +13,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Set
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO
 
 from archiver.errors import SourceFileError, StoreError, StoreUnavailableError
 from archiver.evidence import Evidence
@@ -27,6 +26,7 @@ from archiver.store.base import (
     sha256_checksum,
     validate_prefix,
 )
+from archiver.store.s3_parts import PartBody, PartBuffers, check_source, read_hashed
 
 log = logging.getLogger("archiver.store.s3")  # one logger for the S3 store, as before the split
 
@@ -96,108 +96,6 @@ class CompletedChecksums:
             return self._checksums.get((key, sha256, size))
 
 
-#: Bytes read (and hashed while still in the CPU cache) at a time when a part is read from its file.
-READ_BLOCK = 1024 * 1024
-#: Bytes a part body hands the HTTP connection per read: urllib3 asks for 16 KiB at a time, which
-#: costs a copy and a send() system call per 16 KiB on our side and more wake-ups on the server's.
-SEND_BLOCK = 1024 * 1024
-
-
-class PartBody:
-    """One part's bytes as the file-like body botocore sends: read in large blocks without a copy
-    (memoryview slices of the part buffer), and rewindable (botocore seeks to 0 before a retry)."""
-
-    def __init__(self, data: memoryview) -> None:
-        self._data = data
-        self._pos = 0
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def read(self, size: int | None = -1) -> bytes | memoryview:
-        """Up to max(size, SEND_BLOCK) bytes (all that is left for a negative size); b"" at the end."""
-        left = len(self._data) - self._pos
-        if left <= 0:
-            return b""
-        count = left if size is None or size < 0 else min(left, max(size, SEND_BLOCK))
-        block = self._data[self._pos : self._pos + count]
-        self._pos += count
-        return block
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self._pos, 2: len(self._data)}[whence]
-        if base + offset < 0:
-            raise ValueError("negative seek position")
-        self._pos = base + offset
-        return self._pos
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seekable(self) -> bool:
-        return True
-
-    def readable(self) -> bool:
-        return True
-
-
-class _PartBuffers:
-    """At most ``count`` reusable part buffers: one is read into while the others are sent; a
-    buffer lent to a part's upload comes back once that upload is done (its body is never read
-    again then), so an upload allocates them once instead of once per part."""
-
-    def __init__(self, size: int, count: int) -> None:
-        self._size = size
-        self._count = count
-        self._free: list[memoryview] = []
-        self._lent: list[tuple[memoryview, Future[dict[str, Any]]]] = []
-        self._made = 0
-
-    def take(self) -> memoryview:
-        for entry in [e for e in self._lent if e[1].done()]:
-            self._lent.remove(entry)
-            self._free.append(entry[0])
-        if self._free:
-            return self._free.pop()
-        if self._made < self._count:
-            self._made += 1
-            return memoryview(bytearray(self._size))
-        # Every buffer is in flight (the caller sends at most count - 1 parts at once, so this
-        # is only a safeguard): wait for one.
-        wait([future for _, future in self._lent], return_when=FIRST_COMPLETED)
-        return self.take()
-
-    def lend(self, view: memoryview, future: Future[dict[str, Any]]) -> None:
-        self._lent.append((_whole(view), future))
-
-    def give_back(self, view: memoryview) -> None:
-        self._free.append(_whole(view))
-
-
-def _whole(view: memoryview) -> memoryview:
-    """The whole buffer ``view`` is a slice of."""
-    return memoryview(view.obj)
-
-
-def _read_hashed(source: BinaryIO, path: Path, view: memoryview, hashers: tuple[Any, ...]) -> int:
-    """Fill ``view`` from ``source`` (fewer bytes only at the end of the file), each block fed to
-    every hasher while it is still in the CPU cache; the byte count. SourceFileError when unreadable."""
-    readinto = cast(io.BufferedIOBase, source).readinto  # a file opened "rb" (typing.BinaryIO omits it)
-    got = 0
-    while got < len(view):
-        block = view[got : got + READ_BLOCK]
-        try:
-            n = readinto(block)
-        except OSError as exc:
-            raise SourceFileError(f"cannot read local file {path}: {exc.strerror}") from exc
-        if not n:
-            break
-        for hasher in hashers:
-            hasher.update(block[:n])
-        got += n
-    return got
-
-
 class _Opening:
     """The multipart upload a `put_file` sends its parts to: a fresh one is opened in a pool
     thread (HEAD, then CreateMultipartUpload) while the caller reads and hashes the first part,
@@ -235,19 +133,6 @@ class _Opening:
         return opened if isinstance(opened, str) else None
 
 
-def check_size(path: Path, got_size: int, size: int) -> None:
-    """The local file has the size the caller recorded, or SourceFileError."""
-    if got_size != size:
-        raise SourceFileError(f"local file {path} has {'more' if got_size > size else got_size} bytes, expected {size}")
-
-
-def check_source(path: Path, got_sha: str, got_size: int, sha256: str, size: int) -> None:
-    """The local file is the bytes the caller recorded, or SourceFileError (it can never be stored)."""
-    check_size(path, got_size, size)
-    if got_sha != sha256:
-        raise SourceFileError(f"local file {path} has sha256 {got_sha[:16]}…, expected {sha256[:16]}…")
-
-
 class MultipartUploads:
     """The multipart half of `S3Store` (a mixin): everything below uses the store's plumbing."""
 
@@ -259,7 +144,7 @@ class MultipartUploads:
     evidence: Evidence
 
     # Provided by S3Store (declared here so this half type-checks on its own).
-    def _call(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
+    def call(self, operation: str, key: str | None, **params: Any) -> dict[str, Any]:
         raise NotImplementedError
 
     def head(self, key: str) -> ObjectInfo | None:
@@ -292,7 +177,7 @@ class MultipartUploads:
             if upload_id is None:
                 # Fresh upload: a HEAD first avoids sending 100 MB only to learn the key is taken.
                 # It and the creation run in a pool thread while this one reads and hashes the
-                # first part (they took ~12 ms before it, as long as hashing 8 MiB twice).
+                # first part: two round trips otherwise delay every upload's first byte.
                 def journal_start(new_id: str) -> None:
                     if journal is not None:
                         journal.start(key, new_id, sha256=sha256, part_size=part_size)
@@ -338,7 +223,7 @@ class MultipartUploads:
         }
         if self._crc32:
             params["ChecksumAlgorithm"] = "SHA256"
-        return str(self._call("CreateMultipartUpload", key, **params)["UploadId"])
+        return str(self.call("CreateMultipartUpload", key, **params)["UploadId"])
 
     def _resume(
         self,
@@ -383,7 +268,7 @@ class MultipartUploads:
         parts: dict[int, dict[str, Any]] = {}
         marker = 0
         while True:
-            response = self._call("ListParts", key, Key=key, UploadId=upload_id, PartNumberMarker=marker)
+            response = self.call("ListParts", key, Key=key, UploadId=upload_id, PartNumberMarker=marker)
             for part in response.get("Parts", []):
                 parts[int(part["PartNumber"])] = part
             if not response.get("IsTruncated"):
@@ -409,15 +294,15 @@ class MultipartUploads:
         overlaps the upload of the previous ones: at most ``part_concurrency`` parts are in flight,
         each sent from one of ``part_concurrency + 1`` part buffers reused from part to part, so
         memory stays at about that many parts whatever the file size. The next part goes as soon
-        as any part in flight is done, not only the oldest (a slot otherwise idled 7-16 ms of a
-        part's ~130 ms against SeaweedFS). The journal is told about each part from this thread,
+        as any part in flight is done, not only the oldest (a slot would otherwise idle while an
+        older part is still on its way). The journal is told about each part from this thread,
         in part order.
         """
         digest = hashlib.sha256()
         total = 0
         completed: dict[int, dict[str, Any]] = {}
         in_flight: deque[tuple[int, Future[dict[str, Any]]]] = deque()
-        buffers = _PartBuffers(lengths[0], self._concurrency + 1)
+        buffers = PartBuffers(lengths[0], self._concurrency + 1)
 
         def collect_oldest() -> None:
             number, future = in_flight.popleft()
@@ -441,7 +326,7 @@ class MultipartUploads:
             for number, length in enumerate(lengths, start=1):
                 view = buffers.take()[:length]
                 if number in done:
-                    got = _read_hashed(source, path, view, (digest,))
+                    got = read_hashed(source, path, view, (digest,))
                     total += got
                     if got != length:
                         break  # short file: reported by check_source below
@@ -451,7 +336,7 @@ class MultipartUploads:
                     buffers.give_back(view)
                     continue
                 part_hash = self._part_hasher()
-                got = _read_hashed(source, path, view, (part_hash,))
+                got = read_hashed(source, path, view, (part_hash,))
                 total += got
                 if got != length:
                     digest.update(view[:got])
@@ -498,7 +383,7 @@ class MultipartUploads:
             "ContentLength": len(data),
             **checksum,
         }
-        response = self._call("UploadPart", key, **params)
+        response = self.call("UploadPart", key, **params)
         entry = {"PartNumber": number, "ETag": response["ETag"]}
         entry.update({f: response[f] for f in _PART_CHECKSUM_FIELDS if f in response})
         return entry
@@ -524,7 +409,7 @@ class MultipartUploads:
                     journal.finish(key)
                 return self._resolve_existing(key, sha256, size, info)
         try:
-            response = self._call(
+            response = self.call(
                 "CompleteMultipartUpload",
                 key,
                 Key=key,
@@ -572,7 +457,7 @@ class MultipartUploads:
     def _abort_quietly(self, key: str, upload_id: str) -> bool:
         """Abort a multipart upload; False (logged) when that failed, an orphan for the next sweep."""
         try:
-            self._call("AbortMultipartUpload", key, Key=key, UploadId=upload_id)
+            self.call("AbortMultipartUpload", key, Key=key, UploadId=upload_id)
         except NoSuchUploadError:
             return False
         except StoreError as exc:
@@ -592,7 +477,7 @@ class MultipartUploads:
         aborted = 0
         params: dict[str, Any] = {"Prefix": prefix}
         while True:
-            response = self._call("ListMultipartUploads", prefix, **params)
+            response = self.call("ListMultipartUploads", prefix, **params)
             for upload in response.get("Uploads", []):
                 started = upload.get("Initiated")
                 if initiated_before is not None and started is not None and started.timestamp() >= initiated_before:

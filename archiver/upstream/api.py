@@ -26,7 +26,9 @@ from archiver.errors import (
 )
 from archiver.retry import UPSTREAM_REQUEST, RetryObserver, RetryPolicy, call
 from archiver.upstream import models
+from archiver.upstream.listparser import SessionListParser, WholeBodyNeeded
 from archiver.upstream.models import CreatedSession, Location, PlayersResult, Session
+from archiver.upstream.sessionlist import scan_ended
 from archiver.upstream.transport import (
     BearerAuth,
     describe_transport_error,
@@ -172,20 +174,20 @@ class SessionHostClient:
         filters: SessionFilter | None = None,
         *,
         policy: RetryPolicy | None = None,
-        parser: models.SessionListParser | None = None,
+        parser: SessionListParser | None = None,
     ) -> models.SessionList:
         """`GET /session`: the sessions, and the entries left out because a value failed a range
         check (`.invalid`). Pass the same `parser` on every poll to reuse the Session objects of
         unchanged entries (the poller does); without one, each call parses from scratch. Only a bad
         body (not JSON, no `sessions` array) is an ApiDecodeError."""
         params = filters.params() if filters else []
-        parser = models.SessionListParser() if parser is None else parser
+        parser = SessionListParser() if parser is None else parser
         # Parsed as it arrives, a window at a time: a 100,000-session list is 64 MB that is never
         # held whole. A body in an odd shape is parsed whole, the reference path (fetched again only
         # when the oddity showed after a window had been parsed and dropped: rare, and never a loss).
         try:
             return self._read_streamed("GET", "/session", "GET /session", params, policy, parser.parse_stream)
-        except models.WholeBodyNeeded as odd:
+        except WholeBodyNeeded as odd:
             whole = odd.body
         body = (
             whole
@@ -199,11 +201,11 @@ class SessionHostClient:
 
     def list_ended_sessions(self, *, policy: RetryPolicy | None = None) -> list[models.EndedEntry]:
         """`GET /session?all=true`, reduced to the entries whose status is terminal, unparsed
-        (`models.parse_ended` parses one); see `models.scan_ended` for why."""
+        (`models.parse_ended` parses one); see `sessionlist.scan_ended` for why."""
         params = SessionFilter(all=True).params()
         body = self._read_body("GET", "/session", "GET /session", params=params, policy=policy)
         try:
-            return models.scan_ended(body)
+            return scan_ended(body)
         except PayloadError as exc:
             raise ApiDecodeError(f"GET /session: {exc}", body=body, method="GET", path="/session") from None
 
@@ -326,7 +328,7 @@ class SessionHostClient:
         policy: RetryPolicy | None,
     ) -> bytearray:
         """A whole body in one growing buffer. httpx's `read()` joins a list of chunks, holding a
-        large body twice at its peak (+6 MB for a 10k-session list, +32 MB for 50k)."""
+        large body twice at its peak."""
 
         def gather(chunks: Iterator[bytes]) -> bytearray:
             buffer = bytearray()

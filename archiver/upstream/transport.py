@@ -10,15 +10,12 @@ from types import TracebackType
 from typing import Protocol
 from urllib.parse import quote
 
-import h11
 import httpcore
 import httpx
-from h11._receivebuffer import ReceiveBuffer  # private: guarded use in `_body_done`
 
 from archiver import inputs
 from archiver.credentials import Token
 from archiver.errors import ApiRequestError, ApiTransportError
-from archiver.upstream.chunked import decode_chunked
 
 
 class BearerAuth(httpx.Auth):
@@ -79,26 +76,22 @@ class Download:
             ) from None
 
     def iter_direct(self) -> Iterator[bytes]:
-        """`iter_bytes` of a large plain HTTP/1.1 body, with a third of its CPU: past the first chunk,
-        the body is read from the connection itself rather than through httpx's HTTP/1.1 parser,
-        which copies every byte four more times (h11's buffer, two slices, `bytes()`: at 50,000
-        sessions a 32 MB list took ~45 ms of CPU to drain that way, ~10 ms directly).
+        """`iter_bytes` of a large plain HTTP/1.1 body with a Content-Length, with a third of its CPU:
+        past the first chunk, the body is read from the connection itself rather than through
+        httpx's HTTP/1.1 parser, which copies every byte four more times (h11's buffer, two slices,
+        `bytes()`; the large session list, README "Reading bodies past httpx").
 
-        h11 hands over everything it has buffered after the headers in its first data event, so
-        after the first chunk the rest of the body is still in the socket: exactly `Content-Length`
-        bytes (at least `DIRECT_MIN_BYTES`) are read from httpcore's `network_stream` (the documented
-        extension; TLS included). The connection is not reused afterwards (h11 still waits
-        for the body, so httpcore closes it on `close`): one new connection per large body. A
-        chunked body, whatever its size, is decoded from the raw bytes instead
-        (`iter_chunked_direct`), and there the connection is kept. Anything else
-        (a small body, no length, a content or transfer encoding, HTTP/2, a transport without a
-        network stream such as a test's mock) takes `iter_bytes`."""
+        Only public APIs: h11 hands over everything it has buffered after the headers in its first
+        data event, so after the first chunk the rest of the body is still in the socket: exactly
+        `Content-Length` bytes (at least `DIRECT_MIN_BYTES`) are read from httpcore's
+        `network_stream` (its documented response extension; TLS included). The connection is not
+        reused afterwards (h11 still waits for the body, so httpcore closes it on `close`): one new
+        connection per large body. Anything else (a small body, no length, chunked framing, a
+        content encoding, HTTP/2, a transport without a network stream such as a test's mock)
+        takes `iter_bytes`."""
         response = self._response
         stream = response.extensions.get("network_stream")
         length = self.content_length
-        if self._chunked():
-            yield from self.iter_chunked_direct()
-            return
         if (
             length is None
             or length < DIRECT_MIN_BYTES
@@ -116,67 +109,23 @@ class Download:
         if first:
             yield first
         left = length - len(first)
-
-        def read() -> Generator[bytes, None, int]:
-            nonlocal left
+        request = response.request
+        try:
             while left > 0:
                 chunk = stream.read(min(left, _DIRECT_READ), self._read_timeout())
                 if not chunk:
                     raise httpcore.ReadError("the server closed the connection")
                 left -= len(chunk)
                 yield chunk
-            return 0
-
-        try:
-            yield from self._raw(read())
-        finally:
-            del parsed
-
-    def iter_chunked_direct(self) -> Iterator[bytes]:
-        """`iter_bytes` of a chunked HTTP/1.1 body, decoded from the connection's raw bytes
-        (`decode_chunked`) rather than by h11, which copies every byte several times and hands out
-        one chunk per event (a 5 MB artifact: see README "Reading bodies past httpx").
-
-        Nothing of the body has gone through h11 yet: what it buffered past the headers is its
-        `trailing_data` (public API), the rest is read from httpcore's `network_stream`. Reaching
-        h11's connection takes httpx's and httpcore's private attributes (`_h11_connection`): when
-        one of them is not what it was (an upgrade), or the body is not plain chunked HTTP/1.1 over
-        a network stream, this is `iter_bytes`; tests fail when the direct path is not taken. Once the
-        body ended exactly where the reads did, h11 is told so (`_body_done`) and the connection is
-        reused; otherwise (bytes past the end, an error, a body left unread) httpcore closes it."""
-        response = self._response
-        stream = response.extensions.get("network_stream")
-        state = _h11_connection(response)
-        if (
-            state is None
-            or not isinstance(stream, httpcore.NetworkStream)
-            or not self._chunked()
-            or not self._identity()
-            or response.num_bytes_downloaded
-            or response.is_stream_consumed
-        ):
-            yield from self.iter_bytes()
-            return
-        buffered, closed = state.trailing_data
-
-        def read() -> bytes:
-            return b"" if closed else stream.read(_DIRECT_READ, self._read_timeout())
-
-        past_end = yield from self._raw(decode_chunked(buffered, read))
-        if not past_end and not closed:
-            _body_done(state, buffered)
-
-    def _raw(self, chunks: Generator[bytes, None, int]) -> Generator[bytes, None, int]:
-        """`chunks` read past httpx, with its errors as `iter_bytes` raises them."""
-        request = self._response.request
-        try:
-            return (yield from chunks)
         except (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError) as exc:
+            # As `iter_bytes` raises a broken body.
             raise ApiTransportError(
                 f"{request.method} {request_path(request)} broke mid-body: {type(exc).__name__}: {exc}",
                 method=request.method,
                 path=request_path(request),
             ) from None
+        finally:
+            del parsed
 
     def _read_timeout(self) -> float | None:
         timeout: float | None = self._response.request.extensions.get("timeout", {}).get("read")
@@ -185,14 +134,6 @@ class Download:
     def _identity(self) -> bool:
         encoding: str = self._response.headers.get("content-encoding", "identity")
         return encoding.strip().lower() == "identity"
-
-    def _chunked(self) -> bool:
-        # h11 accepts no other transfer coding: this is exactly when it decodes the body as chunked.
-        response = self._response
-        return (
-            response.http_version == "HTTP/1.1"
-            and response.headers.get("transfer-encoding", "").strip().lower() == "chunked"
-        )
 
     def close(self) -> None:
         self._response.close()
@@ -204,44 +145,6 @@ class Download:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
-
-
-def _h11_connection(response: httpx.Response) -> h11.Connection | None:
-    """The h11 connection `response` is read through, or None when httpx's or httpcore's private
-    attributes on the way are not what httpx 0.28 / httpcore 1.0 have (then the caller falls back).
-
-    The way: httpx's BoundSyncStream `_stream` -> its transport's ResponseStream `_httpcore_stream`
-    -> httpcore's PoolByteStream `_stream` -> HTTP11ConnectionByteStream `_connection` (an
-    HTTP11Connection) -> `_h11_state`. Only a connection still waiting for this response's body
-    (h11 `SEND_BODY`) is returned."""
-    stream: object = response.stream
-    for attribute in ("_stream", "_httpcore_stream", "_stream", "_connection"):
-        stream = getattr(stream, attribute, None)
-    if not isinstance(stream, httpcore.HTTP11Connection):
-        return None
-    state = getattr(stream, "_h11_state", None)
-    if not isinstance(state, h11.Connection) or state.their_state is not h11.SEND_BODY:
-        return None
-    return state
-
-
-def _body_done(state: h11.Connection, buffered: bytes) -> None:
-    """Tells h11 that the chunked body it never read has ended, so httpcore reuses the connection.
-
-    h11's receive buffer still holds the body's first bytes (`buffered`, copied out through
-    `trailing_data`): it is replaced by an empty one (a private attribute: left alone unless it is
-    h11 0.16's `ReceiveBuffer` holding just those bytes, then the connection is closed as after a
-    Content-Length direct read), and a bare last-chunk is fed through the public API; h11 then
-    reaches DONE, or MUST_CLOSE for a `Connection: close` response."""
-    buffer = getattr(state, "_receive_buffer", None)
-    if not isinstance(buffer, ReceiveBuffer) or len(buffer) != len(buffered) or state.their_state is not h11.SEND_BODY:
-        return
-    state._receive_buffer = ReceiveBuffer()
-    try:
-        state.receive_data(b"0\r\n\r\n")
-        state.next_event()
-    except h11.ProtocolError:
-        return  # h11 is then in ERROR: httpcore closes the connection
 
 
 def describe_transport_error(exc: httpx.TransportError) -> str:

@@ -151,7 +151,7 @@ class Connection:
     def finalize_generation(self) -> int:
         """Moves whenever a committed write of this process may have made a finalizing session due
         (one became `finalizing`, or its retry gate moved): while it stands still, and no gate has
-        passed, a look that found no manifest due still holds (`UploadStage`, issue 14)."""
+        passed, a look that found no manifest due still holds (`UploadStage`)."""
         return self._finalize_generation
 
     def _finalize_may_be_due(self) -> None:

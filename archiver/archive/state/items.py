@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from archiver.archive.state.connection import Connection
 from archiver.archive.state.rows import (
@@ -54,7 +56,7 @@ class ItemRepo(Connection):
 
         Deadline order (then id), not id alone: it is the order of the `items_by_status` index, so
         the claim reads the first open entries instead of sorting every spooled item under the write
-        lock the upload workers share (milliseconds per object with thousands spooled, issue 14).
+        lock the upload workers share (a sort that grows with the number of items spooled).
         Items of one session share their deadline, so they still go together, oldest first.
         """
         with self.write(durable=False) as db:  # a lost claim is one recovery undoes anyway
@@ -249,6 +251,22 @@ class ItemRepo(Connection):
             db.execute("UPDATE sessions SET wake_at = 0 WHERE wake_at != 0")
             self._finalize_may_be_due()
         return fetches, uploads
+
+    def relocate_spool(self, directory: Path) -> int:
+        """Points every recorded spool file at `directory` by its name (a spool file is named by its
+        item alone): a state dir moved, copied or mounted elsewhere keeps its spooled bodies instead
+        of fetching them again, which fails once the upstream has removed them. Returns rows moved."""
+        prefix = str(directory) + os.sep
+        with self.write() as db:
+            rows = db.execute(
+                "SELECT id, spool_path FROM items WHERE spool_path IS NOT NULL AND substr(spool_path, 1, ?) != ?",
+                (len(prefix), prefix),
+            ).fetchall()
+            db.executemany(
+                "UPDATE items SET spool_path = ? WHERE id = ?",
+                [(str(directory / Path(path).name), item_id) for item_id, path in rows],
+            )
+        return len(rows)
 
     def spool_paths_in_use(self) -> set[str]:
         with self.read() as db:

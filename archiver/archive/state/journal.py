@@ -40,7 +40,7 @@ class SqliteJournal:
     def part_done(self, key: str, number: int, etag: str) -> None:
         # Without an fsync: a part record lost with the OS (never with the process: it is in the
         # WAL) only means sending that part again on resume. Synced, each 8 MiB part waited for the
-        # disk, which the server's own writes keep busy (measured: half the large upload's speed).
+        # disk, which the server's own writes keep busy, and a large upload went far slower.
         with self._db.write(durable=False) as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO multipart_parts (key, number, etag) VALUES (?, ?, ?)",

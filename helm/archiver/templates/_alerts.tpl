@@ -3,8 +3,17 @@ The alert rules: the single source of grafana/alerts/archiver.rules.yml (generat
 rendering by `make rules`; a test keeps them equal) and of the chart's PrometheusRule. Each rule's
 enabled / severity / for / threshold come from .Values.prometheusRule.rules.<AlertName>.
 Prometheus template syntax inside annotations is written as Go raw strings ({{`...`}}) so Helm
-leaves it alone.
+leaves it alone. Every selector of every rule carries archiver.ruleSelector ($s), mixin style, so a
+release's rules see its own targets only in a Prometheus shared by several releases and teams.
 */}}
+
+{{/*
+Where an alert is, as its texts name it: namespace/pod (the ServiceMonitor's target labels), else the
+instance (a Prometheus without Kubernetes service discovery).
+*/}}
+{{- define "archiver.alertWhere" -}}
+{{`{{ if $labels.pod }}{{ $labels.namespace }}/{{ $labels.pod }}{{ else }}{{ $labels.instance }}{{ end }}`}}
+{{- end -}}
 
 {{/*
 Bytes of a Kubernetes quantity (10Gi, 500Mi, 2G, 1000000): the spool alert follows persistence.size.
@@ -55,6 +64,8 @@ The rule groups (a YAML list), with disabled rules left out.
 */}}
 {{- define "archiver.alertGroups" -}}
 {{- $ := . -}}
+{{- $s := include "archiver.ruleSelector" . -}}
+{{- $where := include "archiver.alertWhere" . -}}
 {{- $r := dict -}}
 {{- range $name := list "ArchiverDown" "ArchiverUpstreamDown" "ArchiverStoreDown" "ArchiverDetectionFailing" "ArchiverUpstreamInvalidEntries" "ArchiverFetchDeadlineNear" "ArchiverItemsExpired" "ArchiverUploadBacklog" "ArchiverSpoolLarge" "ArchiverNoRecentArchive" "ArchiverSessionsDropped" -}}
 {{- $_ := set $r $name (include "archiver.ruleSettings" (dict "ctx" $ "name" $name) | fromYaml) -}}
@@ -63,18 +74,17 @@ The rule groups (a YAML list), with disabled rules left out.
   rules:
     {{- with $r.ArchiverDown }}{{ if .enabled }}
     - alert: ArchiverDown
-      # Any target that exported archiver_build_info in the last day (whatever its job or release
-      # name) and now fails its scrape, or no archiver target at all (deleted, scaled to 0, or the
-      # ServiceMonitor selects nothing): the absent() branch, which stays quiet while the first
-      # branch already speaks.
+      # A target of the selector that exported archiver_build_info in the last day and now fails
+      # its scrape, or no archiver target at all (deleted, scaled to 0, or the ServiceMonitor
+      # selects nothing): the absent() branch, which stays quiet while the first branch speaks.
       expr: |-
-        (up == 0 and on (job, instance) max_over_time(archiver_build_info[1d]))
+        (up{ {{- $s }}} == 0 and on (job, instance) max_over_time(archiver_build_info{ {{- $s }}}[1d]))
         or
-        (absent(archiver_build_info) unless on () (up == 0 and on (job, instance) max_over_time(archiver_build_info[1d])))
+        (absent(archiver_build_info{ {{- $s }}}) unless on () (up{ {{- $s }}} == 0 and on (job, instance) max_over_time(archiver_build_info{ {{- $s }}}[1d])))
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverDown" "rule" .) | trim | nindent 6 }}
-        summary: {{`"Archiver {{ with $labels.instance }}target {{ . }} is down{{ else }}is not running: no target exports archiver_build_info{{ end }}"`}}
+        summary: {{`"Archiver {{ if $labels.instance }}`}}{{ $where }}{{` is down{{ else }}is not running{{ with $labels.namespace }} in {{ . }}{{ end }}: no target{{ with $labels.job }} of job {{ . }}{{ end }} exports archiver_build_info{{ end }}"`}}
         description: >-
-          {{`No archiver has been scraped successfully for`}} {{ .for }}{{`{{ with $labels.instance }} ({{ $labels.job }}/{{ . }}){{ end }}.
+          {{`No archiver has been scraped successfully for`}} {{ .for }}{{`{{ if $labels.instance }} (job {{ $labels.job }},`}} {{ $where }}{{`){{ end }}.
           While the archiver is down, ended sessions are neither confirmed nor fetched; their
           logs and artifacts are removed upstream 4 hours after the session ends.`}}
     {{- end }}{{ end }}
@@ -84,11 +94,11 @@ The rule groups (a YAML list), with disabled rules left out.
     - alert: ArchiverUpstreamDown
       # The session list only: some accounts' /metrics answers 404 for good, and exporting and
       # archiving both depend on the list, not on the upstream's own metrics.
-      expr: archiver_upstream_up{endpoint="sessions"} == 0
+      expr: archiver_upstream_up{ {{- $s }}, endpoint="sessions"} == 0
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverUpstreamDown" "rule" .) | trim | nindent 6 }}
-        summary: {{`"Archiver cannot reach the session hosting API ({{ $labels.endpoint }})"`}}
+        summary: {{`"Archiver`}} {{ $where }} {{`cannot reach the session hosting API ({{ $labels.endpoint }})"`}}
         description: >-
-          {{`{{ $labels.instance }}: the polls of upstream endpoint {{ $labels.endpoint }} failed for`}} {{ .for }}.
+          {{ $where }}{{`: the polls of upstream endpoint {{ $labels.endpoint }} failed for`}} {{ .for }}.
           Session metrics are stale and ended sessions are not detected; the 4-hour fetch window
           keeps running.
     {{- end }}{{ end }}
@@ -98,11 +108,11 @@ The rule groups (a YAML list), with disabled rules left out.
     - alert: ArchiverStoreDown
       # Set by every store operation and by a probe each poll interval, so a dead endpoint or a
       # wrong IAM role shows within one poll, not when the spool or the deadlines run out.
-      expr: archiver_store_up == 0
+      expr: archiver_store_up{ {{- $s }}} == 0
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverStoreDown" "rule" .) | trim | nindent 6 }}
-        summary: {{`"Archiver cannot write to its archive store"`}}
+        summary: {{`"Archiver`}} {{ $where }} {{`cannot write to its archive store"`}}
         description: >-
-          {{`{{ $labels.instance }}: store operations and probes have failed for`}} {{ .for }}.
+          {{ $where }}{{`: store operations and probes have failed for`}} {{ .for }}.
           Fetched logs and artifacts wait in the local spool (nothing is lost while the volume has
           room), but no session is archived until the store accepts writes again.
     {{- end }}{{ end }}
@@ -110,11 +120,11 @@ The rule groups (a YAML list), with disabled rules left out.
     {{- with $r.ArchiverDetectionFailing }}{{ if .enabled }}
 
     - alert: ArchiverDetectionFailing
-      expr: archiver_detection_up == 0
+      expr: archiver_detection_up{ {{- $s }}} == 0
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverDetectionFailing" "rule" .) | trim | nindent 6 }}
-        summary: {{`"Archiver cannot process ended sessions"`}}
+        summary: {{`"Archiver`}} {{ $where }} {{`cannot process ended sessions"`}}
         description: >-
-          {{`{{ $labels.instance }}: the end detection of every poll has failed for`}} {{ .for }},
+          {{ $where }}{{`: the end detection of every poll has failed for`}} {{ .for }},
           although the session list is fetched. Ended sessions are not queued for archiving; their
           logs and artifacts are removed upstream 4 hours after the session ends.
     {{- end }}{{ end }}
@@ -122,11 +132,11 @@ The rule groups (a YAML list), with disabled rules left out.
     {{- with $r.ArchiverUpstreamInvalidEntries }}{{ if .enabled }}
 
     - alert: ArchiverUpstreamInvalidEntries
-      expr: increase(archiver_upstream_invalid_entries_total[{{ .window }}]) > 0
+      expr: increase(archiver_upstream_invalid_entries_total{ {{- $s }}}[{{ .window }}]) > 0
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverUpstreamInvalidEntries" "rule" .) | trim | nindent 6 }}
-        summary: {{`"The session list has entries the archiver cannot read"`}}
+        summary: {{`"The session list has entries archiver`}} {{ $where }} {{`cannot read"`}}
         description: >-
-          {{`{{ $labels.instance }}: about {{ $value | humanize }} session list entries were left out of
+          {{ $where }}{{`: about {{ $value | humanize }} session list entries were left out of
           polls in the last`}} {{ .window }} {{`because a value failed its range checks. Those sessions are
           neither exported nor archived while their entries stay invalid.`}}
     {{- end }}{{ end }}
@@ -134,11 +144,11 @@ The rule groups (a YAML list), with disabled rules left out.
     {{- with $r.ArchiverFetchDeadlineNear }}{{ if .enabled }}
 
     - alert: ArchiverFetchDeadlineNear
-      expr: archiver_next_fetch_deadline_timestamp_seconds - time() < {{ int64 .threshold }}
+      expr: archiver_next_fetch_deadline_timestamp_seconds{ {{- $s }}} - time() < {{ int64 .threshold }}
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverFetchDeadlineNear" "rule" .) | trim | nindent 6 }}
-        summary: {{`"An ended session's logs/artifacts are about to be removed upstream"`}}
+        summary: {{`"An ended session's logs/artifacts are about to be removed upstream (`}}{{ $where }}{{`)"`}}
         description: >-
-          {{`{{ $labels.instance }}: the earliest pending fetch deadline is
+          {{ $where }}{{`: the earliest pending fetch deadline is
           {{ $value | humanizeDuration }} away. When it passes, the provider removes the
           session's logs and artifacts and they can no longer be archived.`}}
     {{- end }}{{ end }}
@@ -146,11 +156,11 @@ The rule groups (a YAML list), with disabled rules left out.
     {{- with $r.ArchiverItemsExpired }}{{ if .enabled }}
 
     - alert: ArchiverItemsExpired
-      expr: increase(archiver_items_total{outcome="expired"}[{{ .window }}]) > 0
+      expr: increase(archiver_items_total{ {{- $s }}, outcome="expired"}[{{ .window }}]) > 0
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverItemsExpired" "rule" .) | trim | nindent 6 }}
-        summary: {{`"Evidence lost: {{ $labels.kind }} items of ended sessions expired before archiving"`}}
+        summary: {{`"Evidence lost: {{ $labels.kind }} items of ended sessions expired before archiving (`}}{{ $where }}{{`)"`}}
         description: >-
-          {{`{{ $labels.instance }}: about {{ $value | humanize }} {{ $labels.kind }} items passed
+          {{ $where }}{{`: about {{ $value | humanize }} {{ $labels.kind }} items passed
           their fetch deadline in the last`}} {{ .window }} {{`without being fetched. They are gone upstream;
           their manifests record the outcome "expired".`}}
     {{- end }}{{ end }}
@@ -158,11 +168,11 @@ The rule groups (a YAML list), with disabled rules left out.
     {{- with $r.ArchiverUploadBacklog }}{{ if .enabled }}
 
     - alert: ArchiverUploadBacklog
-      expr: archiver_pending_items{stage="upload"} > {{ int64 .threshold }}
+      expr: archiver_pending_items{ {{- $s }}, stage="upload"} > {{ int64 .threshold }}
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverUploadBacklog" "rule" .) | trim | nindent 6 }}
-        summary: {{`"Archiver upload backlog: {{ $value }} items waiting for the store"`}}
+        summary: {{`"Archiver upload backlog: {{ $value }} items waiting for the store (`}}{{ $where }}{{`)"`}}
         description: >-
-          {{`{{ $labels.instance }}: more than`}} {{ int64 .threshold }} {{`fetched items have been waiting for
+          {{ $where }}{{`: more than`}} {{ int64 .threshold }} {{`fetched items have been waiting for
           upload to the archive store for`}} {{ .for }}. Nothing is lost (the bytes are spooled on
           the volume), but the spool grows until the store accepts writes again.
     {{- end }}{{ end }}
@@ -175,11 +185,11 @@ The rule groups (a YAML list), with disabled rules left out.
 
     - alert: ArchiverSpoolLarge
       # Default: a fraction (volumeFraction) of the state volume, persistence.size.
-      expr: archiver_spool_bytes > {{ int64 $bytes }}
+      expr: archiver_spool_bytes{ {{- $s }}} > {{ int64 $bytes }}
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverSpoolLarge" "rule" .) | trim | nindent 6 }}
-        summary: {{`"Archiver spool holds {{ $value | humanize1024 }}B"`}}
+        summary: {{`"Archiver spool holds {{ $value | humanize1024 }}B (`}}{{ $where }}{{`)"`}}
         description: >-
-          {{`{{ $labels.instance }}: the local spool holds more than {{`}} {{ int64 $bytes }} {{`| humanize1024 }}B of
+          {{ $where }}{{`: the local spool holds more than {{`}} {{ int64 $bytes }} {{`| humanize1024 }}B of
           fetched, not yet uploaded data (the state volume is`}} {{ $.Values.persistence.size }}{{`). If the
           volume fills up, fetches fail and fetch deadlines can be missed.`}}
     {{- end }}{{ end }}
@@ -188,13 +198,13 @@ The rule groups (a YAML list), with disabled rules left out.
 
     - alert: ArchiverNoRecentArchive
       expr: |-
-        increase(archiver_sessions_ended_total[1h]) > 0
+        increase(archiver_sessions_ended_total{ {{- $s }}}[1h]) > 0
         unless on (job, instance)
-        (time() - archiver_last_archive_success_timestamp_seconds < {{ int64 .threshold }})
+        (time() - archiver_last_archive_success_timestamp_seconds{ {{- $s }}} < {{ int64 .threshold }})
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverNoRecentArchive" "rule" .) | trim | nindent 6 }}
-        summary: {{`"Sessions ended but nothing was archived for a while"`}}
+        summary: {{`"Sessions ended but`}} {{ $where }} {{`archived nothing for a while"`}}
         description: >-
-          {{`{{ $labels.instance }}: sessions ended in the last hour, yet no session archive
+          {{ $where }}{{`: sessions ended in the last hour, yet no session archive
           completed in the last`}} {{ int64 .threshold }} {{`seconds. Without a store (export-only mode) this
           alert is expected; disable it or set config.store.`}}
     {{- end }}{{ end }}
@@ -202,43 +212,44 @@ The rule groups (a YAML list), with disabled rules left out.
     {{- with $r.ArchiverSessionsDropped }}{{ if .enabled }}
 
     - alert: ArchiverSessionsDropped
-      expr: archiver_sessions_dropped > 0
+      expr: archiver_sessions_dropped{ {{- $s }}} > 0
       {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverSessionsDropped" "rule" .) | trim | nindent 6 }}
-        summary: {{`"Per-session series capped: {{ $value }} sessions not exported"`}}
+        summary: {{`"Per-session series capped: {{ $value }} sessions not exported (`}}{{ $where }}{{`)"`}}
         description: >-
-          {{`{{ $labels.instance }}: more active sessions than --max-sessions; the per-session
+          {{ $where }}{{`: more active sessions than --max-sessions; the per-session
           series (sessionhost_session_*) of {{ $value }} sessions are dropped. Aggregates
           (sessionhost_sessions, sessionhost_players) stay exact and archiving is unaffected.`}}
     {{- end }}{{ end }}
 # Sharded and redundant fleets (shards x replicasPerShard pods): every pod exports its own shard's
 # sessions, and the replicas of a shard export the same ones. These series count each session once:
 # join archiver_shard_info for the shard, take the max over a shard's replicas, sum over shards.
-# One pod (the default) has shard="0": the same numbers as summing the pod's own series.
+# One pod (the default) has shard="0": the same numbers as summing the pod's own series. Scoped by
+# the selector and kept apart by namespace and job, so two releases never write the same series.
 - name: session-archiver-fleet
   rules:
     - record: archiver:sessionhost_sessions:sum
       expr: |-
-        sum by (job, location, image, tag, status) (
-          max by (job, shard, location, image, tag, status) (
-            sessionhost_sessions * on (job, instance) group_left (shard) archiver_shard_info
+        sum by (namespace, job, location, image, tag, status) (
+          max by (namespace, job, shard, location, image, tag, status) (
+            sessionhost_sessions{ {{- $s }}} * on (namespace, job, instance) group_left (shard) archiver_shard_info{ {{- $s }}}
           )
         )
     - record: archiver:sessionhost_players:sum
       expr: |-
-        sum by (job, location, image, tag) (
-          max by (job, shard, location, image, tag) (
-            sessionhost_players * on (job, instance) group_left (shard) archiver_shard_info
+        sum by (namespace, job, location, image, tag) (
+          max by (namespace, job, shard, location, image, tag) (
+            sessionhost_players{ {{- $s }}} * on (namespace, job, instance) group_left (shard) archiver_shard_info{ {{- $s }}}
           )
         )
     - record: archiver:sessions_ended:rate5m
       expr: |-
-        sum by (job) (
-          max by (job, shard) (
-            rate(archiver_sessions_ended_total[5m]) * on (job, instance) group_left (shard) archiver_shard_info
+        sum by (namespace, job) (
+          max by (namespace, job, shard) (
+            rate(archiver_sessions_ended_total{ {{- $s }}}[5m]) * on (namespace, job, instance) group_left (shard) archiver_shard_info{ {{- $s }}}
           )
         )
     # Pods up per shard: 0 means a shard's sessions are neither exported nor archived.
     - record: archiver:shard_replicas_up:count
       expr: |-
-        count by (job, shard, total_shards) (archiver_shard_info * on (job, instance) group_left () (up == 1))
+        count by (namespace, job, shard, total_shards) (archiver_shard_info{ {{- $s }}} * on (namespace, job, instance) group_left () (up{ {{- $s }}} == 1))
 {{- end -}}

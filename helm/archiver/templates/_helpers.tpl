@@ -45,11 +45,20 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/*
+Labels that select the archiver pods only. The StatefulSet's own selector (archiver.selectorLabels)
+is immutable, so it stays as it was; the Service, PodDisruptionBudget, NetworkPolicy and spread add
+the component, because the browser's pods share the name and instance labels.
+*/}}
+{{- define "archiver.podSelectorLabels" -}}
+{{ include "archiver.selectorLabels" . }}
+app.kubernetes.io/component: archiver
+{{- end -}}
+
+{{/*
 Common labels: the selector labels, the chart's own, then commonLabels (which cannot override them).
 */}}
 {{- define "archiver.labels" -}}
-{{ include "archiver.selectorLabels" . }}
-app.kubernetes.io/component: archiver
+{{ include "archiver.podSelectorLabels" . }}
 {{ include "archiver.baseLabels" . }}
 {{- end -}}
 
@@ -84,10 +93,37 @@ Name of the ServiceAccount to use.
 {{- end -}}
 
 {{/*
-Name of the Secret holding the API token under the key "api-token".
+Name of the Secret holding the API token, and the token's key in it (a chart-created Secret always
+uses "api-token").
 */}}
 {{- define "archiver.secretName" -}}
 {{- default (printf "%s-token" (include "archiver.fullname" .)) .Values.existingSecret -}}
+{{- end -}}
+
+{{- define "archiver.secretKey" -}}
+{{- if .Values.existingSecret -}}{{ .Values.existingSecretKey }}{{- else -}}api-token{{- end -}}
+{{- end -}}
+
+{{/*
+Where the pods find the config file and the token file. The same paths go into the container
+environment (ARCHIVER_CONFIG, ARCHIVER_API_TOKEN_FILE), so `kubectl exec <pod> -- archiver check`
+(or status, ls, ...) runs with no flags.
+*/}}
+{{- define "archiver.configPath" -}}/etc/archiver/config.toml{{- end -}}
+{{- define "archiver.tokenPath" -}}/etc/archiver/secret/api-token{{- end -}}
+{{- define "archiver.webConfigPath" -}}/etc/archiver/web/web-config.yml{{- end -}}
+
+{{/*
+The archiver's environment (a list of EnvVar): the config and token file paths, then extraEnv.
+*/}}
+{{- define "archiver.env" -}}
+- name: ARCHIVER_CONFIG
+  value: {{ include "archiver.configPath" . }}
+- name: ARCHIVER_API_TOKEN_FILE
+  value: {{ include "archiver.tokenPath" . }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/*
@@ -128,25 +164,35 @@ The state directory, where the persistent volume is mounted.
 {{- end -}}
 
 {{/*
-Scheme of the daemon's HTTP server: HTTPS when the web config enables TLS.
+Scheme of an HTTP server (HTTPS when its web config enables TLS). archiver.scheme is the daemon's;
+archiver.schemeOf takes a web config (a map).
 */}}
+{{- define "archiver.schemeOf" -}}
+{{- if and . (hasKey . "tls_server_config") -}}HTTPS{{- else -}}HTTP{{- end -}}
+{{- end -}}
+
 {{- define "archiver.scheme" -}}
-{{- if and .Values.webConfig (hasKey .Values.webConfig "tls_server_config") -}}HTTPS{{- else -}}HTTP{{- end -}}
+{{- include "archiver.schemeOf" .Values.webConfig -}}
 {{- end -}}
 
 {{/*
-Probe: the values' timings plus the chart's check (httpGet on PATH; tcpSocket with basic auth),
-unless the values bring their own check. Called with (dict "ctx" $ "probe" <values> "path" "/x").
+Probe: the values' timings plus the chart's check (httpGet on PATH; tcpSocket with basic auth, which
+kubelet cannot pass), unless the values bring their own check. Called with
+(dict "ctx" $ "probe" <values> "path" "/x") for the daemon, plus "port" <name> "web" <web config>
+for another server (the browser).
 */}}
 {{- define "archiver.probe" -}}
 {{- $ctx := .ctx -}}
+{{- $web := .ctx.Values.webConfig -}}
+{{- if hasKey . "web" }}{{ $web = .web }}{{ end -}}
+{{- $port := .port | default "http-metrics" -}}
 {{- $probe := deepCopy (default (dict) .probe) -}}
 {{- $hasCheck := or (hasKey $probe "httpGet") (hasKey $probe "tcpSocket") (hasKey $probe "exec") (hasKey $probe "grpc") -}}
 {{- if not $hasCheck -}}
-{{- if and $ctx.Values.webConfig (hasKey $ctx.Values.webConfig "basic_auth_users") -}}
-{{- $_ := set $probe "tcpSocket" (dict "port" "http-metrics") -}}
+{{- if and $web (hasKey $web "basic_auth_users") -}}
+{{- $_ := set $probe "tcpSocket" (dict "port" $port) -}}
 {{- else -}}
-{{- $_ := set $probe "httpGet" (dict "path" .path "port" "http-metrics" "scheme" (include "archiver.scheme" $ctx)) -}}
+{{- $_ := set $probe "httpGet" (dict "path" .path "port" $port "scheme" (include "archiver.schemeOf" $web)) -}}
 {{- end -}}
 {{- end -}}
 {{- toYaml $probe -}}
@@ -229,4 +275,37 @@ Pods of the StatefulSet when running: shards x replicasPerShard (ordinal o = sha
 */}}
 {{- define "archiver.pods" -}}
 {{- mul (int .Values.shards) (int .Values.replicasPerShard) -}}
+{{- end -}}
+
+{{/*
+The `job` label Prometheus gives this release's targets through the chart's ServiceMonitor: the
+value of the Service label serviceMonitor.jobLabel, else the Service's name.
+*/}}
+{{- define "archiver.job" -}}
+{{- $jobLabel := .Values.serviceMonitor.jobLabel -}}
+{{- if $jobLabel -}}
+{{- $labels := merge (include "archiver.labels" . | fromYaml) (.Values.service.labels | default dict) -}}
+{{- if not (hasKey $labels $jobLabel) -}}
+{{- fail (printf "serviceMonitor.jobLabel %q: the metrics Service has no such label (add it with service.labels)" $jobLabel) -}}
+{{- end -}}
+{{- index $labels $jobLabel -}}
+{{- else -}}
+{{- include "archiver.fullname" . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The PromQL matchers (without braces) every rule selects with: prometheusRule.selector, else this
+release's job and namespace as the chart's ServiceMonitor labels them. Without a ServiceMonitor the
+chart cannot know the scrape job, so the selector is required.
+*/}}
+{{- define "archiver.ruleSelector" -}}
+{{- $sel := trim .Values.prometheusRule.selector -}}
+{{- if $sel -}}
+{{- $sel -}}
+{{- else if .Values.serviceMonitor.enabled -}}
+{{- printf "job=%s, namespace=%s" (include "archiver.job" . | quote) (include "archiver.namespace" . | quote) -}}
+{{- else -}}
+{{- fail "prometheusRule.selector is required without serviceMonitor.enabled: the label matchers of your scrape job, e.g. job=\"archiver\"" -}}
+{{- end -}}
 {{- end -}}

@@ -1,0 +1,383 @@
+"""The option table: every setting declared once (its flag, env var and TOML key, default, converter,
+help, metavar, which commands take it, the Settings field it fills, and its deprecated aliases).
+
+`archiver.cli` builds the click options from it, `archiver.settings` converts and checks the values
+and fills `Settings` from it, and the README's configuration table is checked against it. Adding an
+option is one entry here plus (at most) one typed field of `Settings`.
+
+Renaming an option keeps the old spelling working for a release: declare the new name and give the
+old one as an ``Alias``. Flag, env var and TOML key of the alias are still accepted (never shown in
+``--help``), and each use logs one line saying it is deprecated and what to use instead. Precedence
+is unchanged: flag > env var > file > default, the option's own name before an alias at the same level.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from archiver.evidence import LOCK_MODES, SSE_MODES
+from archiver.values import (
+    as_choice,
+    as_int,
+    as_list,
+    as_listen,
+    as_optional_path,
+    as_path,
+    as_shard_index,
+    as_store_url,
+    as_str,
+    as_url,
+    as_workers,
+    parse_duration,
+    parse_size,
+    positive,
+)
+
+ENV_PREFIX = "ARCHIVER_"
+
+
+def _key_of(name: str) -> str:
+    """The TOML key (and click parameter name) of a spelling: `web.listen-address` → `web_listen_address`."""
+    return name.replace("-", "_").replace(".", "_")
+
+
+@dataclass(frozen=True, slots=True)
+class Alias:
+    """A deprecated spelling of an option, accepted for one more release. Each of flag (``--name``),
+    env var (``ARCHIVER_NAME``) and TOML key (``name`` with underscores) is derived from the name
+    unless given; None for ``env`` or ``key``: that spelling is not accepted."""
+
+    name: str
+    flag: str = ""
+    env: str | None = ""
+    key: str | None = ""
+
+    def __post_init__(self) -> None:
+        key = _key_of(self.name)
+        object.__setattr__(self, "flag", self.flag or "--" + self.name)
+        if self.env == "":
+            object.__setattr__(self, "env", ENV_PREFIX + key.upper())
+        if self.key == "":
+            object.__setattr__(self, "key", key)
+
+    @property
+    def param(self) -> str:
+        """The hidden click parameter that takes this spelling's value."""
+        return "deprecated_" + _key_of(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One setting. Flag ``--name``, env var ``ARCHIVER_NAME`` and TOML key ``name`` (with underscores)
+    are derived from the name unless given."""
+
+    name: str
+    help: str
+    #: The raw default, as a user would write it (shown by --help and the README); None: not set.
+    default: Any
+    #: Raw value (a flag's or env var's string, a TOML value) → typed value; ValueError if invalid.
+    convert: Callable[[Any], Any]
+    multiple: bool = False
+    metavar: str = "TEXT"
+    #: Which commands take it: "store" (every command that reads the store), "state" (`status` too),
+    #: "daemon" (`run`, `archive`, `check` only).
+    scope: str = "daemon"
+    #: The Settings field its converted value fills (default: the key). Several options fill one
+    #: field where `archiver.settings.COMPOSED` builds that field from them (evidence, shard, token).
+    field: str = ""
+    flag: str = ""
+    env: str = ""
+    key: str = ""
+    #: Former spellings, still accepted with a deprecation line (see the module docstring).
+    aliases: tuple[Alias, ...] = ()
+
+    def __post_init__(self) -> None:
+        key = self.key or _key_of(self.name)
+        object.__setattr__(self, "key", key)
+        object.__setattr__(self, "flag", self.flag or "--" + self.name)
+        object.__setattr__(self, "env", self.env or ENV_PREFIX + key.upper())
+        object.__setattr__(self, "field", self.field or key)
+
+    @property
+    def param(self) -> str:
+        """The click parameter that takes the option's own spelling."""
+        return self.key
+
+    @property
+    def shown_default(self) -> str:
+        """The default as --help and the README show it."""
+        default = self.default
+        if isinstance(default, tuple):
+            return ", ".join(default) if default else "(none)"
+        return "(none)" if default is None else str(default)
+
+    @property
+    def converted_default(self) -> Any:
+        """The default as the option's value (None stays None)."""
+        return None if self.default is None else self.convert(self.default)
+
+
+#: Every option of `archiver run` (and the commands that share its configuration), in --help order.
+OPTIONS: tuple[Option, ...] = (
+    Option("api-url", "Base URL of the session hosting API.", None, as_url, metavar="URL"),
+    Option(
+        "api-token-file",
+        "File holding the API token (else the ARCHIVER_API_TOKEN env var; never a plain flag).",
+        None,
+        as_str,
+        metavar="PATH",
+        field="api_token",
+    ),
+    Option(
+        "store",
+        "Where archives go: s3://bucket/prefix or file:///dir. Without it `run` only exports.",
+        None,
+        as_store_url,
+        metavar="URL",
+        scope="store",
+    ),
+    Option(
+        "s3-endpoint-url",
+        "Endpoint of an S3-compatible store (MinIO, Ceph, ...).",
+        None,
+        as_url,
+        metavar="URL",
+        scope="store",
+    ),
+    Option(
+        "s3-checksum",
+        "botocore request checksums: when_supported or when_required (some S3-compatibles reject CRC32).",
+        "when_supported",
+        as_choice("when_supported", "when_required"),
+        metavar="MODE",
+        scope="store",
+    ),
+    Option(
+        "s3-sse",
+        "Server-side encryption of every archived object: none (the bucket's default), aes256 (SSE-S3) or aws:kms.",
+        "none",
+        as_choice(*SSE_MODES),
+        field="evidence",
+        metavar="MODE",
+    ),
+    Option(
+        "s3-sse-kms-key-id",
+        "KMS key (id, ARN or alias) for --s3-sse aws:kms (else the account's AWS-managed key).",
+        None,
+        as_str,
+        field="evidence",
+        metavar="KEY",
+    ),
+    Option(
+        "s3-storage-class",
+        "Storage class of every archived object (STANDARD_IA, GLACIER_IR, ...; else the bucket's default).",
+        None,
+        as_str,
+        field="evidence",
+        metavar="CLASS",
+    ),
+    Option(
+        "s3-object-tag",
+        "Tag every archived object with KEY=VALUE (repeatable or comma-separated; at most 10).",
+        (),
+        as_list,
+        multiple=True,
+        field="evidence",
+        metavar="KEY=VALUE",
+    ),
+    Option(
+        "s3-object-lock-mode",
+        "S3 Object Lock retention of every archived object: none, governance or compliance (bucket needs Object Lock).",
+        "none",
+        as_choice(*LOCK_MODES),
+        field="evidence",
+        metavar="MODE",
+    ),
+    Option(
+        "s3-object-lock-days",
+        "Days of Object Lock retention from each object's upload (with --s3-object-lock-mode).",
+        0,
+        as_int,
+        field="evidence",
+        metavar="DAYS",
+    ),
+    Option(
+        "kms-endpoint-url",
+        "Endpoint of the KMS that `check` asks whether --s3-sse-kms-key-id is usable (else AWS's).",
+        None,
+        as_url,
+        metavar="URL",
+    ),
+    Option(
+        "listen",
+        "Address of the /metrics server.",
+        "0.0.0.0:9877",
+        as_listen,
+        metavar="HOST:PORT",
+    ),
+    Option(
+        "state-dir",
+        "Directory of the durable state DB and the spool.",
+        ".archiver-state",
+        as_path,
+        metavar="DIR",
+        scope="state",
+    ),
+    Option(
+        "poll-interval",
+        "How often to poll the upstream.",
+        "10s",
+        positive(parse_duration),
+        metavar="DURATION",
+    ),
+    Option(
+        "retention",
+        "How long the upstream keeps an ended session's logs and artifacts.",
+        "4h",
+        positive(parse_duration),
+        metavar="DURATION",
+    ),
+    Option(
+        "deadline-margin",
+        "Safety margin: fetches must finish this long before the retention window closes.",
+        "10m",
+        parse_duration,
+        metavar="DURATION",
+    ),
+    Option(
+        "reconcile-interval",
+        "How often to list recently ended sessions (GET /session?all=true) and archive any the polls missed.",
+        "5m",
+        positive(parse_duration),
+        metavar="DURATION",
+    ),
+    Option(
+        "on-first-start",
+        "On the very first start (new state DB): archive the ended sessions the upstream still holds, or skip them.",
+        "archive",
+        as_choice("archive", "skip"),
+        metavar="MODE",
+    ),
+    Option(
+        "prune-after",
+        "Forget archived sessions in the state DB after this long (the store is the record; at least 2x retention).",
+        "7d",
+        positive(parse_duration),
+        metavar="DURATION",
+    ),
+    Option(
+        "artifact-path",
+        "Absolute path inside every session's container to archive (repeatable).",
+        (),
+        as_list,
+        multiple=True,
+        metavar="PATH",
+        field="artifact_paths",
+    ),
+    Option(
+        "session-label-allowlist",
+        "Caller labels exported on sessionhost_session_labels (repeatable or comma-separated).",
+        (),
+        as_list,
+        multiple=True,
+        metavar="KEY",
+    ),
+    Option(
+        "max-sessions",
+        "Cap on sessions with per-session series (aggregates stay exact).",
+        10000,
+        as_int,
+        metavar="N",
+    ),
+    Option(
+        "max-artifact-size",
+        "Artifacts larger than this are stopped while streaming and recorded as too_large.",
+        "110MB",
+        parse_size,
+        metavar="SIZE",
+    ),
+    Option("fetch-workers", "Parallel fetches from the upstream.", 4, as_int, metavar="N"),
+    Option(
+        "upload-workers",
+        "Parallel uploads to the store (`auto`: sized to the store, 4 for S3, 2 for a directory).",
+        "auto",
+        as_workers,
+        metavar="N|auto",
+    ),
+    Option("log-format", "Log line format.", "text", as_choice("text", "json"), metavar="FORMAT"),
+    Option("log-level", "Log level.", "info", as_choice("debug", "info", "warning", "error"), metavar="LEVEL"),
+    Option(
+        "web-config-file",
+        "Exporter-toolkit web config (TLS, basic auth) for the /metrics server.",
+        None,
+        as_optional_path,
+        metavar="PATH",
+    ),
+    Option(
+        "shard",
+        "This daemon's shard (0..total-shards - 1), or auto: from the StatefulSet pod name in POD_NAME or HOSTNAME.",
+        "0",
+        as_shard_index,
+        metavar="I|auto",
+    ),
+    Option(
+        "total-shards",
+        "How many shards split the sessions (by a stable hash of the id).",
+        1,
+        as_int,
+        metavar="N",
+        field="shard",
+    ),
+    Option(
+        "replicas-per-shard",
+        "Redundant daemons per shard; with --shard auto, pod ordinal o is shard o // R, replica o % R.",
+        1,
+        as_int,
+        metavar="R",
+    ),
+)
+
+
+def check_options(options: Iterable[Option]) -> tuple[Option, ...]:
+    """The table, after checking that no flag, env var, TOML key or parameter names two things
+    (ValueError otherwise: a mistake in the table, found at import)."""
+    options = tuple(options)
+    seen: dict[str, str] = {}
+    for opt in options:
+        if not opt.key.isidentifier():
+            raise ValueError(f"option {opt.name}: TOML key {opt.key!r} is not a bare identifier")
+        spellings = [opt.flag, opt.env, "key " + opt.key, "param " + opt.param]
+        for alias in opt.aliases:
+            spellings += [alias.flag, "param " + alias.param]
+            spellings += [s for s in (alias.env, alias.key and "key " + alias.key) if s]
+        for spelling in spellings:
+            if spelling in seen:
+                raise ValueError(f"option {opt.name}: {spelling} is also {seen[spelling]}")
+            seen[spelling] = opt.name
+    return options
+
+
+def by_key(options: Iterable[Option]) -> dict[str, tuple[Option, Alias | None]]:
+    """TOML key → (the option, the alias it spells or None): what a config file's key means."""
+    found: dict[str, tuple[Option, Alias | None]] = {}
+    for opt in options:
+        found[opt.key] = (opt, None)
+        for alias in opt.aliases:
+            if alias.key:
+                found[alias.key] = (opt, alias)
+    return found
+
+
+OPTIONS = check_options(OPTIONS)
+OPTIONS_BY_KEY: Mapping[str, Option] = {opt.key: opt for opt in OPTIONS}
+#: Option scopes per kind of command: retrieval (ls/show/logs/get/verify), `status`, the daemon's.
+STORE_SCOPES = frozenset({"store"})
+STATUS_SCOPES = frozenset({"state"})
+DAEMON_SCOPES = frozenset({"store", "state", "daemon"})
+
+
+def option_table(options: Iterable[Option] = OPTIONS) -> list[tuple[str, str, str, str]]:
+    """(flag, env var, default, help) rows for the README's configuration table."""
+    return [(opt.flag, opt.env, opt.shown_default, opt.help) for opt in options]
