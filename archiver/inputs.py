@@ -87,11 +87,18 @@ def instance(text: str) -> str:
 
 
 def artifact_path(text: str) -> str:
-    """An artifact path inside a container: absolute, valid UTF-8, no NUL, at most ``MAX_ARTIFACT_PATH_BYTES``."""
+    """A configured artifact path: absolute, no NUL, and a ``sendable_path``."""
     if not text.startswith("/"):
         raise InputError(f"artifact paths are absolute paths inside the container, got {shown(text)}")
-    if "\x00" in text or not valid_utf8(text):
-        raise InputError(f"artifact path {shown(text)} holds a NUL or is not valid UTF-8")
+    if "\x00" in text:
+        raise InputError(f"artifact path {shown(text)} holds a NUL character")
+    return sendable_path(text)
+
+
+def sendable_path(text: str) -> str:
+    """An artifact path to send to the upstream in a URL: valid UTF-8, at most ``MAX_ARTIFACT_PATH_BYTES``."""
+    if not valid_utf8(text):
+        raise InputError(f"artifact path {shown(text)} is not valid UTF-8")
     size = _utf8_size(text)
     if size > MAX_ARTIFACT_PATH_BYTES:
         raise InputError(f"artifact path too long: {size} bytes, at most {MAX_ARTIFACT_PATH_BYTES}: {shown(text)}")

@@ -183,9 +183,9 @@ def sendable(value: str, what: str = "session id") -> str:
 
 
 def sendable_path(path: str) -> str:
-    """An artifact path as a request may carry it (``inputs.artifact_path``); ApiRequestError otherwise."""
+    """An artifact path as a request may carry it (``inputs.sendable_path``); ApiRequestError otherwise."""
     try:
-        return inputs.artifact_path(path)
+        return inputs.sendable_path(path)
     except ValueError as exc:
         raise ApiRequestError(str(exc)) from None
 
