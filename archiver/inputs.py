@@ -105,25 +105,27 @@ def sendable_path(text: str) -> str:
     return text
 
 
-def local_path(path: str | os.PathLike[str], what: str = "path") -> Path:
+def local_path(path: str | os.PathLike[str], what: str = "path", *, text: bool = False) -> Path:
     """A local file or directory path the OS can take: not empty (an unset variable, not the current
     directory), no NUL, at most ``MAX_PATH_BYTES`` bytes, no name in it over ``MAX_NAME_BYTES`` (what
-    the filesystem would refuse later, mid-command)."""
-    text = os.fspath(path)
-    if not text:
+    the filesystem would refuse later, mid-command); with ``text``, also valid UTF-8."""
+    name = os.fspath(path)
+    if not name:
         raise InputError(f"{what} must not be empty (use . for the current directory)")
-    if "\x00" in text:
-        raise InputError(f"{what} {shown(text)} holds a NUL character")
+    if "\x00" in name:
+        raise InputError(f"{what} {shown(name)} holds a NUL character")
+    if text and not valid_utf8(name):
+        raise InputError(f"{what} {shown(name)} is not valid UTF-8 (an undecodable byte)")
     try:
-        raw = os.fsencode(text)
+        raw = os.fsencode(name)
     except UnicodeEncodeError:
-        raise InputError(f"{what} {shown(text)} cannot be a file name (it holds a lone surrogate)") from None
+        raise InputError(f"{what} {shown(name)} cannot be a file name (it holds a lone surrogate)") from None
     if len(raw) > MAX_PATH_BYTES:
-        raise InputError(f"{what} too long: {len(raw)} bytes, at most {MAX_PATH_BYTES}: {shown(text)}")
-    longest = max(len(name) for name in raw.split(b"/"))
+        raise InputError(f"{what} too long: {len(raw)} bytes, at most {MAX_PATH_BYTES}: {shown(name)}")
+    longest = max(len(part) for part in raw.split(b"/"))
     if longest > MAX_NAME_BYTES:
-        raise InputError(f"{what} has a name of {longest} bytes, at most {MAX_NAME_BYTES}: {shown(text)}")
-    return Path(text)
+        raise InputError(f"{what} has a name of {longest} bytes, at most {MAX_NAME_BYTES}: {shown(name)}")
+    return Path(name)
 
 
 def count(text: str, what: str, *, low: int, high: int) -> int:

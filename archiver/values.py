@@ -140,8 +140,9 @@ def as_str(value: Any) -> str:
 
 
 def as_path(value: Any) -> Path:
-    """A local path the OS can take (``inputs.local_path``: not empty, no NUL, not too long)."""
-    return inputs.local_path(as_str(value))
+    """A local path the OS can take (``inputs.local_path``: not empty, no NUL, not too long), and text:
+    the state DB records the paths below the state dir as UTF-8 (an undecodable byte would fail there)."""
+    return inputs.local_path(as_str(value), text=True)
 
 
 def as_optional_path(value: Any) -> Path | None:

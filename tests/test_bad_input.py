@@ -353,6 +353,7 @@ KNOWN = [
     (["ls", "--limit", "9" * 30], 2, "is not in the range"),
     (["index-players", "--checkpoint", "/tmp/" + "c" * 300], 2, "has a name of 300 bytes, at most 255"),
     (["status", "--state-dir", "/tmp/" + "s" * 5000], 2, "--state-dir: path too long: 5005 bytes"),
+    (["archive", "match-1", "--state-dir", "/tmp/state-\udc80"], 2, "is not valid UTF-8 (an undecodable byte)"),
     (["ls", "--store", "file:///tmp/" + "d" * 5000], 2, "store directory too long"),
     (["check", "--artifact-path", "/" + "a" * 5000], 2, "artifact path too long: 5001 bytes, at most 4095"),
 ]
@@ -406,6 +407,7 @@ AS_PROCESS: list[tuple[list[str | bytes], int, str]] = [
     (["verify", "--processes", "-1"], 2, "--processes"),
     (["get", "match-1", "--out", "/tmp/" + "z" * 5000], 2, "path too long"),
     (["status", "--state-dir", "/tmp/" + "s" * 300], 2, "has a name of 300 bytes"),
+    (["archive", "match-1", "--state-dir", b"/tmp/state-\x80"], 2, "--state-dir"),
     (["browse", "--listen", "nowhere"], 2, "--listen"),
 ]
 
