@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import FrameType
@@ -310,13 +310,16 @@ def tune_allocator(environ: Mapping[str, str] = os.environ) -> bool:
     return True
 
 
-def run_forever(settings: Settings) -> None:
-    """The `archiver run` entry point: logs, signals, start, wait, graceful stop."""
+def run_forever(settings: Settings, *, early: Iterable[logging.LogRecord] = ()) -> None:
+    """The `archiver run` entry point: logs, signals, start, wait, graceful stop.
+
+    ``early``: log records kept while the configuration was read (deprecated option names), written
+    in the configured format."""
     crashpoints.check_environment()
     tune_allocator()
     # Every value the token has held, asked per line: a rotated token file adds one.
     secrets = settings.api_token.known_values if settings.api_token else ()
-    logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
+    logsetup.configure(settings.log_format, settings.log_level, secrets=secrets, early=early)
     daemon = Daemon(settings)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -331,7 +334,9 @@ def run_forever(settings: Settings) -> None:
     daemon.stop()
 
 
-def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -> tuple[list[str], bool]:
+def archive_now(
+    settings: Settings, session_ids: list[str], *, timeout: float, early: Iterable[logging.LogRecord] = ()
+) -> tuple[list[str], bool]:
     """`archiver archive ID...`: backfill these sessions through the same pipeline and wait for it.
 
     Returns the ids that were queued and whether everything finished within `timeout`.
@@ -340,7 +345,7 @@ def archive_now(settings: Settings, session_ids: list[str], *, timeout: float) -
     crashpoints.check_environment()
     # Every value the token has held, asked per line: a rotated token file adds one.
     secrets = settings.api_token.known_values if settings.api_token else ()
-    logsetup.configure(settings.log_format, settings.log_level, secrets=secrets)
+    logsetup.configure(settings.log_format, settings.log_level, secrets=secrets, early=early)
     api_url, token = settings.require_api()
     settings.require_store()
     from archiver.archive.pipeline import Pipeline

@@ -7,7 +7,7 @@ import shlex
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -122,12 +122,16 @@ def run_demo(
     stop: threading.Event | None = None,
     is_tty: bool = False,
     clock: Callable[[], float] = time.time,
+    early: Iterable[logging.LogRecord] = (),
 ) -> Status:
-    """Run until `stop` is set or `duration` passes; returns the final status (printed as a summary)."""
+    """Run until `stop` is set or `duration` passes; returns the final status (printed as a summary).
+
+    ``early``: log records kept while the command line was read (deprecated option names), written
+    once logging is set up."""
     stop = stop or threading.Event()
     options.archive_dir.mkdir(parents=True, exist_ok=True)
     # Only warnings reach the terminal: the status line is the demo's output.
-    logsetup.configure("text", "warning", secrets=[DEMO_TOKEN], stream=out)
+    logsetup.configure("logfmt", "warn", secrets=[DEMO_TOKEN], stream=out, early=early)
     logging.getLogger("archiver").setLevel(logging.WARNING)
 
     with FakeService([DEMO_TOKEN], retention=DEMO_RETENTION) as fake:

@@ -211,11 +211,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="URL",
     ),
     Option(
-        "listen",
+        "web.listen-address",
         "Address of the /metrics server.",
         "0.0.0.0:9877",
         as_listen,
         metavar="HOST:PORT",
+        field="listen",
+        aliases=(Alias("listen"),),
     ),
     Option(
         "state-dir",
@@ -306,14 +308,33 @@ OPTIONS: tuple[Option, ...] = (
         as_workers,
         metavar="N|auto",
     ),
-    Option("log-format", "Log line format.", "text", as_choice("text", "json"), metavar="FORMAT"),
-    Option("log-level", "Log level.", "info", as_choice("debug", "info", "warning", "error"), metavar="LEVEL"),
+    # The 0.x names (--log-format, --log-level, --web-config-file) had these env vars and keys too:
+    # only their flags are aliases. `text`, the 0.x log format, is logfmt; `warning` is `warn`.
     Option(
-        "web-config-file",
+        "log.format",
+        "Log line format: logfmt or json.",
+        "logfmt",
+        as_choice("logfmt", "json", synonyms={"text": "logfmt"}),
+        metavar="FORMAT",
+        scope="log",
+        aliases=(Alias("log-format", env=None, key=None),),
+    ),
+    Option(
+        "log.level",
+        "Log level: debug, info, warn or error.",
+        "info",
+        as_choice("debug", "info", "warn", "error", synonyms={"warning": "warn"}),
+        metavar="LEVEL",
+        scope="log",
+        aliases=(Alias("log-level", env=None, key=None),),
+    ),
+    Option(
+        "web.config.file",
         "Exporter-toolkit web config (TLS, basic auth) for the /metrics server.",
         None,
         as_optional_path,
         metavar="PATH",
+        aliases=(Alias("web-config-file", env=None, key=None),),
     ),
     Option(
         "shard",
@@ -371,11 +392,80 @@ def by_key(options: Iterable[Option]) -> dict[str, tuple[Option, Alias | None]]:
 
 
 OPTIONS = check_options(OPTIONS)
+
+#: `archiver browse`'s own options, besides the store and log ones of OPTIONS. Never read from the
+#: config file (a file shared with the daemon names the daemon's address): their keys are only names.
+BROWSE_OPTIONS: tuple[Option, ...] = check_options(
+    (
+        Option(
+            "web.listen-address",
+            "Address the browser serves its pages on.",
+            "127.0.0.1:9878",
+            as_listen,
+            metavar="HOST:PORT",
+            env="ARCHIVER_BROWSE_LISTEN",
+            key="browse_listen_address",
+            scope="browse",
+            aliases=(Alias("listen", env=None, key=None),),
+        ),
+        Option(
+            "web.config.file",
+            "Exporter-toolkit web config (TLS, basic auth), the same file as for /metrics.",
+            None,
+            as_optional_path,
+            metavar="PATH",
+            env="ARCHIVER_WEB_CONFIG_FILE",
+            key="browse_web_config_file",
+            scope="browse",
+            aliases=(Alias("web-config-file", env=None, key=None),),
+        ),
+        Option(
+            "web.external-url",
+            "The URL users reach the browser at (behind a proxy or an Ingress); its path prefixes "
+            "every link and is the route prefix.",
+            None,
+            as_str,
+            metavar="URL",
+            env="ARCHIVER_BROWSE_EXTERNAL_URL",
+            key="browse_external_url",
+            scope="browse",
+        ),
+        Option(
+            "web.route-prefix",
+            "Path the pages are served under (default: the path of --web.external-url).",
+            None,
+            as_str,
+            metavar="PATH",
+            env="ARCHIVER_BROWSE_ROUTE_PREFIX",
+            key="browse_route_prefix",
+            scope="browse",
+        ),
+    )
+)
+
+#: `archiver demo`'s address option (the browser gets the port after it).
+DEMO_OPTIONS: tuple[Option, ...] = check_options(
+    (
+        Option(
+            "web.listen-address",
+            "Address of the demo's /metrics server; the browser takes the next port.",
+            "127.0.0.1:9877",
+            as_listen,
+            metavar="HOST:PORT",
+            env="ARCHIVER_DEMO_LISTEN_ADDRESS",
+            key="demo_listen_address",
+            scope="demo",
+            aliases=(Alias("listen", env=None, key=None),),
+        ),
+    )
+)
 OPTIONS_BY_KEY: Mapping[str, Option] = {opt.key: opt for opt in OPTIONS}
-#: Option scopes per kind of command: retrieval (ls/show/logs/get/verify), `status`, the daemon's.
+#: Option scopes per kind of command: retrieval (ls/show/logs/get/verify), `status`, the daemon's,
+#: the evidence browser's (the store and how it logs).
 STORE_SCOPES = frozenset({"store"})
 STATUS_SCOPES = frozenset({"state"})
-DAEMON_SCOPES = frozenset({"store", "state", "daemon"})
+DAEMON_SCOPES = frozenset({"store", "state", "daemon", "log"})
+BROWSE_SCOPES = frozenset({"store", "log"})
 
 
 def option_table(options: Iterable[Option] = OPTIONS) -> list[tuple[str, str, str, str]]:

@@ -40,7 +40,9 @@ _FILE_TABLES = frozenset({"images"})
 #: field is one option's converted value.
 COMPOSED: Final = frozenset({"api_token", "shard", "evidence"})
 
-log = logging.getLogger("archiver.settings")
+#: The logger of the deprecation lines (archiver.cli keeps them until logging is configured).
+SETTINGS_LOGGER = "archiver.settings"
+log = logging.getLogger(SETTINGS_LOGGER)
 
 
 class Origin(enum.IntEnum):

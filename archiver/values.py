@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -155,8 +155,12 @@ def as_listen(value: Any) -> tuple[str, int]:
     return parse_listen(as_str(value))
 
 
-def as_choice(*choices: str) -> Callable[[Any], str]:
+def as_choice(*choices: str, synonyms: Mapping[str, str] | None = None) -> Callable[[Any], str]:
+    """One of ``choices``; a key of ``synonyms`` (a former spelling, not listed in errors) means its value."""
+
     def convert(value: Any) -> str:
+        if synonyms and value in synonyms:
+            return synonyms[value]
         if value not in choices:
             raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
         return str(value)

@@ -151,8 +151,9 @@ def main() -> int:
             f"wrote {args.sessions} sessions + one {args.artifact_mb} MB artifact "
             f"in {time.perf_counter() - start:.0f} s"
         )
+        listen = ["--web.listen-address", "127.0.0.1:0"]
         server = subprocess.Popen(
-            [sys.executable, "-m", "archiver.cli", "browse", "--store", root.as_uri(), "--listen", "127.0.0.1:0"],
+            [sys.executable, "-m", "archiver.cli", "browse", "--store", root.as_uri(), *listen],
             stderr=subprocess.PIPE,
             text=True,
         )

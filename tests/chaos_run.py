@@ -399,9 +399,9 @@ class ChaosRun:
         args = [
             ARCHIVER, "run", "--api-url", self.fake.base_url, "--store", f"s3://{BUCKET}/{PREFIX}",
             "--s3-endpoint-url", self.gate.endpoint, "--state-dir", str(self.state_dir),
-            "--listen", f"127.0.0.1:{self.port}", "--poll-interval", self.poll_interval,
+            "--web.listen-address", f"127.0.0.1:{self.port}", "--poll-interval", self.poll_interval,
             "--reconcile-interval", "20s", "--artifact-path", ARTIFACT_PATH,
-            "--fetch-workers", "2", "--upload-workers", "2", "--log-level", "info",
+            "--fetch-workers", "2", "--upload-workers", "2", "--log.level", "info",
         ]  # fmt: skip
         env = {**os.environ, **AWS_ENV, "ARCHIVER_API_TOKEN": self.token}
         with log:

@@ -2,7 +2,7 @@
 
 Test modules import shared helpers from here, never from one another (tests/test_test_layout.py
 checks). One section per kind of helper: waiting, digests, ports, upstream list entries, the state DB,
-archives in a store, settings, the Helm chart.
+archives in a store (and the evidence browser over one), settings, the Helm chart.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 import click
+import httpx
 import jsonschema
 import kubernetes_validate
 import yaml
@@ -29,8 +30,11 @@ from hypothesis import strategies as st
 
 from archiver.archive.fetch import Spool
 from archiver.archive.state import DB_NAME, ItemRow, NewItem, StateDB, session_key_of
+from archiver.browse.app import BrowseApp
+from archiver.browse.server import BrowseServer
 from archiver.cli import main, resolve, settings_options
 from archiver.errors import ConfigError
+from archiver.exporter.webconfig import WebConfig
 from archiver.layout import keys
 from archiver.layout import manifest as codec
 from archiver.layout.manifest import Manifest, ManifestItem, build_manifest
@@ -412,6 +416,36 @@ def run_cli(store: ObjectStore, args: Sequence[str]) -> Result:
     assert "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     return result
+
+
+class Browsers:
+    """Evidence browsers started over stores, each with an httpx client for it; ``close()`` stops them all."""
+
+    def __init__(self) -> None:
+        self._servers: list[BrowseServer] = []
+        self._clients: list[httpx.Client] = []
+
+    def start(
+        self,
+        store: ObjectStore,
+        *,
+        web_config: WebConfig | None = None,
+        client_args: Mapping[str, Any] | None = None,
+        **app_args: Any,
+    ) -> httpx.Client:
+        """A started ``BrowseServer`` over ``store`` (``app_args`` go to ``BrowseApp``) and a client for it."""
+        server = BrowseServer(("127.0.0.1", 0), BrowseApp(store, **app_args), web_config=web_config)
+        server.start()
+        self._servers.append(server)
+        client = httpx.Client(base_url=server.url, timeout=30, **(client_args or {}))
+        self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+        for server in self._servers:
+            server.stop()
 
 
 class ClosedPipe(io.StringIO):

@@ -26,8 +26,9 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
-from archiver.browse.app import BrowseApp, session_path
+from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
+from archiver.browse.urls import session_path
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.exporter.webconfig import load_web_config
 from archiver.fake import FakeService
@@ -42,7 +43,7 @@ from tests import fixtures_retrieval
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_http import TLSFiles
 from tests.fixtures_pipeline import FAST, FAST_POLICY
-from tests.support import ARTIFACT_PATHS, HOSTILE_IDS, HOUR, put_session
+from tests.support import ARTIFACT_PATHS, HOSTILE_IDS, HOUR, Browsers, put_session
 
 NOW = time.time()
 XSS_ID = '<script>alert("id")</script>'
@@ -58,27 +59,17 @@ store = fixtures_retrieval.store
 @pytest.fixture
 def browse(store: ObjectStore) -> Iterator[Callable[..., httpx.Client]]:
     """``browse(page_size=..., web_config=...)``: a started server over ``store`` and an httpx client for it."""
-    servers: list[BrowseServer] = []
-    clients: list[httpx.Client] = []
+    browsers = Browsers()
 
     def start(page_size: int = 50, log_page_lines: int = 500, **client_args: Any) -> httpx.Client:
         web_config = client_args.pop("web_config", None)
-        server = BrowseServer(
-            ("127.0.0.1", 0),
-            BrowseApp(store, page_size=page_size, log_page_lines=log_page_lines, clock=lambda: NOW),
-            web_config=web_config,
-        )
-        server.start()
-        servers.append(server)
-        client = httpx.Client(base_url=server.url, timeout=30, **client_args)
-        clients.append(client)
-        return client
+        return browsers.start(
+            store, web_config=web_config, client_args=client_args,
+            page_size=page_size, log_page_lines=log_page_lines, clock=lambda: NOW,
+        )  # fmt: skip
 
     yield start
-    for client in clients:
-        client.close()
-    for server in servers:
-        server.stop()
+    browsers.close()
 
 
 def _session_ids(page: str) -> list[str]:
@@ -284,13 +275,14 @@ def test_tls_and_basic_auth_from_the_web_config_guard_every_page(
 
 
 def test_archiver_browse_serves_a_store_and_prints_its_url(tmp_path: Path) -> None:
-    """`archiver browse --store file://… --listen 127.0.0.1:0` prints the URL of the list, which serves it."""
+    """`archiver browse --store … --web.listen-address 127.0.0.1:0` prints the URL of the list, which serves it."""
     root = tmp_path / "archive"
     root.mkdir()
     store = open_store(root.as_uri())
     put_session(store, "cli-session", ended_at=time.time() - 60)
+    listen = ["--web.listen-address", "127.0.0.1:0"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "archiver.cli", "browse", "--store", root.as_uri(), "--listen", "127.0.0.1:0"],
+        [sys.executable, "-m", "archiver.cli", "browse", "--store", root.as_uri(), *listen],
         stderr=subprocess.PIPE,
         text=True,
     )

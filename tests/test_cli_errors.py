@@ -217,7 +217,7 @@ def test_the_daemon_refuses_an_unusable_state_db_with_one_line(tmp_path: Path, s
     """`archiver run` as a process (its logging and signal handlers are process-wide): one line, exit 1,
     nothing left running."""
     setup(tmp_path)
-    argv = _argv(["run", *_BACKFILL[1:-1], "--listen", "127.0.0.1:0"], tmp_path)
+    argv = _argv(["run", *_BACKFILL[1:-1], "--web.listen-address", "127.0.0.1:0"], tmp_path)
     env = {**_clean_env(), "ARCHIVER_API_TOKEN": "t0ken-value"}
     result = subprocess.run([ARCHIVER, *argv], capture_output=True, text=True, timeout=60, env=env)
     assert result.returncode == 1

@@ -16,7 +16,7 @@ ARCHIVER = str(Path(sys.executable).parent / "archiver")
 
 def test_demo_archives_sessions_and_serves_metrics(tmp_path: Path) -> None:
     process = subprocess.Popen(
-        [ARCHIVER, "demo", "--duration", "20", "--listen", "127.0.0.1:0"],
+        [ARCHIVER, "demo", "--duration", "20", "--web.listen-address", "127.0.0.1:0"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

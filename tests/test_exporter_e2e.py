@@ -33,9 +33,9 @@ class RunningDaemon:
             [
                 ARCHIVER, "run",
                 "--api-url", fake.base_url,
-                "--listen", f"127.0.0.1:{self.port}",
+                "--web.listen-address", f"127.0.0.1:{self.port}",
                 "--poll-interval", "0.3s",
-                "--log-format", "json",
+                "--log.format", "json",
                 "--state-dir", str(workdir / "state"),
                 *extra,
             ],

@@ -319,7 +319,7 @@ def test_config_toml_parses_back_to_the_config_values(chart: helm.Chart, overrid
 
 def test_chart_config_keys_are_the_daemon_options() -> None:
     """The schema allows exactly the TOML keys archiver.settings accepts, minus the flags the chart
-    sets itself (--api-token-file, --web-config-file, and the shard options from `shards` and
+    sets itself (--api-token-file, --web.config.file, and the shard options from `shards` and
     `replicasPerShard`: a shard count in the file that disagrees with the pod count would leave
     sessions without an owner)."""
     from archiver.settings import OPTIONS
@@ -327,7 +327,9 @@ def test_chart_config_keys_are_the_daemon_options() -> None:
     schema = json.loads((CHART / "values.schema.json").read_text())
     chart_keys = set(schema["properties"]["config"]["properties"])
     chart_set = {"api_token_file", "web_config_file", "shard", "total_shards", "replicas_per_shard"}
-    daemon_keys = {opt.key for opt in OPTIONS} - chart_set | {"images"}
+    # A deprecated name's key too (config.listen), for a release.
+    aliases = {alias.key for opt in OPTIONS for alias in opt.aliases if alias.key}
+    daemon_keys = ({opt.key for opt in OPTIONS} | aliases) - chart_set | {"images"}
     assert chart_keys == daemon_keys
 
 
@@ -367,8 +369,17 @@ def test_config_change_rolls_the_pod(chart: helm.Chart) -> None:
 
 
 def test_listen_port_drives_container_port(chart: helm.Chart) -> None:
-    values = {**MINIMAL, "config": {**MINIMAL["config"], "listen": "[::]:9100"}}
+    values = {**MINIMAL, "config": {**MINIMAL["config"], "web_listen_address": "[::]:9100"}}
     assert container(render(chart, values))["ports"][0]["containerPort"] == 9100
+
+
+def test_the_deprecated_config_listen_still_sets_the_address_and_the_port(chart: helm.Chart) -> None:
+    """A 0.x values file's config.listen wins over the new key's default, in the file and the port alike."""
+    values = {**MINIMAL, "config": {**MINIMAL["config"], "listen": ":9200"}}
+    docs = render(chart, values)
+    assert container(docs)["ports"][0]["containerPort"] == 9200
+    toml = rendered_toml(docs)
+    assert toml["listen"] == ":9200" and "web_listen_address" not in toml
 
 
 def test_more_than_one_replica_is_refused(chart: helm.Chart) -> None:
@@ -760,7 +771,8 @@ def test_chart_defaults_match_the_image_contract() -> None:
     assert json.loads(instruction("ENTRYPOINT")) == ["archiver"]  # the chart's args start with a subcommand
     assert instruction("WORKDIR") == values["config"]["state_dir"]
     assert json.loads(instruction("VOLUME")) == [values["config"]["state_dir"]]
-    assert instruction("EXPOSE") == values["config"]["listen"].rsplit(":", 1)[1] == str(values["service"]["port"])
+    port = values["config"]["web_listen_address"].rsplit(":", 1)[1]
+    assert instruction("EXPOSE") == port == str(values["service"]["port"])
     assert values["securityContext"]["readOnlyRootFilesystem"] is True
     reference = f"{values['image']['registry']}/{values['image']['repository']}"
     assert reference == "ghcr.io/session-archiver/archiver"

@@ -269,7 +269,7 @@ def test_demo_archives_sessions_inside_the_container(image: BuiltImage, containe
     result = run_in(
         image,
         container,
-        *("archiver", "demo", "--duration", "20", "--listen", "127.0.0.1:0"),
+        *("archiver", "demo", "--duration", "20", "--web.listen-address", "127.0.0.1:0"),
         volumes=(f"{state}:/var/lib/archiver",),
     )
     output = result.stdout + result.stderr

@@ -31,7 +31,7 @@ def test_quick_start_has_exactly_the_demo_and_test_commands() -> None:
 
 def test_configuration_table_matches_the_option_table() -> None:
     rows = re.findall(
-        r"^\| `(--[a-z0-9-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$", section("Configuration"), re.M
+        r"^\| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$", section("Configuration"), re.M
     )
     assert rows == [(flag, env, default, text) for flag, env, default, text in option_table()]
 
@@ -40,7 +40,7 @@ def test_every_run_option_in_help_is_documented_and_vice_versa() -> None:
     """`run --help` says what the README's table says: each row's help text, env var and default."""
     result = CliRunner().invoke(main, ["run", "--help"], terminal_width=200)
     assert result.exit_code == 0
-    in_help = set(re.findall(r"^\s+(--[a-z0-9-]+)", result.output, re.M)) - {"--help", "--config"}
+    in_help = set(re.findall(r"^\s+(--[a-z0-9.-]+)", result.output, re.M)) - {"--help", "--config"}
     documented = {flag for flag, *_ in option_table()}
     assert in_help == documented
     flat = " ".join(result.output.split())  # click wraps lines: compare with whitespace collapsed

@@ -91,7 +91,7 @@ def test_worker_counts_must_be_positive() -> None:
 def help_options(*command: str) -> set[str]:
     result = CliRunner().invoke(main, [*command, "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output
-    return set(re.findall(r"^\s+(--[a-z0-9-]+)", result.output, re.M)) - {"--help"}
+    return set(re.findall(r"^\s+(--[a-z0-9.-]+)", result.output, re.M)) - {"--help"}
 
 
 @pytest.mark.parametrize("command", ["ls", "show", "logs", "get", "verify"])
@@ -161,9 +161,9 @@ def test_per_image_artifact_paths_merge_with_global_ones(tmp_path: Path) -> None
     [
         ({"poll_interval": "soon"}, "--poll-interval: not a duration"),
         ({"store": "ftp://x"}, "--store: expected s3://"),
-        ({"listen": "nope"}, "--listen: expected HOST:PORT"),
+        ({"web_listen_address": "nope"}, "--web.listen-address: expected HOST:PORT"),
         ({"artifact_path": ("relative/path",)}, "absolute paths"),
-        ({"log_format": "xml"}, "expected one of text, json"),
+        ({"log_format": "xml"}, "--log.format: expected one of logfmt, json"),
     ],
 )
 def test_bad_values_name_the_option(flags: dict[str, object], message: str) -> None:

@@ -1,6 +1,7 @@
 """The command line, the only room that knows click: options are parsed at the edge into a frozen
 `Settings`, and each command calls a worker in another room. `main` is the `archiver` entry point."""
 
+from archiver.cli import browse_command as browse_command  # registers browse
 from archiver.cli import daemon_commands as daemon_commands  # registers run, demo, status, check, ...
 from archiver.cli import retrieval_commands as retrieval_commands  # registers ls, show, logs, get, ...
 from archiver.cli.base import friendly_errors as friendly_errors

@@ -4,6 +4,7 @@ one error edge, `--format` and `--instance`, the store a command reads."""
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -14,10 +15,19 @@ import click
 from click.core import ParameterSource
 
 from archiver import __version__
+from archiver import logs as logsetup
 from archiver.cli.params import INSTANCE, ArchiverGroup, LocalPath
 from archiver.errors import ArchiverError, ConfigError, InputError
 from archiver.options import DAEMON_SCOPES, OPTIONS, Option, by_key
-from archiver.settings import Given, Origin, Settings, build_settings, convert_values, read_config_file
+from archiver.settings import (
+    SETTINGS_LOGGER,
+    Given,
+    Origin,
+    Settings,
+    build_settings,
+    convert_values,
+    read_config_file,
+)
 from archiver.textsafe import one_line
 
 if TYPE_CHECKING:
@@ -30,11 +40,15 @@ _CONFIG_META = "archiver.config"
 
 
 def _read_config(
-    options: Sequence[Option], ctx: click.Context, _param: click.Parameter, value: str | None
+    options: Sequence[Option],
+    scopes: frozenset[str],
+    ctx: click.Context,
+    _param: click.Parameter,
+    value: str | None,
 ) -> str | None:
-    """Eager `--config` callback: the TOML file becomes click's `default_map` (each key for the
-    parameter of its spelling), so every option resolves flag > env var > file > default by click's
-    own rules."""
+    """Eager `--config` callback: the TOML file becomes click's `default_map` (each key of an option
+    the command takes, for the parameter of its spelling), so every option resolves flag > env var >
+    file > default by click's own rules. Keys of the command's other options are known, not used."""
     if value is None:
         return None
     try:
@@ -46,7 +60,7 @@ def _read_config(
     spelled = by_key(options)
     defaults: dict[str, Any] = {}
     for key, raw in data.items():
-        if key not in spelled:
+        if key not in spelled or spelled[key][0].scope not in scopes:
             continue  # [images]: read by archiver.settings from the stashed file data
         opt, alias = spelled[key]
         # A multiple option's default must be a list for click; a TOML string is one item.
@@ -56,10 +70,9 @@ def _read_config(
     return value
 
 
-def settings_options(scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[Option] = OPTIONS) -> Callable[[F], F]:
-    """Adds the configuration options of `scopes` (see archiver.options.Option.scope), their
-    deprecated aliases (hidden) and --config; click resolves each value from the flag, its env var
-    or the file, and `resolve` converts them."""
+def table_options(scopes: frozenset[str], options: Sequence[Option]) -> Callable[[F], F]:
+    """Adds the options of `scopes` from an option table (see archiver.options.Option.scope) and
+    their deprecated aliases (hidden); `resolve` / `resolve_values` convert what click found."""
 
     def decorate(func: F) -> F:
         for opt in reversed(options):
@@ -88,6 +101,17 @@ def settings_options(scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[O
                 metavar=opt.metavar,
                 help=opt.help,
             )(func)
+        return func
+
+    return decorate
+
+
+def settings_options(scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[Option] = OPTIONS) -> Callable[[F], F]:
+    """Adds the configuration options of `scopes` (`table_options`) and --config; click resolves each
+    value from the flag, its env var or the file, and `resolve` converts them."""
+
+    def decorate(func: F) -> F:
+        func = table_options(scopes, options)(func)
         return click.option(
             "--config",
             "config_file",
@@ -97,7 +121,7 @@ def settings_options(scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[O
             show_envvar=True,
             is_eager=True,
             expose_value=True,
-            callback=functools.partial(_read_config, options),
+            callback=functools.partial(_read_config, options, scopes),
             metavar="FILE.toml",
             help="TOML configuration file (keys are option names with underscores).",
         )(func)
@@ -133,6 +157,14 @@ def _file(kwargs: dict[str, Any]) -> tuple[dict[str, Any], str]:
     kwargs.pop("config_file", None)
     data, name = click.get_current_context().meta.get(_CONFIG_META, ({}, ""))
     return data, name
+
+
+def read_settings(kwargs: dict[str, Any]) -> tuple[Settings, list[logging.LogRecord]]:
+    """`resolve`, keeping the lines it logs (an option given under a deprecated name) for the command
+    to write once its logging is configured, in the configured format."""
+    with logsetup.held(SETTINGS_LOGGER) as early:
+        settings = resolve(kwargs)
+    return settings, early
 
 
 def resolve(kwargs: dict[str, Any]) -> Settings:

@@ -17,12 +17,16 @@ from archiver.cli.base import (
     format_option,
     friendly_errors,
     main,
+    read_settings,
     resolve,
+    resolve_values,
     settings_options,
+    table_options,
 )
 from archiver.cli.params import SENDABLE_ID, LocalPath
 from archiver.errors import ConfigError
-from archiver.settings import DAEMON_SCOPES, STATUS_SCOPES
+from archiver.options import DEMO_OPTIONS
+from archiver.settings import DAEMON_SCOPES, SETTINGS_LOGGER, STATUS_SCOPES
 from archiver.textsafe import printable
 
 
@@ -33,7 +37,8 @@ def run(**kwargs: Any) -> None:
     """The daemon: poll the upstream, export /metrics, archive ended sessions."""
     from archiver import daemon
 
-    daemon.run_forever(resolve(kwargs))
+    settings, early = read_settings(kwargs)
+    daemon.run_forever(settings, early=early)
 
 
 @main.command("fake-service")
@@ -116,7 +121,8 @@ def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
         timeout = parse_duration(wait)
     except ValueError as exc:
         raise ConfigError(f"--timeout: {exc}") from None
-    queued, finished = archive_now(resolve(kwargs), list(session_ids), timeout=timeout)
+    settings, early = read_settings(kwargs)
+    queued, finished = archive_now(settings, list(session_ids), timeout=timeout, early=early)
     skipped = [sid for sid in session_ids if sid not in queued]
     click.echo(f"queued {len(queued)} session(s); skipped {len(skipped)} (see log lines for why)")
     if not finished:
@@ -127,21 +133,19 @@ def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
 @main.command()
 @click.option("--archive-dir", type=LocalPath(file_okay=False), default="demo-archive", show_default=True)
 @click.option("--state-dir", type=LocalPath(file_okay=False), default=".archiver-demo-state", show_default=True)
-@click.option("--listen", default="127.0.0.1:9877", show_default=True, metavar="HOST:PORT")
+@table_options(frozenset({"demo"}), DEMO_OPTIONS)
 @click.option("--duration", type=float, default=None, metavar="SECONDS", help="Stop by itself after this long.")
 @friendly_errors
-def demo(archive_dir: str, state_dir: str, listen: str, duration: float | None) -> None:
+def demo(archive_dir: str, state_dir: str, duration: float | None, **kwargs: Any) -> None:
     """Fake service with traffic + local archive + daemon: watch sessions being exported and archived."""
     import signal
     import threading
 
+    from archiver import logs as logsetup
     from archiver.demo import DemoOptions, run_demo
-    from archiver.settings import parse_listen
 
-    try:
-        address = parse_listen(listen)
-    except ValueError as exc:
-        raise ConfigError(f"--listen: {exc}") from None
+    with logsetup.held(SETTINGS_LOGGER) as early:
+        address = resolve_values(kwargs, DEMO_OPTIONS)["demo_listen_address"]
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -152,7 +156,7 @@ def demo(archive_dir: str, state_dir: str, listen: str, duration: float | None) 
     options = DemoOptions(
         archive_dir=Path(archive_dir), state_dir=Path(state_dir), listen=address, duration=duration, program=program
     )
-    run_demo(options, sys.stdout, stop=stop, is_tty=sys.stdout.isatty())
+    run_demo(options, sys.stdout, stop=stop, is_tty=sys.stdout.isatty(), early=early)
 
 
 @main.command()
@@ -162,8 +166,11 @@ def demo(archive_dir: str, state_dir: str, listen: str, duration: float | None) 
 def check(fmt: str, **kwargs: Any) -> None:
     """Check the configuration: token accepted, store writable with create-once writes, state dir writable."""
     from archiver import doctor
+    from archiver import logs as logsetup
 
-    settings = resolve(kwargs)
+    settings, early = read_settings(kwargs)
+    if early:  # a deprecated option name: its line in the configured log format
+        logsetup.configure(settings.log_format, settings.log_level, early=early)
     if fmt != "json":
         sys.exit(doctor.check(settings, sys.stdout))
     results = doctor.run_checks(settings)

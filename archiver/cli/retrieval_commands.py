@@ -1,4 +1,4 @@
-"""The commands that read an archive: ls, show, logs, get, verify and the evidence browser."""
+"""The commands that read an archive: ls, show, logs, get, verify, grep, index-players, hold and release."""
 
 from __future__ import annotations
 
@@ -392,62 +392,3 @@ def hold(session_id: str, instance: str | None, **kwargs: Any) -> None:
 def release(session_id: str, instance: str | None, **kwargs: Any) -> None:
     """Clear the legal hold of every object of a session's archive (their retention, if any, still applies)."""
     _legal_hold(session_id, instance, False, kwargs)
-
-
-#: Where `archiver browse` listens unless --listen is given on its command line (the daemon's
-#: ARCHIVER_LISTEN / config `listen` name the /metrics address, not this one).
-BROWSE_LISTEN = "127.0.0.1:9878"
-
-
-@main.command()
-@click.option(
-    "--listen",
-    "browse_listen",  # not `listen`: a shared config file's `listen` is the daemon's /metrics address
-    default=BROWSE_LISTEN,
-    show_default=True,
-    envvar="ARCHIVER_BROWSE_LISTEN",
-    show_envvar=True,
-    metavar="HOST:PORT",
-    help="Address the browser serves its pages on.",
-)
-@click.option(
-    "--web-config-file",
-    "web_config_file",
-    type=LocalPath(dir_okay=False),
-    default=None,
-    envvar="ARCHIVER_WEB_CONFIG_FILE",
-    show_envvar=True,
-    metavar="PATH",
-    help="Exporter-toolkit web config (TLS, basic auth), the same file as for /metrics.",
-)
-@settings_options(STORE_SCOPES)
-@friendly_errors
-def browse(browse_listen: str, web_config_file: str | None, **kwargs: Any) -> None:
-    """The evidence browser: read-only web pages over the archive (list, session, logs, downloads).
-
-    Needs only the store's read permissions.
-    """
-    import signal
-    import threading
-
-    from archiver.browse.app import BrowseApp
-    from archiver.browse.server import BrowseServer
-    from archiver.exporter.webconfig import load_web_config
-    from archiver.settings import parse_listen
-
-    settings = resolve(kwargs)
-    try:
-        address = parse_listen(browse_listen)
-    except ValueError as exc:
-        raise ConfigError(f"--listen: {exc}") from None
-    web_config = load_web_config(web_config_file) if web_config_file else None
-    store = store_for(settings)
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
-    try:
-        with BrowseServer(address, BrowseApp(store), web_config=web_config) as server:
-            click.echo(f"evidence browser: {server.url}/sessions (store {store.url})", err=True)
-            stop.wait()
-    finally:
-        store.close()

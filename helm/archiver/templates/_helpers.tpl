@@ -144,14 +144,15 @@ Container image reference: [registry/]repository, then a digest that pins it, el
 {{- end -}}
 
 {{/*
-The port the daemon listens on, taken from config.listen (HOST:PORT, [v6]:PORT or :PORT) so the
-container port, probes and Service can never disagree with the daemon.
+The port the daemon listens on, taken from config.web_listen_address (HOST:PORT, [v6]:PORT or
+:PORT; config.listen, its deprecated name, when set) so the container port, probes and Service can
+never disagree with the daemon.
 */}}
 {{- define "archiver.port" -}}
-{{- $listen := toString (required "config.listen is required (HOST:PORT)" .Values.config.listen) -}}
+{{- $listen := toString (required "config.web_listen_address is required (HOST:PORT)" (.Values.config.listen | default .Values.config.web_listen_address)) -}}
 {{- $port := regexFind "[0-9]+$" $listen -}}
 {{- if not (regexMatch ":[0-9]+$" $listen) -}}
-{{- fail (printf "config.listen must be HOST:PORT, got %q" $listen) -}}
+{{- fail (printf "config.web_listen_address must be HOST:PORT, got %q" $listen) -}}
 {{- end -}}
 {{- $port -}}
 {{- end -}}
@@ -261,8 +262,12 @@ ConfigMap, and the token / web-config file flags are set by the chart.
 {{- $cfg := .Values.config -}}
 {{- range $forbidden := list "api_token" "api_token_file" "web_config_file" "config" }}
 {{- if hasKey $cfg $forbidden }}
-{{- fail (printf "config.%s must not be set: the API token comes from existingSecret/apiToken (mounted as a file), and the chart sets --api-token-file, --web-config-file and --config itself" $forbidden) }}
+{{- fail (printf "config.%s must not be set: the API token comes from existingSecret/apiToken (mounted as a file), and the chart sets --api-token-file, --web.config.file and --config itself" $forbidden) }}
 {{- end }}
+{{- end }}
+{{- if $cfg.listen }}
+{{- /* The deprecated name, set by the user: the default of the new one must not outrank it. */}}
+{{- $cfg = omit $cfg "web_listen_address" }}
 {{- end }}
 {{- if not $cfg.api_url }}
 {{- fail "config.api_url is required: the base URL of the session hosting API" }}
