@@ -36,6 +36,22 @@ from archiver.upstream.api import SessionHostClient
 OK = "OK"
 FAIL = "FAIL"
 SKIP = "SKIP"
+#: A guarantee the store lacks and the archiver works around: said, but not a failed check.
+WARN = "WARN"
+
+#: The S3 calls of the create-once guarantees, as the "conditional writes" line names them.
+_CREATE_ONCE_CALLS = (("create_once_put", "PutObject"), ("create_once_complete", "CompleteMultipartUpload"))
+#: The check line of each S3 guarantee the probe can find missing (s3_probe.missing_guarantees);
+#: create-once writes have their own FAIL line, "conditional writes".
+_GUARANTEE_CHECKS = {
+    "user_metadata": "user metadata",
+    "sha256_checksums": "store checksums",
+    "composite_checksums": "store checksums",
+    "crc32_checksums": "crc32 checksums",
+    "orphan_sweep": "orphan sweep",
+    "object_lock": "object lock api",
+    "legal_hold": "legal hold api",
+}
 
 #: The doctor gives up quickly: a user waiting at a prompt wants a verdict, not botocore's backoff.
 _API_POLICY = UPSTREAM_REQUEST_INTERACTIVE
@@ -117,7 +133,8 @@ def check_upstream(settings: Settings, api_factory: ApiFactory = default_api_fac
 
 
 def check_store(settings: Settings, store_factory: StoreFactory = default_store_factory) -> list[CheckResult]:
-    """Store reachable (one listing), writable (probe put, head, delete), conditional writes enforced.
+    """Store reachable (one listing), writable (probe put, head, delete), conditional writes enforced,
+    and (S3) one WARN line per other guarantee the probe found missing, or one OK line for all.
 
     The write check is the store's own ``probe_conditional_writes``: it writes a probe object
     twice under ``{prefix}_probe/``, reads it back and deletes it (probe keys are the one
@@ -149,19 +166,36 @@ def check_store(settings: Settings, store_factory: StoreFactory = default_store_
                 CheckResult(FAIL, names[1], str(exc)),
                 CheckResult(SKIP, names[2], "not writable"),
             ]
+        s3 = isinstance(store, S3Store)
         metadata = (
-            "" if store.metadata_supported else "; the server drops object metadata (sha256 checks re-read objects)"
+            ""
+            if s3 or store.metadata_supported
+            else "; the server drops object metadata (sha256 checks re-read objects)"
         )
         results.append(CheckResult(OK, names[1], f"probe object written, read back and deleted{metadata}"))
+        missing = store.missing_guarantees() if isinstance(store, S3Store) else []
         if enforced:
             results.append(CheckResult(OK, names[2], "If-None-Match is honoured: archived objects are create-once"))
         else:
+            gone = {guarantee for guarantee, _ in missing}
+            calls = [op for g, op in _CREATE_ONCE_CALLS if g in gone]
+            which = f" (on {' and '.join(calls)})" if calls else ""
             results.append(
                 CheckResult(
                     FAIL,
                     names[2],
-                    "the server ignores If-None-Match: `run` would fall back to HEAD-before-PUT, where a "
+                    f"the server ignores If-None-Match{which}: `run` falls back to HEAD-before-PUT, where a "
                     "concurrent writer could overwrite an archived object",
+                )
+            )
+        results.extend(CheckResult(WARN, _GUARANTEE_CHECKS[g], line) for g, line in missing if g in _GUARANTEE_CHECKS)
+        if s3 and not any(g in _GUARANTEE_CHECKS for g, _ in missing):
+            results.append(
+                CheckResult(
+                    OK,
+                    "store guarantees",
+                    "user metadata and SHA-256 checksums kept (`verify` proves objects without download), "
+                    "optional operations implemented",
                 )
             )
         return results
@@ -331,10 +365,12 @@ def render_checks(results: Sequence[CheckResult], out: TextIO) -> int:
     failed = [r.name for r in results if r.status == FAIL]
     ok = sum(1 for r in results if r.status == OK)
     skipped = sum(1 for r in results if r.status == SKIP)
+    warned = sum(1 for r in results if r.status == WARN)
     if failed:
         out.write(f"verdict: NOT READY ({len(failed)} failed: {', '.join(failed)})\n")
         return 1
-    out.write(f"verdict: READY ({ok} OK" + (f", {skipped} skipped" if skipped else "") + ")\n")
+    counts = [f"{ok} OK", *([f"{warned} warning(s)"] if warned else []), *([f"{skipped} skipped"] if skipped else [])]
+    out.write(f"verdict: READY ({', '.join(counts)})\n")
     return 0
 
 

@@ -69,6 +69,7 @@ NOT_CHARTED = frozenset(
         "archiver_errors_total",
         "archiver_retries_total",
         "archiver_store_conditional_writes_supported",
+        "archiver_store_guarantee",
     }
 )
 EXPECTED_ALERTS = {

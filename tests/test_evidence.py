@@ -193,7 +193,7 @@ def test_legacy_archives_are_reported_not_provable_without_deep(s3_store: S3Stor
     assert report.ok and (report.proved, report.unproven) == (0, 1)
     out = io.StringIO()
     retrieve.render_verify(report, out)
-    assert "NOT PROVABLE without --deep: 1 object(s) archived without a store checksum" in out.getvalue()
+    assert "NOT PROVABLE without --deep: 1 object(s) not provable by the store" in out.getvalue()
     assert retrieve.verify(s3_store, session_ids=["old"], now=NOW, deep=True).bytes == len(b"legacy bytes")
 
 

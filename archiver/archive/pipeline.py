@@ -162,9 +162,9 @@ class Pipeline:
         return self.store.url
 
     def distrust_store(self) -> None:
-        """Writes check first (HEAD before a create-once write) until `probe_store` shows that the
-        store enforces If-None-Match itself."""
-        self.store.conditional_writes = False
+        """Rely on no guarantee of the store until `probe_store` has seen it: writes check first
+        (HEAD before a create-once write), manifests record no store checksum (`ObjectStore.distrust`)."""
+        self.store.distrust()
 
     def probe_store(self) -> bool:
         """Probe create-once support (see store_health.probe_store); False when the store did not answer."""

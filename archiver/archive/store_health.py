@@ -1,4 +1,5 @@
-"""Whether the store answers and enforces create-once writes, as the archive pipeline reports it."""
+"""Whether the store answers, enforces create-once writes and keeps the other guarantees the
+archiver relies on, as the archive pipeline reports it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import logging
 
 from archiver.errors import StoreError
 from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.store import S3Store
 from archiver.store.base import ObjectStore
 
 log = logging.getLogger("archiver.daemon")  # the name these lines had when the daemon owned them
@@ -17,7 +19,9 @@ HEALTH_KEY = "_probe/health"
 def probe_store(store: ObjectStore, metrics: SelfMetrics) -> bool:
     """Does the store refuse a second create-once write? (Some S3-compatible servers ignore
     If-None-Match; the store then keeps checking before each write.) False when the store did
-    not answer; the result is reported in `archiver_store_conditional_writes_supported`."""
+    not answer; the result is reported in `archiver_store_conditional_writes_supported`, and what
+    an S3 store keeps of every other guarantee in `archiver_store_guarantee` (the probe logs one
+    warning per guarantee missing)."""
     try:
         supported = store.probe_conditional_writes()
     except StoreError as exc:
@@ -25,6 +29,8 @@ def probe_store(store: ObjectStore, metrics: SelfMetrics) -> bool:
         metrics.set_store_up(False)
         return False
     metrics.set_conditional_writes_supported(supported)
+    if isinstance(store, S3Store):
+        metrics.set_store_guarantees(store.guarantees_held())
     metrics.set_store_up(True)
     return True
 

@@ -198,6 +198,11 @@ def get(
     help="Download and re-hash every byte (default: prove each object by the SHA-256 checksum the store keeps).",
 )  # fmt: skip
 @click.option(
+    "--require-store-proof", is_flag=True,
+    help="Exit 1 when an object is not provable by the store (it keeps no SHA-256 checksum for it) "
+    "instead of counting it; --deep proves such objects by their bytes.",
+)  # fmt: skip
+@click.option(
     "--processes", default="auto", metavar="N|auto", show_default=True,
     help="Processes sharing a large run over S3 (the client's CPU per request bounds one); 1: threads only.",
 )  # fmt: skip
@@ -206,11 +211,12 @@ def get(
 @settings_options(STORE_SCOPES)
 @friendly_errors
 def verify(
-    session_ids: tuple[str, ...], since: str | None, until: str | None, deep: bool, processes: str,
-    instance: str | None, fmt: str, **kwargs: Any,
+    session_ids: tuple[str, ...], since: str | None, until: str | None, deep: bool, require_store_proof: bool,
+    processes: str, instance: str | None, fmt: str, **kwargs: Any,
 ) -> None:  # fmt: skip
     """Check stored objects against their manifests (every archive of each ID) without downloading them:
-    the store's own SHA-256 checksum must match (--deep re-hashes the bytes); exit 1 when anything is wrong."""
+    the store's own SHA-256 checksum must match (--deep re-hashes the bytes); exit 1 when anything is wrong.
+    Objects the store cannot prove (it keeps no checksum) are counted as such, not failed."""
     from archiver.retrieval import retrieve
 
     if session_ids and (since or until):
@@ -233,18 +239,19 @@ def verify(
             # A table reports problems as they are found (a long run shows progress); JSON at the end.
             on_problem=None if as_json else lambda problem: click.echo(problem.line()),
         )  # fmt: skip
+        failed = retrieve.verify_failed(report, require_store_proof=require_store_proof)
         if as_json:
             document = {
-                "ok": report.ok, "sessions": report.sessions, "objects": report.objects, "bytes": report.bytes,
+                "ok": not failed, "sessions": report.sessions, "objects": report.objects, "bytes": report.bytes,
                 "proved": report.proved, "unproven": report.unproven,
                 "problems": [as_dict(problem) for problem in report.problems],
             }  # fmt: skip
             click.echo(json.dumps(document))
         else:
-            retrieve.render_verify(report, sys.stdout, problems=False)
+            retrieve.render_verify(report, sys.stdout, problems=False, require_store_proof=require_store_proof)
     finally:
         store.close()
-    sys.exit(0 if report.ok else 1)
+    sys.exit(1 if failed else 0)
 
 
 class _BelowBar:

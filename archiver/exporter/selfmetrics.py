@@ -265,6 +265,12 @@ class SelfMetrics:
             "Whether the store honours create-once (If-None-Match) writes (1) or is emulated (0).",
             registry=registry,
         )
+        self._store_guarantees = Gauge(
+            "archiver_store_guarantee",
+            "Whether the store keeps a guarantee (1) or the archiver falls back (0), as probed at start-up.",
+            ["guarantee"],
+            registry=registry,
+        )
         self._detection_up = Gauge(
             "archiver_detection_up",
             "Whether the last successful session-list poll was processed by end detection (1) or failed in it (0).",
@@ -388,6 +394,12 @@ class SelfMetrics:
     @_event
     def set_conditional_writes_supported(self, supported: bool) -> None:
         self._conditional_writes.set(1 if supported else 0)
+
+    @_event
+    def set_store_guarantees(self, held: Iterable[tuple[str, bool]]) -> None:
+        """What the store probe found, per guarantee (S3 stores only)."""
+        for guarantee, ok in held:
+            self._store_guarantees.labels(guarantee).set(1 if ok else 0)
 
     @_event
     def set_store_up(self, up: bool) -> None:

@@ -31,7 +31,7 @@ from archiver.retrieval.query import (
 from archiver.retrieval.reading import print_logs
 from archiver.retrieval.reindex import ReindexReport, index_players
 from archiver.retrieval.render import human_size, render_sessions, show_session
-from archiver.retrieval.verify import Problem, VerifyReport, render_verify, verify
+from archiver.retrieval.verify import Problem, VerifyReport, render_verify, verify, verify_failed
 from archiver.textsafe import printable
 
 __all__ = [
@@ -65,4 +65,5 @@ __all__ = [
     "render_verify",
     "show_session",
     "verify",
+    "verify_failed",
 ]

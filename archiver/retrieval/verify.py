@@ -66,7 +66,8 @@ class VerifyReport:
     bytes: int = 0
     #: Objects proved by the store's own SHA-256 checksum, without reading them.
     proved: int = 0
-    #: Objects archived without a store checksum (older archives): present with the right size,
+    #: Objects not provable by the store: archived without a store checksum (older archives, a
+    #: store keeping none) or on a store that no longer answers it. Present with the right size,
     #: but their bytes are provable only by re-reading them (``deep``).
     unproven: int = 0
     problems: list[Problem] = field(default_factory=list)
@@ -123,7 +124,7 @@ def checksum_verdict(recorded: str | None, stored: str | None, sha256: str) -> s
     Raises nothing; ``recorded`` None is the caller's "not provable" case.
     """
     if stored is None:
-        return f"the store keeps no SHA-256 checksum, manifest records {recorded}"
+        return f"the object has no SHA-256 checksum, its manifest has one: replaced since (manifest {recorded})"
     whole = sha256_checksum(bytes.fromhex(sha256))
     if recorded is None or "-" not in recorded:
         if recorded is not None and recorded != whole:
@@ -138,8 +139,35 @@ def checksum_verdict(recorded: str | None, stored: str | None, sha256: str) -> s
     return None
 
 
-def _prove(store: ObjectStore, sid: str, key: str, item: ManifestItem, instance: str | None, tally: _Tally) -> None:
-    """Check one object by the store's checksum (one HEAD, no download)."""
+class _ManifestProof:
+    """Whether the store keeps a SHA-256 checksum for an archive's manifest (one HEAD, asked at most
+    once, only when an object lacks the checksum its manifest recorded): a store that keeps one
+    for the manifest but none for the object had that object replaced; a store that keeps none
+    for either stopped keeping checksums (or never did) and cannot prove the object either way."""
+
+    def __init__(self, store: ObjectStore, key: str) -> None:
+        self._store = store
+        self._key = key
+        self._kept: bool | None = None
+
+    def kept(self) -> bool:
+        if self._kept is None:
+            info = self._store.head(self._key)
+            self._kept = info is not None and info.checksum_sha256 is not None
+        return self._kept
+
+
+def _prove(
+    store: ObjectStore,
+    sid: str,
+    key: str,
+    item: ManifestItem,
+    instance: str | None,
+    tally: _Tally,
+    manifest_proof: _ManifestProof,
+) -> None:
+    """Check one object by the store's checksum (one HEAD, no download): proved, not provable by
+    the store (counted, ``--deep`` re-hashes it), or a problem."""
     info = store.head(key)
     if info is None:
         tally.problems.append(Problem(sid, "missing_object", key, f"{item.kind} object is gone", instance))
@@ -154,7 +182,10 @@ def _prove(store: ObjectStore, sid: str, key: str, item: ManifestItem, instance:
     if item.checksum_sha256 is None and (
         info.checksum_sha256 is None or checksum_verdict(None, info.checksum_sha256, item.sha256) is not None
     ):
-        tally.unproven += 1  # archived before store checksums: --deep re-reads it
+        tally.unproven += 1  # archived without a store checksum: --deep re-reads it
+        return
+    if info.checksum_sha256 is None and not manifest_proof.kept():
+        tally.unproven += 1  # the store keeps no checksums (any more): not provable by it, not a mismatch
         return
     why = checksum_verdict(item.checksum_sha256, info.checksum_sha256, item.sha256)
     if why is not None:
@@ -189,6 +220,7 @@ def _verify_one(
     manifest = loaded.manifest
     # A directory keeps no checksum it verified itself: reading it is the only proof (and cheap).
     rehash = deep or not store.keeps_checksums
+    manifest_proof = _ManifestProof(store, loaded.ref.manifest_key)
     for item in manifest.items:
         if item.outcome != Outcome.ARCHIVED:
             continue
@@ -198,7 +230,7 @@ def _verify_one(
             tally.problems.append(Problem(sid, "unexpected_key", item.key or "", str(exc), instance))
             continue
         if not rehash:
-            _prove(store, sid, key, item, instance, tally)
+            _prove(store, sid, key, item, instance, tally, manifest_proof)
             continue
         result = _rehash(store, sid, key, item, instance, progress)
         if result is None:
@@ -438,12 +470,15 @@ def _in_processes(
             yield from results
 
 
-def render_verify(report: VerifyReport, out: TextIO, *, problems: bool = True) -> None:
-    """Problems (one line each, unless already printed as found) and the verdict line."""
+def render_verify(
+    report: VerifyReport, out: TextIO, *, problems: bool = True, require_store_proof: bool = False
+) -> None:
+    """Problems (one line each, unless already printed as found) and the verdict line; with
+    ``require_store_proof`` objects not provable by the store fail the verdict (see `verify_failed`)."""
     if problems:
         for problem in report.problems:
             out.write(problem.line() + "\n")
-    verdict = "OK" if report.ok else "FAILED"
+    verdict = "FAILED" if verify_failed(report, require_store_proof=require_store_proof) else "OK"
     how = f"{human_size(report.bytes)} re-hashed"
     if report.proved or report.unproven:
         how = f"{report.proved} proved by the store's SHA-256 checksum without download"
@@ -454,7 +489,14 @@ def render_verify(report: VerifyReport, out: TextIO, *, problems: bool = True) -
         f"{len(report.problems)} problem(s) in {report.sessions_with_problems} session(s)\n"
     )
     if report.unproven:
+        what = "NOT PROVED (--require-store-proof)" if require_store_proof else "NOT PROVABLE without --deep"
         out.write(
-            f"NOT PROVABLE without --deep: {report.unproven} object(s) archived without a store checksum "
-            "(present with the right size; run `archiver verify --deep` to re-hash their bytes)\n"
+            f"{what}: {report.unproven} object(s) not provable by the store (it keeps no SHA-256 checksum for "
+            "them, or they were archived without one); present with the right size: run "
+            "`archiver verify --deep` to re-hash their bytes\n"
         )
+
+
+def verify_failed(report: VerifyReport, *, require_store_proof: bool = False) -> bool:
+    """The verdict: a problem found, or (``require_store_proof``) an object the store cannot prove."""
+    return not report.ok or (require_store_proof and report.unproven > 0)

@@ -229,6 +229,11 @@ class ObjectStore(Protocol):
         """Whether create-once writes are enforced by the server; switches to HEAD-before-PUT if not."""
         ...
 
+    def distrust(self) -> None:
+        """Rely on no guarantee of the server (HEAD-before-PUT, no store checksum recorded) until
+        `probe_conditional_writes` has seen it: what the daemon and `archiver archive` start with."""
+        ...
+
     def abort_orphaned_uploads(self, prefix: str, keep: Set[str], *, initiated_before: float | None = None) -> int:
         """Abort incomplete uploads under ``prefix`` whose upload id is not in ``keep`` (and that were
         started before ``initiated_before``, epoch seconds, when given); how many."""

@@ -341,6 +341,10 @@ class FileStore:
         self.conditional_writes = enforced
         return enforced
 
+    def distrust(self) -> None:
+        """Writes check first until the probe has seen ``link()`` refuse a second write."""
+        self.conditional_writes = False
+
     def abort_orphaned_uploads(self, prefix: str, keep: Set[str], *, initiated_before: float | None = None) -> int:
         """Remove ``.partial`` temp files older than ``partial_max_age`` (crash leftovers); how many.
 

@@ -171,15 +171,19 @@ class S3Store(MultipartUploads):
         # "when_required" (servers that reject checksum headers) we send Content-MD5 instead,
         # which every S3 implementation verifies.
         self._crc32 = checksum_mode == "when_supported"
-        self.keeps_checksums = self._crc32
         #: What the start-up probe found (`probe_conditional_writes`); until then what a store is
-        #: assumed to do. Its three guarantees are also plain attributes, as ObjectStore has them.
+        #: assumed to do (or, after `distrust`, nothing it has not seen). The guarantees the store
+        #: acts on are also plain attributes, as ObjectStore has them (set by `apply_findings`).
         self.findings = s3_probe.UNPROBED
-        self.conditional_writes = self.findings.conditional_writes
-        self.metadata_supported = self.findings.metadata_supported
+        self.conditional_writes = True
+        self.metadata_supported = True
         #: The server refuses a body that does not match the checksum sent with it: small objects
         #: then go out without being hashed again here first.
-        self.verifies_checksums = self.findings.verifies_checksums
+        self.verifies_checksums = False
+        self.keeps_checksums = self._crc32
+        #: The server keeps the composite checksum of a multipart upload (what `store_checksum` records).
+        self.keeps_composite_checksums = self._crc32
+        self.apply_findings(self.findings)
         #: Encryption, storage class, tags and Object Lock retention of every archived object.
         self.evidence = evidence
         self.requests_made = RequestCounter()
@@ -236,11 +240,12 @@ class S3Store(MultipartUploads):
     def store_checksum(self, key: str, *, sha256: str, size: int) -> str | None:
         """The SHA-256 checksum the server verified on arrival: derived from ``sha256`` for an
         object sent with one PUT (no request), the composite the server keeps (one HEAD) for a
-        multipart one; None in "when_required" mode, where no checksum header is sent."""
-        if not self._crc32:
-            return None
+        multipart one; None where the store keeps none (as probed: `keeps_checksums`), and in
+        "when_required" mode, where no checksum header is sent."""
         if size < self._threshold:
-            return sha256_checksum(bytes.fromhex(check_sha256(sha256)))
+            return sha256_checksum(bytes.fromhex(check_sha256(sha256))) if self.keeps_checksums else None
+        if not self.keeps_composite_checksums:
+            return None
         # The answer to our own completion of this object, if recent; else what a HEAD shows.
         kept = self._completed.get(key, sha256, size)
         if kept is None:
@@ -384,24 +389,43 @@ class S3Store(MultipartUploads):
 
     def probe_conditional_writes(self) -> bool:
         """Probe what the server really does (``s3_probe.probe_store``: create-once writes, user
-        metadata, checksum verification) and adapt to it; whether it honours ``If-None-Match``.
-        Permission problems raise StorePermissionError (``archiver check`` reports them)."""
+        metadata, checksums, optional operations) and adapt to it; whether it honours
+        ``If-None-Match`` (on PutObject and CompleteMultipartUpload). Each missing guarantee is
+        logged as one warning. Permission problems raise StorePermissionError (``archiver check``
+        reports them)."""
         self.apply_findings(s3_probe.probe_store(self, sends_checksums=self._crc32))
         return self.conditional_writes
 
     def apply_findings(self, findings: s3_probe.StoreFindings) -> None:
         """Take the fallback of each guarantee the probe found missing (see StoreFindings)."""
         self.findings = findings
-        self.conditional_writes = findings.conditional_writes
+        # A server that honours If-None-Match on one kind of write only gets HEAD-first on both.
+        self.conditional_writes = findings.conditional_writes and findings.conditional_completes
         self.metadata_supported = findings.metadata_supported
         self.verifies_checksums = findings.verifies_checksums
+        self.keeps_checksums = self._crc32 and findings.keeps_checksums
+        self.keeps_composite_checksums = self._crc32 and findings.keeps_composite_checksums
+
+    def distrust(self) -> None:
+        """Rely on no guarantee until `probe_conditional_writes` has seen it (s3_probe.DISTRUSTED)."""
+        self.apply_findings(s3_probe.DISTRUSTED)
+
+    def guarantees_held(self) -> list[tuple[str, bool]]:
+        """(guarantee, held) as probed (`s3_probe.guarantees_held`)."""
+        return s3_probe.guarantees_held(self.findings, sends_checksums=self._crc32)
+
+    def missing_guarantees(self) -> list[tuple[str, str]]:
+        """(guarantee, one line) for each guarantee the probe found missing (`s3_probe.missing_guarantees`)."""
+        return s3_probe.missing_guarantees(self.findings, sends_checksums=self._crc32)
 
     # --- evidence -----------------------------------------------------------------------------
 
     def set_legal_hold(self, key: str, on: bool) -> None:
         """Place (``on``) or clear a legal hold on the object at ``key`` (needs Object Lock on the bucket)."""
         validate_key(key)
-        self.call("PutObjectLegalHold", key, Key=key, LegalHold={"Status": "ON" if on else "OFF"})
+        # A checksum is required here; SHA-256, not botocore's default CRC32, which some stores refuse.
+        hold = {"Status": "ON" if on else "OFF"}
+        self.call("PutObjectLegalHold", key, Key=key, LegalHold=hold, ChecksumAlgorithm="SHA256")
 
     def legal_hold(self, key: str) -> bool:
         """Whether the object at ``key`` is under a legal hold."""
@@ -426,7 +450,7 @@ class S3Store(MultipartUploads):
 
     def probe_evidence(self) -> dict[str, str]:
         """What the server applies of the evidence settings to a probe object (``s3_probe.probe_evidence``)."""
-        return s3_probe.probe_evidence(self, self.evidence)
+        return s3_probe.probe_evidence(self, self.evidence, sends_checksums=self._crc32)
 
     def close(self) -> None:
         self._client.close()

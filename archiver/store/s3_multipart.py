@@ -41,6 +41,12 @@ _PART_CHECKSUM_FIELDS = (
 )
 
 
+def same_etag(a: str, b: str) -> bool:
+    """Whether two ETags name the same bytes: servers answer them quoted or not, in either case
+    (in the headers of one call and the XML of another, even), pure."""
+    return a.strip().strip('"').lower() == b.strip().strip('"').lower()
+
+
 class PreconditionFailedError(StoreError):
     """412: a create-once write met an existing object (internal: resolved by comparing sha256).
     Also raised with ``info`` when the HEAD before a fresh multipart upload found one."""
@@ -256,7 +262,7 @@ class MultipartUploads:
             # expect; anything else is simply sent again (UploadPart overwrites a part number).
             if (
                 part is not None
-                and part["ETag"] == etag
+                and same_etag(str(part["ETag"]), etag)
                 and 1 <= number <= len(lengths)
                 and int(part["Size"]) == lengths[number - 1]
             ):
