@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import operator
@@ -41,7 +42,8 @@ class ArchivePipeline(Protocol):
     """What the daemon needs of the archiving half (archiver.archive.pipeline.Pipeline)."""
 
     def recover(self) -> None: ...
-    def start(self, *, reconcile: bool = ...) -> None: ...
+    def start(self, *, reconcile: bool = ..., follow: bool = ...) -> None: ...
+    def paused(self) -> contextlib.AbstractContextManager[None]: ...
     def stop(self, timeout: float = ...) -> bool: ...
     def observe_poll(
         self, sessions: list[Session] | None, now: float, *, present_ids: AbstractSet[str] = ...
@@ -146,6 +148,7 @@ class Daemon:
             self._probe_thread.start()
             self.pipeline.recover()
             self.pipeline.start()
+            self.poller.guard = self.pipeline.paused
         else:
             log.info("no --store configured: exporting only, nothing will be archived")
         self.server.start()
@@ -360,7 +363,7 @@ def archive_now(
                 pipeline.distrust_store()  # writes check first unless the probe passes
                 pipeline.probe_store()
                 pipeline.recover()
-                pipeline.start(reconcile=False)
+                pipeline.start(reconcile=False, follow=False)
                 queued = pipeline.backfill(session_ids)
                 finished = pipeline.run_until_idle(timeout)
             finally:

@@ -19,6 +19,7 @@ from typing import Any
 
 from archiver.evidence import LOCK_MODES, SSE_MODES
 from archiver.values import (
+    as_bool,
     as_choice,
     as_int,
     as_list,
@@ -92,6 +93,8 @@ class Option:
     key: str = ""
     #: Former spellings, still accepted with a deprecation line (see the module docstring).
     aliases: tuple[Alias, ...] = ()
+    #: An on/off option: the flag turns it on, ``--no-`` + the name turns it off.
+    switch: bool = False
 
     def __post_init__(self) -> None:
         key = self.key or _key_of(self.name)
@@ -106,9 +109,16 @@ class Option:
         return self.key
 
     @property
+    def off_flag(self) -> str:
+        """The flag that turns an on/off option off (``--no-name``)."""
+        return "--no-" + self.flag.removeprefix("--")
+
+    @property
     def shown_default(self) -> str:
-        """The default as --help and the README show it."""
+        """The default as --help and the README show it (an on/off option: the flag in effect)."""
         default = self.default
+        if self.switch:
+            return (self.flag if self.convert(default) else self.off_flag).removeprefix("--")
         if isinstance(default, tuple):
             return ", ".join(default) if default else "(none)"
         return "(none)" if default is None else str(default)
@@ -300,6 +310,20 @@ OPTIONS: tuple[Option, ...] = (
         parse_size,
         metavar="SIZE",
     ),
+    Option(
+        "follow-logs",
+        "Follow active sessions' logs live (GET /logs?follow=true): kept where the service drops them at the end.",
+        "true",
+        as_bool,
+        switch=True,
+    ),
+    Option(
+        "follow-logs-max",
+        "Most sessions one daemon follows at once (one open stream each; oldest first).",
+        5000,
+        as_int,
+        metavar="N",
+    ),
     Option("fetch-workers", "Parallel fetches from the upstream.", 4, as_int, metavar="N"),
     Option(
         "upload-workers",
@@ -370,6 +394,8 @@ def check_options(options: Iterable[Option]) -> tuple[Option, ...]:
         if not opt.key.isidentifier():
             raise ValueError(f"option {opt.name}: TOML key {opt.key!r} is not a bare identifier")
         spellings = [opt.flag, opt.env, "key " + opt.key, "param " + opt.param]
+        if opt.switch:
+            spellings.append(opt.off_flag)
         for alias in opt.aliases:
             spellings += [alias.flag, "param " + alias.param]
             spellings += [s for s in (alias.env, alias.key and "key " + alias.key) if s]

@@ -76,6 +76,13 @@ UPSTREAM_REQUEST = RetryPolicy()
 UPSTREAM_REQUEST_INTERACTIVE = RetryPolicy(attempts=2, max_elapsed=10.0, initial_wait=0.5)
 #: One download of a session's logs or artifact; the fetcher bounds it further by the item's deadline.
 FETCH_ITEM = RetryPolicy(operation="fetch_item")
+#: Reopening a session's follow stream (`archiver.live`): no attempt limit while the session runs,
+#: spaced by `backoff` from `initial_wait` to `max_wait`; each reopen is counted by its reason. The
+#: first reopen comes quickly (a cut stream is usually a proxy's or a balancer's, and lines written
+#: while none is open are lost if the session ends meanwhile and its logs go with it); the jitter
+#: of up to 100 % spreads thousands of streams cut at once.
+FOLLOW_LOGS = RetryPolicy(attempts=2**31 - 1, max_elapsed=float("inf"), initial_wait=0.25, max_wait=60.0, jitter=1.0,
+                          operation="follow_logs")  # fmt: skip
 #: S3 requests: botocore's `standard` retry mode is the only layer, with this many attempts in all.
 STORE = RetryPolicy(attempts=5, operation="store")
 #: The store as `archiver check` probes it: two attempts, no minutes-long hang.

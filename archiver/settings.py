@@ -200,6 +200,8 @@ def _fields(
             flag = OPTIONS_BY_KEY[key].flag
             auto = " (or auto)" if low == 0 else ""
             raise ConfigError(f"{flag} must be between 1 and {MAX_WORKERS}{auto}, got {values[key]}")
+    if values["follow_logs_max"] < 0:
+        raise ConfigError(f"--follow-logs-max must be at least 0, got {values['follow_logs_max']}")
     if values["max_sessions"] < 0:
         raise ConfigError(f"--max-sessions must be at least 0, got {values['max_sessions']}")
     if values["deadline_margin"] >= values["retention"]:
@@ -247,6 +249,9 @@ class Settings:
     session_label_allowlist: tuple[str, ...] = _DEFAULTS["session_label_allowlist"]
     max_sessions: int = _DEFAULTS["max_sessions"]
     max_artifact_size: int = _DEFAULTS["max_artifact_size"]
+    #: Live capture of running sessions' logs (`archiver.live`), and its per-daemon cap.
+    follow_logs: bool = _DEFAULTS["follow_logs"]
+    follow_logs_max: int = _DEFAULTS["follow_logs_max"]
     fetch_workers: int = _DEFAULTS["fetch_workers"]
     #: AUTO_WORKERS (0): sized to the store by the pipeline.
     upload_workers: int = _DEFAULTS["upload_workers"]

@@ -123,6 +123,19 @@ def as_int(value: Any) -> int:
     return number
 
 
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off"})
+
+
+def as_bool(value: Any) -> bool:
+    """An on/off option: a TOML boolean, or true/false, 1/0, yes/no, on/off (a flag's or env var's text)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
 def as_workers(value: Any) -> int:
     """A worker count, or `auto` (AUTO_WORKERS)."""
     if isinstance(value, str) and value.strip().lower() == "auto":

@@ -6,9 +6,10 @@ Usage: python benchmarks/chaos.py [--seed 1] [--duration 120] [--sessions-per-mi
 `archiver run` archives the fake service's traffic into SeaweedFS while it is killed with SIGKILL at
 random moments (half of them timed to land while a transfer is in flight), stopped for a while,
 fed 5xx, 429, poll timeouts, truncated bodies and resets by the upstream, and the store is stopped
-and started again on its data. Then the faults stop, one more session starts and ends, everything
-drains and is checked against the fake's own record (every session it ended, the sha256 of every
-body it served); then `--scrape-sessions` active sessions are scraped by 50 concurrent scrapers.
+and started again on its data; the fake drops logs at termination and cuts every session's first
+follow stream mid-line. Then the faults stop, one more session starts and ends, everything drains
+and is checked against the fake's own record (every session it ended, the sha256 of every artifact
+body it served, every log line by line); then `--scrape-sessions` active sessions are scraped by 50 concurrent scrapers.
 The scenario itself lives in `tests/chaos_run.py` (its short version runs in `make test`). Exits 1
 if anything was lost, duplicated, incomplete, different from the oracle, left behind or leaked.
 """
@@ -44,6 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scrape-sessions", type=int, default=10_000, help="0 skips the scrape phase")
     parser.add_argument("--scrapers", type=int, default=50)
     parser.add_argument("--drain-timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="the fake keeps logs after the end (default: drops them at termination)",
+    )
+    parser.add_argument("--cut-after", type=int, default=200, help="cut each first follow stream after N bytes (0: no)")
     parser.add_argument("--workdir", type=Path, help="keep SeaweedFS data, state dir and daemon logs here")
     parser.add_argument("--json", type=Path, help="also write the report as JSON")
     args = parser.parse_args(argv)
@@ -53,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
         targeted_kills=args.kills // 2, stops=args.stops, stop_for=args.stop_for,
         store_outages=args.store_outages, store_outage_for=args.store_outage_for,
         store_outage_mode=args.outage_mode, drain_timeout=args.drain_timeout,
-        scrape_sessions=args.scrape_sessions, scrapers=args.scrapers,
+        scrape_sessions=args.scrape_sessions, scrapers=args.scrapers, logs_gone=not args.keep_logs,
+        cut_after=args.cut_after,
     )  # fmt: skip
     begun = time.monotonic()
 

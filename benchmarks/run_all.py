@@ -18,6 +18,7 @@ BENCHMARKS = [
     "sharded.py",
     "grep.py",
     "verify.py",
+    "follow.py",
 ]
 
 

@@ -7,14 +7,19 @@ start and end, injects 5xx, 429, poll timeouts, truncated bodies and connection 
 and takes the store away and brings it back (same directory, same ports: its data stays). Then the
 faults stop, one more session starts and ends, and everything drains.
 
-The oracle is the fake's own record (`FakeService.oracle`): every session it ended, and the sha256
-of every log and artifact body it served whole. The checks: every ended session has exactly one
-manifest whose items are all archived; every stored object hashes to its manifest entry and to a
-body the fake served (logs after gunzip); nothing else is in the bucket; no multipart upload is
-left; kills that landed mid-transfer had their in-flight items archived after the restart; and no
-planted secret (the API token, every session's `labels.env` values) appears in the daemon's logs,
-its /metrics, the state DB or any stored object but the artifact bodies, which are verified equal
-to what the upstream served.
+By default the fake also drops each session's logs when it terminates (only the daemon's live
+capture keeps them) and cuts every session's first follow stream mid-line.
+
+The oracle is the fake's own record (`FakeService.oracle`): every session it ended, the sha256 of
+every artifact body it served whole, and each session's log lines. The checks: every ended session
+has exactly one manifest whose items are all archived (logs may be `source_gone` when the service
+dropped them before any follow saw a line); every stored object hashes to its manifest entry and
+artifacts to a body the fake served; every archived log holds the fake's lines, in order, once
+(or, marked `gap`, a line prefix of them), and the session after the storm all of them; nothing
+else is in the bucket; no multipart upload is left; kills that landed mid-transfer had their
+in-flight items archived after the restart; and no planted secret (the API token, every
+session's `labels.env` values) appears in the daemon's logs, its /metrics, the state DB or any
+stored object but the artifact bodies, which are verified equal to what the upstream served.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from archiver.fake.oracle import LOGS
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
 from archiver.layout.players import player_entries
+from archiver.retrieval import logformat
 from tests.fixtures_s3 import SeaweedServer, weed_binary
 from tests.support import free_port
 
@@ -101,6 +107,11 @@ class ChaosConfig:
     artifact_latency: float = 1.0
     #: Longest wait for everything to be archived once the storm is over.
     drain_timeout: float = 60.0
+    #: The fake drops a session's logs when it terminates (quirk logs_gone_at_termination): only
+    #: the daemon's live capture keeps them.
+    logs_gone: bool = True
+    #: Every session's first follow stream is cut mid-line after this many body bytes (0: never).
+    cut_after: int = 200
     #: Scrape phase after the drain: this many active sessions, scraped by `scrapers` threads.
     scrape_sessions: int = 0
     scrapers: int = 50
@@ -132,11 +143,21 @@ class ChaosReport:
     duplicates: list[str] = field(default_factory=list)
     incomplete: list[str] = field(default_factory=list)
     mismatched: list[str] = field(default_factory=list)
+    #: Archived logs compared line by line with the fake's: every line, in order, once ...
+    logs_exact: int = 0
+    #: ... or a line prefix of them marked `gap` in the manifest (the end was never seen) ...
+    logs_gap: int = 0
+    #: ... or none (the service dropped them and no follow had seen any line).
+    logs_gone: int = 0
+    #: Logs that are neither: lines wrong, missing inside, twice, or missing at the end unmarked.
+    logs_wrong: list[str] = field(default_factory=list)
     verified_objects: int = 0
     verified_bytes: int = 0
     stray: list[str] = field(default_factory=list)
     orphaned_uploads: list[str] = field(default_factory=list)
     post_storm_archived: bool = False
+    #: The session after the storm (no faults, no kills) has every line of its log.
+    post_storm_logs_exact: bool = False
     kills: list[Kill] = field(default_factory=list)
     resumed_items: int = 0
     not_resumed_items: list[int] = field(default_factory=list)
@@ -161,7 +182,8 @@ class ChaosReport:
         problems = []
         for name, values in (
             ("lost", self.lost), ("duplicated", self.duplicates), ("incomplete", self.incomplete),
-            ("not matching the oracle", self.mismatched), ("stray objects", self.stray),
+            ("not matching the oracle", self.mismatched), ("logs not the fake's lines", self.logs_wrong),
+            ("stray objects", self.stray),
             ("orphaned multipart uploads", self.orphaned_uploads),
             ("in-flight items not archived after a restart", self.not_resumed_items),
         ):  # fmt: skip
@@ -169,6 +191,8 @@ class ChaosReport:
                 problems.append(f"{name}: {len(values)} ({', '.join(map(str, values[:5]))})")
         if not self.post_storm_archived:
             problems.append("the session started after the storm was not archived")
+        elif not self.post_storm_logs_exact:
+            problems.append("the session started after the storm was archived without every line of its log")
         if self.kills and not self.mid_transfer_kills:
             problems.append("no kill landed mid-transfer: the run proves nothing about resuming")
         if self.secrets_found:
@@ -190,6 +214,8 @@ class ChaosReport:
             ("duplicates", str(len(self.duplicates))),
             ("incomplete archives / bytes not matching the oracle", f"{len(self.incomplete)} / {len(self.mismatched)}"),
             ("objects verified against the oracle (sha256)", verified),
+            ("logs compared line by line: exact / known gap / gone / wrong",
+             f"{self.logs_exact} / {self.logs_gap} / {self.logs_gone} / {len(self.logs_wrong)}"),
             ("stray objects / orphaned multipart uploads", f"{len(self.stray)} / {len(self.orphaned_uploads)}"),
             ("session started after the storm archived", "yes" if self.post_storm_archived else "NO"),
             ("kills (SIGKILL) survived", f"{len(self.kills)}, {self.mid_transfer_kills} mid-transfer"),
@@ -355,8 +381,10 @@ class ChaosRun:
         started = time.monotonic()
         self.report.started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         (self.workdir / "seaweedfs").mkdir(parents=True, exist_ok=True)
-        with _aws_env(), FakeService([self.token], seed=self.config.seed) as fake:
+        quirks = {"logs_gone_at_termination": self.config.logs_gone}
+        with _aws_env(), FakeService([self.token], seed=self.config.seed, quirks=quirks) as fake:
             self.fake = fake
+            self._cut_streams()
             self.store = SeaweedServer(binary, self.workdir / "seaweedfs")
             self.store.start()
             try:
@@ -506,6 +534,12 @@ class ChaosRun:
 
     def _slow_artifacts(self) -> None:
         self.fake.set_fault("GET /artifacts", latency=self.config.artifact_latency)
+
+    def _cut_streams(self) -> None:
+        """Every session's first follow stream breaks mid-line (the storm's `*` windows then leave
+        GET /logs alone: an endpoint's own fault wins)."""
+        if self.config.cut_after:
+            self.fake.set_fault("GET /logs", kind="cut", after=self.config.cut_after, per_session=1, follow_only=True)
 
     def _event(self, event: str) -> None:
         name, _, arg = event.partition(":")
@@ -666,12 +700,17 @@ class ChaosRun:
             expected |= {player_key for player_key, _body in player_entries(PREFIX, manifest, key)}
             whole = True
             for item in manifest.items:
+                if item.kind == "logs" and item.outcome == "source_gone" and self.config.logs_gone:
+                    report.logs_gone += 1  # dropped by the service, and no follow saw a line
+                    continue
                 if item.outcome != "archived" or item.key is None:
                     whole = False
                     continue
                 expected.add(item.key)
                 if not self._verify_item(org, sid, item.key, item.sha256, item.size, item.kind, item.path):
                     report.mismatched.append(f"{sid}:{item.kind}")
+                if item.kind == "logs":
+                    self._compare_lines(sid, item.key, item.capture)
             if {i.kind for i in manifest.items} != {"logs", "artifact"} or not whole:
                 report.incomplete.append(sid)
             elif len(archives) == 1:
@@ -698,9 +737,26 @@ class ChaosRun:
         if hashlib.sha256(body).hexdigest() != sha256 or len(body) != size:
             return False
         if kind == "logs":
+            if self.config.logs_gone:
+                return True  # captured live, never served whole: compared line by line instead
             served = hashlib.sha256(gzip.decompress(body)).hexdigest()
             return served in self.fake.oracle.complete_digests(org, sid, LOGS)
         return sha256 in self.fake.oracle.complete_digests(org, sid, path or "")
+
+    def _compare_lines(self, sid: str, key: str, capture: str | None) -> None:
+        """An archived log against the fake's own lines: the same lines in the same order, or (its
+        manifest saying `gap`) a line prefix of them; anything else is wrong."""
+        body = gzip.decompress(self.bodies[key])
+        shape = logformat.sniff(body[:64], "application/x-ndjson" if key.endswith(".jsonl.gz") else "text/plain")
+        archived = [line.text for line in logformat.read_lines([body], shape)]
+        truth = [line for _, line in self.fake.log_lines(self.token, sid)]
+        if archived == truth:
+            self.report.logs_exact += 1
+            self.report.post_storm_logs_exact |= sid == self.post_storm_id
+        elif capture == "gap" and archived == truth[: len(archived)]:
+            self.report.logs_gap += 1
+        else:
+            self.report.logs_wrong.append(f"{sid} ({len(archived)} lines of {len(truth)}, capture {capture})")
 
     def _check_resumes(self) -> None:
         """Items in flight at a kill ended `done`; the daemon's logs say how multipart uploads went on."""
@@ -710,9 +766,11 @@ class ChaosRun:
             done = {
                 r[0]
                 for r in con.execute(
-                    f"SELECT id FROM items WHERE status = 'done' AND outcome = 'archived' "
-                    f"AND id IN ({','.join('?' * len(wanted))})",
-                    wanted,
+                    # A logs item may end source_gone when the service dropped the logs and no
+                    # follow had seen a line: that is no resume failure.
+                    f"SELECT id FROM items WHERE status = 'done' AND (outcome = 'archived' OR "
+                    f"(kind = 'logs' AND outcome = 'source_gone' AND ?)) AND id IN ({','.join('?' * len(wanted))})",
+                    [self.config.logs_gone, *wanted],
                 )
             }
         finally:

@@ -15,6 +15,7 @@ from archiver.archive.state import StateDB
 from archiver.credentials import Token
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
+from archiver.live.engine import LiveCapture
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
@@ -93,6 +94,7 @@ def harness_factory(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
         start: bool = True,
         reconcile: bool = True,
         tuning: Tuning = FAST,
+        live: LiveCapture | None = None,
         **overrides: Any,
     ) -> Harness:
         settings = Settings(
@@ -116,6 +118,7 @@ def harness_factory(tmp_path: Path) -> Iterator[Callable[..., Harness]]:
             clock=fake.clock.now,
             policy=FAST_POLICY,
             tuning=tuning,
+            live=live,
         )
         h = Harness(fake, store, settings, client, state, registry, pipeline)
         made.append(h)

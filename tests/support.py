@@ -7,6 +7,7 @@ archives in a store (and the evidence browser over one), settings, the Helm char
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -38,6 +39,8 @@ from archiver.exporter.webconfig import WebConfig
 from archiver.layout import keys
 from archiver.layout import manifest as codec
 from archiver.layout.manifest import Manifest, ManifestItem, build_manifest
+from archiver.live.policy import Tuning as LiveTuning
+from archiver.retry import FOLLOW_LOGS
 from archiver.settings import OPTIONS, Settings
 from archiver.store import ObjectStore
 from archiver.upstream.models import Session
@@ -75,6 +78,21 @@ def wait_until(
             text = message() if callable(message) else message
             raise AssertionError(f"{text} (not met within {timeout:g} s)")
         pause(interval)
+
+
+# --- live capture -------------------------------------------------------------------------------
+
+#: Live capture's timing for tests: reopens within a fraction of a second, drains within seconds,
+#: checkpoints five times a second (the production defaults wait seconds to minutes).
+LIVE_FAST = LiveTuning(
+    policy=dataclasses.replace(FOLLOW_LOGS, initial_wait=0.05, max_wait=0.3),
+    ended_wait=0.05,
+    stall_timeout=30.0,
+    drain_timeout=5.0,
+    drain_max_wait=0.2,
+    connect_timeout=5.0,
+    checkpoint_interval=0.2,
+)
 
 
 # --- digests ------------------------------------------------------------------------------------

@@ -84,6 +84,7 @@ EXPECTED_ALERTS = {
     "ArchiverSpoolLarge",
     "ArchiverNoRecentArchive",
     "ArchiverSessionsDropped",
+    "ArchiverLiveUnfollowed",
 }
 #: Recording rules that count a sharded, redundant fleet once (README, "Scaling and high availability").
 EXPECTED_RECORDS = {

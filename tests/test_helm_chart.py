@@ -527,7 +527,7 @@ def test_rules_select_this_release_by_default_with_a_service_monitor(chart: helm
     service = one(docs, "Service")["metadata"]["name"]
     assert "jobLabel" not in one(docs, "ServiceMonitor")["spec"]
     exprs = rule_exprs(chart, values)
-    assert len(exprs) == 15
+    assert len(exprs) == 16
     for name, expr in exprs.items():
         found = selectors_of(expr)
         assert found, name

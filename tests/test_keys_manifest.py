@@ -541,3 +541,27 @@ def test_building_each_stored_document_today_gives_its_stored_bytes() -> None:
     assert len(on_disk) >= 20 and set(documents) == on_disk
     for name, data in documents.items():
         assert data == (FIXTURES / name).read_bytes(), name
+
+
+def test_a_live_capture_item_says_how_complete_it_is_and_other_items_write_no_such_field() -> None:
+    """`capture` is written only on a logs item filled from a live capture (complete, gap or
+    diverged), so every archive without one keeps its bytes; anything else is refused."""
+    live = ManifestItem(
+        kind="logs", source="GET /logs?id=s%2F1&follow=true", outcome="archived", capture="gap",
+        key=keys.live_logs_key("", "s/1", "jsonl", 0, "20261122T060305.123Z"), size=10, sha256=SHA,
+        content_type="application/gzip",
+    )  # fmt: skip
+    m = _manifest(items=[*_manifest().items, live])
+    data = manifest_to_bytes(m)
+    assert parse_manifest(data) == m and b'"capture": "gap"' in data
+    assert data.count(b'"capture"') == 1
+    assert live.key == "sessions/s%2F1/20261122T060305.123Z/logs.live-0.jsonl.gz"
+    for bad in ({"capture": "partial"}, {"capture": "complete", "kind": "artifact", "path": "/srv/x"}):
+        with pytest.raises(ValueError, match="capture"):
+            ManifestItem(**{"kind": "logs", "source": "GET /logs", "outcome": "source_gone", **bad})  # type: ignore[arg-type]
+    doc = json.loads(data)
+    doc["items"][-1]["capture"] = "partial"
+    with pytest.raises(ManifestError, match="capture"):
+        parse_manifest(json.dumps(doc).encode())
+    with pytest.raises(ValueError, match="segment"):
+        keys.live_logs_key("", "s", "txt", 1000)

@@ -334,3 +334,22 @@ def test_the_table_refuses_a_spelling_that_names_two_things(clash: Option) -> No
     with pytest.raises(ValueError, match=r"^option (a|other): .+ is also (a|other)$|not a bare identifier"):
         check_options((clash, RENAMED[1]))
     assert check_options(RENAMED) == RENAMED
+
+
+def test_live_capture_is_on_by_default_and_switched_by_flag_env_or_file(tmp_path: Path) -> None:
+    """--follow-logs / --no-follow-logs: a flag pair, its env var takes true/false, the file a
+    boolean; flag > env > file as for every option; --follow-logs-max takes a count."""
+    assert settings_from([]).follow_logs is True and settings_from([]).follow_logs_max == 5000
+    config = write(tmp_path, "follow_logs = false\nfollow_logs_max = 12\n")
+    assert settings_from(["--config", str(config)]).follow_logs is False
+    assert settings_from(["--config", str(config)]).follow_logs_max == 12
+    assert settings_from(["--config", str(config)], {"ARCHIVER_FOLLOW_LOGS": "true"}).follow_logs is True
+    assert settings_from(["--no-follow-logs"], {"ARCHIVER_FOLLOW_LOGS": "true"}).follow_logs is False
+    assert settings_from(["--follow-logs", "--config", str(config)]).follow_logs is True
+    assert load_settings({"follow_logs": "off"}).follow_logs is False
+    with pytest.raises(ConfigError):
+        settings_from([], {"ARCHIVER_FOLLOW_LOGS": "maybe"})
+    with pytest.raises(ConfigError, match="'sometimes' is not a valid boolean"):
+        settings_from(["--config", str(write(tmp_path, 'follow_logs = "sometimes"\n'))])
+    with pytest.raises(ConfigError, match="--follow-logs-max must be at least 0"):
+        settings_from(["--follow-logs-max", "-1"])

@@ -10,6 +10,7 @@ and the pipeline records it.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -21,10 +22,13 @@ from urllib.parse import quote
 from isal import isal_zlib
 
 from archiver.archive.crashpoints import crashpoint
-from archiver.archive.state import ItemRow
+from archiver.archive.live_logs import LiveLogs, capture_state
+from archiver.archive.state import ExtraItem, ItemRow
 from archiver.durable import fsync_dir
 from archiver.errors import ApiError, NotFoundError, TooLargeError
 from archiver.layout import keys
+from archiver.live.follow import NDJSON
+from archiver.live.store import SegmentRow
 from archiver.retry import FETCH_ITEM, RetryPolicy
 from archiver.upstream.api import Download, SessionHostClient
 from archiver.vocabulary import Outcome
@@ -43,6 +47,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 LOGS_CONTENT_TYPE = "application/gzip"
 #: How many leading raw bytes are kept to sniff formats (gzip magic, a JSON opening brace).
 _HEAD = 64
+#: Seconds between looks at a live capture that still follows its stream (it drains within minutes).
+LIVE_RECHECK = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +63,10 @@ class Spooled:
     key: str
     #: Bytes received from the upstream (before compression), for archiver_bytes_total{stage="fetch"}.
     received: int
+    #: Logs from a live capture: how complete it is (`archiver.live.policy.Finish`); None: read after the end.
+    capture: str | None = None
+    #: More logs items of the session, spooled too: live captures kept beside these logs.
+    extras: tuple[ExtraItem, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +86,9 @@ class Retry:
     source: str
     #: True for a local problem (spool disk): counted as an archiver error, not an upstream one.
     local: bool = False
+    #: Seconds to wait before the next attempt, when it is a wait and no failure (a live capture
+    #: still following its stream): not logged as a failure.
+    wait: float | None = None
 
 
 FetchResult = Spooled | Finished | Retry
@@ -96,6 +109,11 @@ def logs_source(session_id: str) -> str:
 
 def fallback_logs_source(session_id: str) -> str:
     return f"GET /logs?id={quote(session_id, safe='')}&follow=false"
+
+
+def live_logs_source(session_id: str) -> str:
+    """The source of logs captured live: the follow stream's request line."""
+    return f"GET /logs?id={quote(session_id, safe='')}&follow=true"
 
 
 def artifact_source(session_id: str, path: str) -> str:
@@ -145,13 +163,13 @@ class Spool:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
 
-    def final_path(self, item_id: int) -> Path:
+    def final_path(self, item_id: int | str) -> Path:
         return self.directory / str(item_id)
 
-    def partial_path(self, item_id: int) -> Path:
+    def partial_path(self, item_id: int | str) -> Path:
         return self.directory / f"{item_id}.partial"
 
-    def write(self, item_id: int, chunks: Iterator[bytes], *, compress: bool, limit: int | None) -> SpoolFile:
+    def write(self, item_id: int | str, chunks: Iterator[bytes], *, compress: bool, limit: int | None) -> SpoolFile:
         """Stream `chunks` into the spool durably; TooLargeError past `limit` received bytes."""
         partial = self.partial_path(item_id)
         digest = hashlib.sha256()
@@ -219,9 +237,12 @@ class Fetcher:
         prefix: str,
         max_artifact_size: int,
         policy: RetryPolicy,
+        live: LiveLogs | None = None,
     ) -> None:
         self._client = client
         self._spool = spool
+        #: Live captures of the sessions' logs (None: live capture was never on for this state dir).
+        self.live = live
         self._prefix = prefix
         self._max_artifact_size = max_artifact_size
         # Downloads retry (and count) as fetch_item whatever policy the pipeline bounds them with.
@@ -252,6 +273,72 @@ class Fetcher:
             return Retry(f"spool: {exc.strerror or exc}", source, local=True)
 
     def _fetch_logs(self, item: ItemRow, policy: RetryPolicy) -> FetchResult:
+        """The logs read after the end, with the session's live capture where it adds something
+        (`archive.live_logs`); a capture still following its stream is waited for."""
+        live = self.live
+        if live is None:
+            return self._after_end(item, policy)[0]
+        if live.following(item.session_key):
+            return Retry("its live capture still follows the stream", item.source, wait=LIVE_RECHECK)
+        segments = live.segments(item.session_key)
+        if not segments:
+            return self._after_end(item, policy)[0]
+        after: Spooled | None
+        try:
+            after, content_type = self._after_end(item, policy)
+        except NotFoundError:
+            after, content_type = None, ""
+        if after is not None and after.received == 0:
+            self._spool.remove(after.path)  # an empty after-end body is nothing found: the capture is the logs
+            after = None
+        kept = live.kept(segments, after.path if after is not None else None, content_type)
+        if after is None:
+            main, others = kept[-1], kept[:-1]
+            after = self._capture(item, main, str(item.id), None)
+        else:
+            others = kept
+        extras = tuple(self._extra(item, row) for row in others)
+        return dataclasses.replace(after, extras=extras)
+
+    def _capture(self, item: ItemRow, row: SegmentRow, name: str, segment: int | None) -> Spooled:
+        """A live capture segment spooled (gzip, like every log), as the item's logs or (with
+        ``segment``) as a logs item of its own."""
+        assert self.live is not None
+        spooled = self._spool.write(name, self.live.read(row), compress=True, limit=None)
+        ext = "jsonl" if row.shape == NDJSON else "txt"
+        instance = item.instance or None
+        key = (
+            keys.logs_key(self._prefix, item.session_id, ext, instance)
+            if segment is None
+            else keys.live_logs_key(self._prefix, item.session_id, ext, segment, instance)
+        )
+        return Spooled(
+            path=spooled.path,
+            size=spooled.size,
+            sha256=spooled.sha256,
+            content_type=LOGS_CONTENT_TYPE,
+            source=live_logs_source(item.session_id),
+            key=key,
+            received=spooled.received,
+            capture=capture_state(row),
+        )
+
+    def _extra(self, item: ItemRow, row: SegmentRow) -> ExtraItem:
+        spooled = self._capture(item, row, f"{item.id}.live-{row.index}", row.index)
+        return ExtraItem(
+            path=f"live-{row.index}",
+            source=spooled.source,
+            key=spooled.key,
+            spool_path=str(spooled.path),
+            size=spooled.size,
+            sha256=spooled.sha256,
+            content_type=spooled.content_type,
+            capture=spooled.capture,
+        )
+
+    def _after_end(self, item: ItemRow, policy: RetryPolicy) -> tuple[Spooled, str]:
+        """The logs as the service answers after the end (`/query/log`, else `/logs`), spooled, and
+        the content type they came with. NotFoundError when neither has them."""
         sid = item.session_id
         source = logs_source(sid)
         try:
@@ -263,14 +350,14 @@ class Fetcher:
                 if _usable_log_type(download.content_type):
                     spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
                     if spooled.received > 0:
-                        return self._logs_result(item, spooled, download.content_type, source)
+                        return self._logs_result(item, spooled, download.content_type, source), download.content_type
                     self._spool.remove(spooled.path)
                 else:
                     log.info("GET /query/log for %r answered %s; using /logs", sid, download.content_type)
         source = fallback_logs_source(sid)
         with self._client.open_logs(sid, follow=False, policy=policy) as download:
             spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
-            return self._logs_result(item, spooled, download.content_type, source)
+            return self._logs_result(item, spooled, download.content_type, source), download.content_type
 
     def _logs_result(self, item: ItemRow, spooled: SpoolFile, content_type: str, source: str) -> Spooled:
         ext = "jsonl" if _json_shaped(content_type, spooled.head) else "txt"

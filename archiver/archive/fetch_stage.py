@@ -80,7 +80,11 @@ class FetchStage(Stage):
                 source=result.source,
                 key=result.key,
                 fetched_at=now,
+                capture=result.capture,
+                extras=result.extras,
             )
+            if item.kind == "logs" and self.fetcher.live is not None:
+                self.fetcher.live.forget(item.session_key)  # the spool holds what was kept of it
             self.metrics.add_bytes("fetch", item.kind, result.received)
             self.metrics.fetch_completed(item.deadline - now)
             self.wake.notify(UPLOAD)
@@ -95,6 +99,12 @@ class FetchStage(Stage):
         left = item.deadline - now
         if left <= 0:
             self.finish(item, Outcome.EXPIRED, error=result.error, source=result.source)
+            return
+        if result.wait is not None:  # waiting, not failing (a live capture still following)
+            log.debug("%s of %r waits: %s", item.kind, item.session_id, result.error)
+            self.state.retry_item(
+                item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + result.wait, error=result.error
+            )
             return
         if result.local:
             self.metrics.error("spool")

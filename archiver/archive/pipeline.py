@@ -25,6 +25,7 @@ backlog; bodies are streamed, so it does not grow with object size either.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -37,6 +38,7 @@ from archiver.archive.deadline import deadline_for
 from archiver.archive.detector import key_id, observe
 from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
 from archiver.archive.fetch_stage import FetchStage
+from archiver.archive.live_logs import LiveLogs
 from archiver.archive.reconcile import Reconciler
 from archiver.archive.replicas import ArchiveCheck, Stagger
 from archiver.archive.stage import CONFIRM, FETCH, UPLOAD, Clock, StageParts, Tuning, Wakeups
@@ -49,6 +51,9 @@ from archiver.errors import (
     NotFoundError,
 )
 from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.live import store as live_store
+from archiver.live.engine import LiveCapture
+from archiver.live.store import CaptureStore
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
 from archiver.store.base import ObjectStore
@@ -63,6 +68,16 @@ log = logging.getLogger("archiver.pipeline")  # the name it had before the rooms
 #: time waiting on the network and the server, so more of them overlap than there are cores
 #: (rclone's default is 4 transfers); a directory store is bound by the local disk.
 AUTO_UPLOAD_WORKERS = {"s3": 4, "file": 2}
+
+
+def _live_logs(settings: Settings, live: LiveCapture | None) -> LiveLogs | None:
+    """What the fetch stage reads of live captures: the running engine's, or those a daemon left in
+    the state dir (live capture since turned off, or `archiver archive` beside a stopped daemon)."""
+    if live is not None:
+        return LiveLogs(live.store, live.following)
+    if (settings.state_dir / live_store.DIR_NAME / live_store.DB_NAME).is_file():
+        return LiveLogs(CaptureStore(settings.state_dir))
+    return None
 
 
 def auto_upload_workers(store_url: str) -> int:
@@ -85,8 +100,11 @@ class Pipeline:
         policy: RetryPolicy | None = None,
         tuning: Tuning | None = None,
         monotonic: Clock = time.monotonic,
+        live: LiveCapture | None = None,
     ) -> None:
         self.settings = settings
+        #: Live capture of running sessions' logs (`archiver.live`), started with the pipeline.
+        self.live = live
         self.client = client
         self.store = store
         self.state = state
@@ -104,6 +122,7 @@ class Pipeline:
             prefix=store.prefix,
             max_artifact_size=settings.max_artifact_size,
             policy=self._policy,
+            live=_live_logs(settings, live),
         )
         self.uploader = Uploader(store, state.journal)
         self.upload_workers = settings.upload_workers or auto_upload_workers(store.url)
@@ -153,7 +172,14 @@ class Pipeline:
             checksum_mode=settings.s3_checksum,
             evidence=settings.evidence,
         )
-        return cls(settings, client, store, StateDB.open(settings.state_dir), metrics)
+        state = StateDB.open(settings.state_dir)
+        live = None
+        if settings.follow_logs and settings.follow_logs_max > 0 and settings.api_url and settings.api_token:
+            live = LiveCapture(
+                settings.api_url, settings.api_token, CaptureStore(settings.state_dir),
+                max_streams=settings.follow_logs_max, keep_finished=settings.prune_after,
+            )  # fmt: skip
+        return cls(settings, client, store, state, metrics, live=live)
 
     # --- the store ----------------------------------------------------------------------------
 
@@ -213,11 +239,14 @@ class Pipeline:
             backlog.pending_fetch, backlog.pending_upload,
         )  # fmt: skip
 
-    def start(self, *, reconcile: bool = True) -> None:
-        """Start the reconcile, confirm, fetch and upload threads (`archiver archive` needs no reconciler)."""
+    def start(self, *, reconcile: bool = True, follow: bool = True) -> None:
+        """Start the reconcile, confirm, fetch and upload threads, and live capture (`archiver
+        archive` needs neither a reconciler nor live capture)."""
         if self._threads:
             raise RuntimeError("the pipeline is already started")
         self._stop.clear()
+        if follow and self.live is not None:
+            self.live.start()
         specs = (
             [("reconcile", functools.partial(self._reconciler.run, self._stop))] * reconcile
             + [("confirm", self._confirm_loop)] * self.tuning.confirm_workers
@@ -241,6 +270,8 @@ class Pipeline:
         self._wake.notify()
         self._uploads.committer.wake()
         until = time.monotonic() + timeout
+        if self.live is not None:
+            self.live.stop(timeout)
         for thread in self._threads:
             thread.join(max(0.0, until - time.monotonic()))
         alive = [t.name for t in self._threads if t.is_alive()]
@@ -284,6 +315,8 @@ class Pipeline:
             persist_interval=self.tuning.last_seen_persist_interval,
             present_ids=present_ids,
         )
+        if self.live is not None:
+            self.live.update(decisions.listed)  # the shard's active sessions (the parser kept only ours)
         gone = decisions.gone
         reopened = self.state.record_poll(decisions.upserts, gone, now, touch_active=decisions.touch_active)
         if decisions.touch_active:
@@ -422,8 +455,14 @@ class Pipeline:
         self.metrics.set_pending("upload", backlog.pending_upload)
         self.metrics.set_next_fetch_deadline(backlog.next_fetch_deadline)
         self.metrics.set_spool_bytes(backlog.spool_bytes)
+        if self.live is not None:
+            self.metrics.live_capture(self.live.stats())
         self._gauges_at = time.monotonic()
         return backlog
+
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        """Around a poll cycle: live capture takes no stream's bytes meanwhile (`LiveCapture.paused`)."""
+        return self.live.paused() if self.live is not None else contextlib.nullcontext()
 
     def _refresh_gauges(self, *, force: bool) -> None:
         if force or time.monotonic() - self._gauges_at >= self.tuning.gauge_interval:

@@ -129,6 +129,7 @@ def build_session_manifest(
                 path=item.path if item.kind == "artifact" else None,
                 error=None if item.outcome == Outcome.ARCHIVED else item.last_error,
                 checksum_sha256=(checksums or {}).get(item.id) if item.outcome == Outcome.ARCHIVED else None,
+                capture=item.capture if stored else None,
             )
         )
     return build_manifest(

@@ -260,6 +260,14 @@ class BrowseApp:
         loaded = load_archive(self.store, sid, instance, note=quiet)
         archives = find_archives(self.store, sid)
         m = loaded.manifest
+        main = next((i for i in m.items if i.kind == "logs" and i.outcome == "archived"), None)
+        logs_link = self.mount.session(sid, loaded.ref.instance, "/logs")
+        # The "view" link of each archived logs item: a live capture kept beside the logs has its own.
+        log_views = {
+            n: logs_link if item is main else with_query(logs_link, [("capture", "1")])
+            for n, item in enumerate(m.items)
+            if item.kind == "logs" and item.outcome == "archived"
+        }
         player_links = [
             (player, with_query(self.mount.link("/sessions"), [("player", player), ("since", _PLAYER_SINCE)]))
             for player in m.players
@@ -267,6 +275,8 @@ class BrowseApp:
         ]
         return self._render(
             "session.html",
+            log_views=log_views,
+            main_logs=main,
             m=m,
             sid=sid,
             instance=loaded.ref.instance,
@@ -287,10 +297,11 @@ class BrowseApp:
                 raise ValueError("stream: must be stdout or stderr")
             search = p.one(params, "q", strip=False)
             start = p.number(params, "start", default=0, low=0, high=p.MAX_START)
+            capture = p.one(params, "capture", limit=1) == "1"  # the live capture kept beside the logs
         except ValueError as exc:
             return self._error(400, "Bad request", str(exc))
         loaded = load_archive(self.store, sid, instance, note=quiet)
-        opened = open_logs(self.store, loaded)
+        opened = open_logs(self.store, loaded, capture=capture)
         lines = logformat.read_lines(opened.chunks, opened.shape)
         needle = search.casefold()
         shown: list[tuple[int, str, str]] = []
@@ -315,7 +326,10 @@ class BrowseApp:
             what = "matching lines" if stream or search else "lines"
             return self._error(400, "Bad request", f"start: past the end (these logs have {matched} {what})")
         tampered = opened.tampered
-        base = [("stream", stream), ("q", search), ("instance", loaded.ref.instance or "")]
+        base = [
+            ("stream", stream), ("q", search), ("capture", "1" if capture else ""),
+            ("instance", loaded.ref.instance or ""),
+        ]  # fmt: skip
 
         def link(offset: int) -> str:
             path = self.mount.session(sid, suffix="/logs")

@@ -87,6 +87,18 @@ def table_options(scopes: frozenset[str], options: Sequence[Option]) -> Callable
                     envvar=alias.env,
                     hidden=True,
                 )(func)
+            if opt.switch:
+                func = click.option(
+                    f"{opt.flag}/{opt.off_flag}",
+                    opt.param,
+                    # Shown by --help; a value from this default is left to archiver.settings' own default.
+                    default=opt.converted_default,
+                    envvar=opt.env,
+                    show_envvar=True,
+                    show_default=True,
+                    help=opt.help,
+                )(func)
+                continue
             func = click.option(
                 opt.flag,
                 opt.param,

@@ -134,11 +134,21 @@ def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None
     "--grep", "pattern", metavar="REGEX", help="Only lines matching this regular expression (searched anywhere)."
 )
 @click.option("-i", "--ignore-case", is_flag=True, help="--grep ignores case.")
+@click.option(
+    "--capture", is_flag=True,
+    help="The live capture kept beside the logs read after the end (when the two differ).",
+)  # fmt: skip
 @instance_option("the newest")
 @settings_options(STORE_SCOPES)
 @friendly_errors
 def logs(
-    session_id: str, stream: str | None, pattern: str | None, ignore_case: bool, instance: str | None, **kwargs: Any
+    session_id: str,
+    stream: str | None,
+    pattern: str | None,
+    ignore_case: bool,
+    capture: bool,
+    instance: str | None,
+    **kwargs: Any,
 ) -> None:
     """The archived logs as plain text lines, whatever format the upstream sent."""
     from archiver.retrieval import retrieve
@@ -149,7 +159,7 @@ def logs(
         raise click.BadParameter(str(exc), param_hint="--grep") from None
     store = store_for(resolve(kwargs))
     try:
-        retrieve.print_logs(store, session_id, sys.stdout, stream=stream, grep=grep, instance=instance)
+        retrieve.print_logs(store, session_id, sys.stdout, stream=stream, grep=grep, instance=instance, capture=capture)
     finally:
         store.close()
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -83,6 +84,9 @@ class Poller:
         # appearing; only the last poll's keys are kept, so one that goes and comes back is logged again.
         self._invalid_logged: frozenset[tuple[str | None, str]] = frozenset()
         self.heartbeat = 0.0
+        #: Entered around every poll cycle (the poll and its consumer): the daemon pauses live
+        #: capture meanwhile, so its streams do not take the GIL from the cycle.
+        self.guard: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
 
     def poll_once(self) -> PollResult:
         started = self._clock()
@@ -164,7 +168,8 @@ class Poller:
         while not stop.is_set():
             self.heartbeat = time.monotonic()
             try:
-                self._on_result(self.poll_once())
+                with self.guard():
+                    self._on_result(self.poll_once())
             except Exception:  # the loop edge: a bug in a consumer must not stop polling
                 log.exception("poll cycle failed")
             next_at = max(next_at + self._interval, time.monotonic())

@@ -22,6 +22,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as _om_gene
 from prometheus_client.registry import Collector
 
 from archiver import __version__
+from archiver.exporter.livemetrics import LiveMetrics
+from archiver.live.report import LiveStats
 
 #: Label values of archiver_items_total / archiver_pending_items (ARCHITECTURE.md §6); pre-created at 0 so
 #: `rate()` and alerts see the series before the first event.
@@ -326,6 +328,7 @@ class SelfMetrics:
         )
         for operation in RETRY_OPERATIONS:
             self._retries.labels(operation)
+        self._live = LiveMetrics(registry)
 
     # --- poller ---------------------------------------------------------------------------------
 
@@ -447,6 +450,13 @@ class SelfMetrics:
     def retried(self, operation: str) -> None:
         """One retry of `operation` (an archiver.retry observer)."""
         self._retries.labels(operation).inc()
+
+    @_event
+    def live_capture(self, stats: LiveStats) -> None:
+        """Live capture's state after a poll (`archiver_live_*`; its edge errors as `where="live"`)."""
+        errors = self._live.report(stats)
+        if errors:
+            self._errors.labels("live").inc(errors)
 
     @_event
     def error(self, where: str) -> None:

@@ -241,11 +241,14 @@ class FakeService:
         latency: float = 0.0,
         kind: str = "status",
         interval: float = 0.05,
+        after: int | None = None,
+        per_session: int | None = None,
+        follow_only: bool = False,
     ) -> None:
         """Install a fault for an endpoint key (e.g. ``"GET /session"``) or ``"*"``; see FaultSpec."""
         spec = FaultSpec(
             kind=kind, status=status, rate=rate, count=count, retry_after=retry_after, latency=latency,
-            interval=interval,
+            interval=interval, after=after, per_session=per_session, follow_only=follow_only,
         )  # fmt: skip
         self.state.faults.set(endpoint, spec)
 

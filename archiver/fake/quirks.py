@@ -30,6 +30,8 @@ class Quirks:
     tag_absent_404: bool = False  # GET /tag answers 404 for an absent tag instead of exists:false
     metrics_extra_families: bool = False  # /metrics with HELP/TYPE and more families
     logs_keepalive: bool = False  # /logs?follow=true sends blank keep-alive lines while idle
+    logs_gone_at_termination: bool = False  # /query/log and /logs answer the API's 404 once terminated
+    logs_text_only: bool = False  # /logs answers plain text even when NDJSON is asked for
 
     def __post_init__(self) -> None:
         if self.query_log_shape not in QUERY_LOG_SHAPES:

@@ -223,12 +223,16 @@ def artifacts(ctx: Context, req: Request) -> Response:
 def _session_log(ctx: Context, req: Request, sid: str) -> list[LogLine]:
     with ctx.state.lock:
         s = ctx.state.require(req.org, sid, message="That session doesn't seem to exist. Double-check the ID.")
+        if ctx.state.quirks.logs_gone_at_termination and not s.active:
+            # A service that drops a container's logs when it stops ("logs may or may not be
+            # available after termination"); a follow stream open at that moment still ends normally.
+            raise HttpProblem(404, NOT_FOUND, "No logs are available for this session.", SESSION_GONE_DETAILS)
         return s.log(ctx.state.clock.now())
 
 
 def logs(ctx: Context, req: Request) -> Response:
     sid = req.arg("id") or req.arg("matchKey") or ""  # matchKey: the superseded name, still accepted
-    as_json = "application/json" in (req.headers.get("Accept") or "")
+    as_json = "application/json" in (req.headers.get("Accept") or "") and not ctx.state.quirks.logs_text_only
     render: Callable[[list[LogLine]], bytes] = render_ndjson if as_json else render_text
     content_type = NDJSON if as_json else TEXT
     lines = _session_log(ctx, req, sid)

@@ -86,6 +86,15 @@ class FakeHTTPServer(ThreadingHTTPServer):
             thread.join(timeout)
 
 
+def _subject(route: endpoints.Route, query: str) -> tuple[str | None, bool]:
+    """The session a request names (for per-session faults) and whether it asks for a follow stream."""
+    args = parse_qs(query, keep_blank_values=True)
+    names = ("id", "matchKey", "session") if route.key != endpoints.QUERY_LOG else ("matchKey", "id")
+    session = route.params.get("id") or next((args[n][0] for n in names if args.get(n)), None)
+    follow = route.key == endpoints.LOGS and (args.get("follow") or [""])[0].strip().lower() in ("true", "1", "yes")
+    return session, follow
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: FakeHTTPServer
@@ -150,7 +159,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         route = endpoints.match(self.command, path)
         state.count_request(route.key)
-        fault = state.faults.draw(route.key) if route.key in endpoints.SPEC_ENDPOINTS else None
+        fault = None
+        if route.key in endpoints.SPEC_ENDPOINTS:
+            session, follow = _subject(route, url.query)
+            fault = state.faults.draw(route.key, session=session, follow=follow)
         if fault is not None and self._inject(fault, path):
             return
         try:
@@ -227,7 +239,7 @@ class _Handler(BaseHTTPRequestHandler):
     # --- response -------------------------------------------------------------------------------
 
     def _send(self, response: Response, fault: FaultSpec | None = None) -> None:
-        mode = fault.kind if fault is not None and fault.kind in ("truncate", "drip") else None
+        mode = fault.kind if fault is not None and fault.kind in ("truncate", "drip", "cut") else None
         body = response.body
         # A 200 log or artifact body goes into the oracle: what was produced, and whether all of it went out.
         served_as = response.served_as if response.status == 200 else None
@@ -260,9 +272,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _write_fixed(self, body: bytes, mode: str | None, fault: FaultSpec | None) -> bool:
         """Write a Content-Length body; True when all of it was written."""
-        if mode == "truncate":
-            # Content-Length promised the whole body; half of it arrives, then the connection ends.
-            self.wfile.write(body[: len(body) // 2])
+        if mode in ("truncate", "cut"):
+            # Content-Length promised the whole body; part of it arrives, then the connection ends.
+            cut_at = len(body) // 2 if fault is None or fault.after is None else fault.after
+            if cut_at >= len(body) and mode == "cut":
+                self.wfile.write(body)
+                return True
+            self.wfile.write(body[:cut_at])
             self.close_connection = True
             return False
         if mode == "drip" and fault is not None:
@@ -273,12 +289,24 @@ class _Handler(BaseHTTPRequestHandler):
     def _write_chunked(self, chunks: Iterator[bytes], mode: str | None, fault: FaultSpec | None) -> bool:
         """Write a chunked body; True when all of it and the terminating chunk were written."""
         stopping = self.server.context.stopping
+        sent = 0
         for chunk in chunks:
             if not chunk:
                 continue
             if stopping.is_set():
                 self.close_connection = True
                 return False
+            if mode == "cut" and fault is not None:
+                # The chunk that crosses the cut point is announced whole, sent in part (possibly
+                # mid-line), and the connection closed: the body never ends.
+                cut_at = len(chunk) // 2 if fault.after is None else fault.after - sent
+                if cut_at < len(chunk):
+                    self.wfile.write(b"%x\r\n" % len(chunk) + chunk[: max(0, cut_at)])
+                    self.close_connection = True
+                    return False
+                sent += len(chunk)
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                continue
             if mode == "truncate":
                 # Announce the whole chunk, send half, close: no terminating chunk ever comes.
                 self.wfile.write(b"%x\r\n" % len(chunk) + chunk[: len(chunk) // 2])

@@ -221,6 +221,14 @@ def logs_key(prefix: str, sid: str, ext: str, instance: str | None = None) -> st
     return session_prefix(prefix, sid, instance) + f"logs.{ext}.gz"
 
 
+def live_logs_key(prefix: str, sid: str, ext: str, segment: int, instance: str | None = None) -> str:
+    """``{prefix}sessions/{sid}/[{instance}/]logs.live-{segment}.{ext}.gz``: a live capture kept
+    beside the logs read after the end (it differs from them), one per segment of the capture."""
+    if not 0 <= segment <= 999:
+        raise ValueError(f"capture segment must be within 0..999, got {segment!r}")
+    return logs_key(prefix, sid, ext, instance).removesuffix(f"logs.{ext}.gz") + f"logs.live-{segment}.{ext}.gz"
+
+
 def artifact_key(prefix: str, sid: str, path: str, instance: str | None = None) -> str:
     """``{prefix}sessions/{sid}/[{instance}/]artifacts/{slug}-{hash8}.tar.gz`` for one artifact path."""
     return session_prefix(prefix, sid, instance) + "artifacts/" + artifact_name(path)

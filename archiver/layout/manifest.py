@@ -46,6 +46,9 @@ SCHEMA_VERSION: Final = 1
 
 #: What an item is.
 KINDS: Final = ("logs", "artifact")
+#: How complete a logs item filled from a live capture is (``archiver.live.policy.Finish``): it saw
+#: the end of the log, or has a known gap at its end, or a later replay of the log differed from it.
+CAPTURES: Final = ("complete", "gap", "diverged")
 
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
@@ -100,8 +103,14 @@ class ManifestItem:
     #: `archiver verify` compares without downloading. ``None``: archived without one (older
     #: archives, a directory store) — provable only by re-reading the bytes. Written only when set.
     checksum_sha256: str | None = field(default=None, metadata=NEW_TEXT)
+    #: A logs item whose bytes come from the live capture (``source`` is the follow request): how
+    #: complete that capture is, one of ``CAPTURES``. ``None``: the logs read after the end (and
+    #: every archive written before live capture existed); written only when set.
+    capture: str | None = field(default=None, metadata=NEW_TEXT)
 
     def __post_init__(self) -> None:
+        if self.capture is not None and (self.kind != "logs" or self.capture not in CAPTURES):
+            raise ValueError(f"item capture must be one of {CAPTURES} on a logs item, got {self.capture!r}")
         if self.kind not in KINDS:
             raise ValueError(f"item kind must be one of {KINDS}, got {self.kind!r}")
         if self.outcome not in OUTCOMES:

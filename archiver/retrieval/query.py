@@ -432,7 +432,9 @@ def load_manifest(
     return loaded.manifest, loaded.data
 
 
-_RELATIVE_RE = re.compile(r"^(logs\.(txt|jsonl)\.gz|artifacts/[A-Za-z0-9][A-Za-z0-9._-]*\.tar\.gz)$")
+_RELATIVE_RE = re.compile(
+    r"^(logs(\.live-[0-9]{1,3})?\.(txt|jsonl)\.gz|artifacts/[A-Za-z0-9][A-Za-z0-9._-]*\.tar\.gz)$"
+)
 
 
 def item_key(store: ObjectStore, sid: str, item: ManifestItem, instance: str | None = None) -> tuple[str, str]:
@@ -440,8 +442,8 @@ def item_key(store: ObjectStore, sid: str, item: ManifestItem, instance: str | N
 
     The manifest's key must end in this session's ``sessions/{sid}/`` part, then (for an
     instance archive) exactly this archive's ``{instance}/`` segment, then a name the archiver
-    writes (``logs.txt.gz``, ``artifacts/x.tar.gz``); the key read is this store's prefix + that,
-    which also finds archives copied under another prefix. Anything else, including a key of
+    writes (``logs.txt.gz``, ``logs.live-0.jsonl.gz``, ``artifacts/x.tar.gz``); the key read is
+    this store's prefix + that, which also finds archives copied under another prefix. Anything else, including a key of
     another instance of the same id, raises ``ArchiveIntegrityError``: a manifest must not steer
     a read (or a local file name) elsewhere.
     """

@@ -49,9 +49,16 @@ def _sniffed(chunks: Iterable[bytes], content_type: str) -> tuple[str, Iterator[
     return logformat.sniff(head, content_type), replay()
 
 
-def logs_item(m: Manifest) -> ManifestItem:
-    """The manifest's archived logs item; ``SessionNotArchivedError`` saying why when there is none."""
+def logs_item(m: Manifest, *, capture: bool = False) -> ManifestItem:
+    """The manifest's archived logs item (the first: the logs read after the end, or the live capture
+    when nothing was); with ``capture``, the first one from a live capture (kept beside the logs when
+    they differ). ``SessionNotArchivedError`` saying why when there is none."""
     items = [i for i in m.items if i.kind == "logs"]
+    if capture:
+        found = [i for i in items if i.capture is not None and i.outcome == Outcome.ARCHIVED]
+        if not found:
+            raise SessionNotArchivedError(f"the archive of session {printable(m.session_id)} keeps no live capture")
+        return found[0]
     for item in items:
         if item.outcome == Outcome.ARCHIVED:
             return item
@@ -90,10 +97,11 @@ class OpenedLogs:
             )
 
 
-def open_logs(store: ObjectStore, loaded: LoadedArchive) -> OpenedLogs:
-    """Start streaming the archived logs of a loaded archive (``SessionNotArchivedError`` when it has none)."""
+def open_logs(store: ObjectStore, loaded: LoadedArchive, *, capture: bool = False) -> OpenedLogs:
+    """Start streaming the archived logs of a loaded archive (``SessionNotArchivedError`` when it has
+    none); ``capture``: the live capture kept beside them (see `logs_item`)."""
     sid = loaded.manifest.session_id
-    item = logs_item(loaded.manifest)
+    item = logs_item(loaded.manifest, capture=capture)
     key, relative = item_key(store, sid, item, loaded.ref.instance)
     hashing = Hashing(store.iter_bytes(key))
     # The extension is the archiver's own verdict on the upstream shape; sniff still decides.
@@ -103,10 +111,10 @@ def open_logs(store: ObjectStore, loaded: LoadedArchive) -> OpenedLogs:
 
 
 def iter_log_lines(
-    store: ObjectStore, sid: str, instance: str | None = None, *, note: Warn = stderr_note
+    store: ObjectStore, sid: str, instance: str | None = None, *, note: Warn = stderr_note, capture: bool = False
 ) -> tuple[Iterator[logformat.LogLine], OpenedLogs]:
     """Plain lines of the archived logs (newest archive, or ``instance``), streamed; the opened logs to check after."""
-    opened = open_logs(store, load_archive(store, sid, instance, note=note))
+    opened = open_logs(store, load_archive(store, sid, instance, note=note), capture=capture)
     return logformat.read_lines(opened.chunks, opened.shape), opened
 
 
@@ -121,10 +129,12 @@ def print_logs(
     warn: Warn = stderr_warn,
     instance: str | None = None,
     note: Warn = stderr_note,
+    capture: bool = False,
 ) -> int:
     """`archiver logs`: the archived log lines as plain text, whatever shape the upstream sent; lines printed.
 
-    Of the newest archive of ``sid``, or the one named ``instance`` (see :func:`load_archive`).
+    Of the newest archive of ``sid``, or the one named ``instance`` (see :func:`load_archive`);
+    ``capture``: its live capture kept beside the logs read after the end (`logs_item`).
 
     ``stream`` (``stdout``/``stderr``) keeps the lines of that stream. Where the source does not
     say which stream a line came from (plain-text bodies), such lines are printed anyway and
@@ -141,7 +151,7 @@ def print_logs(
         raise ValueError(f"stream must be stdout or stderr, got {stream!r}")
     if escape is None:
         escape = _isatty(out)
-    lines, opened = iter_log_lines(store, sid, instance, note=note)
+    lines, opened = iter_log_lines(store, sid, instance, note=note, capture=capture)
     printed = 0
     warned = False
     for line in lines:

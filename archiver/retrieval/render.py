@@ -164,7 +164,10 @@ def render_manifest(m: Manifest, out: TextIO) -> None:
     archived = [i for i in m.items if i.outcome == Outcome.ARCHIVED]
     out.write(f"\nItems: {len(archived)} archived of {len(m.items)}, {human_size(m.total_bytes)} stored\n")
     for item in m.items:
-        what = printable(item.path) if item.kind == "artifact" and item.path else "(session logs)"
+        if item.kind == "artifact" and item.path:
+            what = printable(item.path)
+        else:
+            what = "(session logs)" if item.capture is None else f"(session logs, live capture, {item.capture})"
         out.write(f"  {item.kind:<9} {item.outcome:<12} {human_size(item.size):>10}  {what}\n")
         details: list[tuple[str, str | None]] = [
             ("key", item.key),

@@ -33,6 +33,7 @@ from archiver.archive.state.items import ItemRepo
 from archiver.archive.state.journal import SqliteJournal
 from archiver.archive.state.rows import (
     Backlog,
+    ExtraItem,
     ItemRow,
     NewItem,
     PendingItem,
@@ -54,6 +55,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TERMINAL_STATES",
     "Backlog",
+    "ExtraItem",
     "ItemRow",
     "NewItem",
     "PendingItem",

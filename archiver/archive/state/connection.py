@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
-from archiver.archive.state.schema import DB_NAME, MIGRATE_1_TO_2, SCHEMA, SCHEMA_VERSION, connect
+from archiver.archive.state.schema import DB_NAME, MIGRATIONS, SCHEMA, SCHEMA_VERSION, connect
 from archiver.errors import StateError
 
 
@@ -99,11 +99,12 @@ class Connection:
             return
         if version > SCHEMA_VERSION:
             raise StateError(_version_problem(self.path, version))
-        if version == 1:
-            with self.write() as db:
-                for statement in MIGRATE_1_TO_2.split(";"):
-                    if statement.strip():
-                        db.execute(statement)
+        if version in MIGRATIONS:
+            with self.write() as db:  # every step in one transaction: a crash leaves the old schema
+                for step in range(version, SCHEMA_VERSION):
+                    for statement in MIGRATIONS[step].split(";"):
+                        if statement.strip():
+                            db.execute(statement)
                 db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             return
         if version != 0:

@@ -11,6 +11,7 @@ from archiver.archive.state.connection import Connection
 from archiver.archive.state.rows import (
     ITEM_COLUMNS,
     Backlog,
+    ExtraItem,
     ItemRow,
     PendingItem,
     StoredOutcome,
@@ -18,6 +19,10 @@ from archiver.archive.state.rows import (
     item_row,
 )
 from archiver.vocabulary import OPEN_ITEM_STATUSES, ItemStatus, Outcome, SessionState
+
+
+def _extra_values(e: ExtraItem, fetched_at: float, item_id: int) -> tuple[object, ...]:
+    return (e.path, e.source, e.key, e.spool_path, e.size, e.sha256, e.content_type, fetched_at, e.capture, item_id)
 
 
 class ItemRepo(Connection):
@@ -99,13 +104,24 @@ class ItemRepo(Connection):
         source: str,
         key: str,
         fetched_at: float,
+        capture: str | None = None,
+        extras: Sequence[ExtraItem] = (),
     ) -> None:
+        """The fetched item is in the spool; ``extras`` (more logs items of its session, spooled
+        too) are added in the same transaction, so its session never looks complete without them."""
         with self.write() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO items (session_key, session_id, instance, kind, path, status, deadline, "
+                "source, key, spool_path, size, sha256, content_type, fetched_at, capture) "
+                "SELECT session_key, session_id, instance, kind, ?, 'spooled', deadline, ?, ?, ?, ?, ?, ?, ?, ? "
+                "FROM items WHERE id = ? AND status = 'fetching'",
+                [_extra_values(e, fetched_at, item_id) for e in extras],
+            )
             db.execute(
                 "UPDATE items SET status = 'spooled', spool_path = ?, size = ?, sha256 = ?, "
-                "content_type = ?, source = ?, key = ?, fetched_at = ?, not_before = 0, last_error = NULL "
-                "WHERE id = ? AND status = 'fetching'",
-                (spool_path, size, sha256, content_type, source, key, fetched_at, item_id),
+                "content_type = ?, source = ?, key = ?, fetched_at = ?, capture = ?, not_before = 0, "
+                "last_error = NULL WHERE id = ? AND status = 'fetching'",
+                (spool_path, size, sha256, content_type, source, key, fetched_at, capture, item_id),
             )
 
     def retry_item(self, item_id: int, *, status: ItemStatus, not_before: float, error: str) -> None:

@@ -85,6 +85,8 @@ class ItemRow:
     sha256: str | None
     content_type: str | None
     fetched_at: float | None
+    #: A logs item filled from a live capture: how complete it was (`archiver.live.policy.Finish`).
+    capture: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +114,21 @@ class NewItem:
     kind: str
     path: str
     source: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraItem:
+    """A logs item added when another one is spooled (a live capture kept beside the after-end
+    body): already spooled, it is uploaded like any other."""
+
+    path: str
+    source: str
+    key: str
+    spool_path: str
+    size: int
+    sha256: str
+    content_type: str
+    capture: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +172,7 @@ SESSION_COLUMNS = (
 STATE_COLUMN = 12
 ITEM_COLUMNS = (
     "id, session_key, session_id, instance, kind, path, status, outcome, attempts, last_error, deadline, "
-    "source, key, spool_path, size, sha256, content_type, fetched_at"
+    "source, key, spool_path, size, sha256, content_type, fetched_at, capture"
 )
 
 

@@ -8,7 +8,7 @@ from typing import Final
 
 from archiver.archive.state.rows import created_ms_of, layout_instance, session_key
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 DB_NAME: Final = "state.db"
 #: How long a writer waits for the file lock another process holds (`archiver status` reads only).
 BUSY_TIMEOUT_MS: Final = 10_000
@@ -65,6 +65,7 @@ CREATE TABLE items (
     sha256        TEXT,
     content_type  TEXT,
     fetched_at    REAL,
+    capture       TEXT,                          -- logs from a live capture: complete | gap | diverged
     UNIQUE (session_key, kind, path)
 );
 CREATE INDEX items_by_status ON items(status, deadline);
@@ -133,6 +134,15 @@ FROM items_v1 i JOIN sessions s ON s.id = i.session_id;
 DROP TABLE items_v1;
 DROP TABLE sessions_v1
 """
+
+
+#: Schema 2 → 3: a logs item may come from a live capture (archiver.live), and says how complete it is.
+MIGRATE_2_TO_3 = """
+ALTER TABLE items ADD COLUMN capture TEXT
+"""
+
+#: From each schema version, the statements that take a DB to the next one.
+MIGRATIONS: Final = {1: MIGRATE_1_TO_2, 2: MIGRATE_2_TO_3}
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:

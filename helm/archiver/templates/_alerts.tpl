@@ -67,7 +67,7 @@ The rule groups (a YAML list), with disabled rules left out.
 {{- $s := include "archiver.ruleSelector" . -}}
 {{- $where := include "archiver.alertWhere" . -}}
 {{- $r := dict -}}
-{{- range $name := list "ArchiverDown" "ArchiverUpstreamDown" "ArchiverStoreDown" "ArchiverDetectionFailing" "ArchiverUpstreamInvalidEntries" "ArchiverFetchDeadlineNear" "ArchiverItemsExpired" "ArchiverUploadBacklog" "ArchiverSpoolLarge" "ArchiverNoRecentArchive" "ArchiverSessionsDropped" -}}
+{{- range $name := list "ArchiverDown" "ArchiverUpstreamDown" "ArchiverStoreDown" "ArchiverDetectionFailing" "ArchiverUpstreamInvalidEntries" "ArchiverFetchDeadlineNear" "ArchiverItemsExpired" "ArchiverUploadBacklog" "ArchiverSpoolLarge" "ArchiverNoRecentArchive" "ArchiverSessionsDropped" "ArchiverLiveUnfollowed" -}}
 {{- $_ := set $r $name (include "archiver.ruleSettings" (dict "ctx" $ "name" $name) | fromYaml) -}}
 {{- end -}}
 - name: session-archiver
@@ -219,6 +219,18 @@ The rule groups (a YAML list), with disabled rules left out.
           {{ $where }}{{`: more active sessions than --max-sessions; the per-session
           series (sessionhost_session_*) of {{ $value }} sessions are dropped. Aggregates
           (sessionhost_sessions, sessionhost_players) stay exact and archiving is unaffected.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverLiveUnfollowed }}{{ if .enabled }}
+
+    - alert: ArchiverLiveUnfollowed
+      expr: archiver_live_unfollowed_sessions{ {{- $s }}} > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverLiveUnfollowed" "rule" .) | trim | nindent 6 }}
+        summary: {{`"{{ $value }} active sessions without a live log follow (`}}{{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: more active sessions than --follow-logs-max; the logs of {{ $value }}
+          sessions are read only after they end, and lost where the service drops them at the end.
+          Raise --follow-logs-max (each follow is one open connection to the service) or add shards.`}}
     {{- end }}{{ end }}
 # Sharded and redundant fleets (shards x replicasPerShard pods): every pod exports its own shard's
 # sessions, and the replicas of a shard export the same ones. These series count each session once:

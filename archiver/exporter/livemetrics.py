@@ -1,0 +1,63 @@
+"""The `archiver_live_*` metrics of live log capture (`archiver.live`), fed from its stats after every poll."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from archiver.live.policy import Ending, Finish
+from archiver.live.report import LiveStats
+
+
+class LiveMetrics:
+    """Gauges of followed and unfollowed sessions; counters of reconnects (by the reason the stream
+    before ended), lines and bytes captured, and captures finished (by how complete). The engine
+    keeps running totals; each report adds what grew since the previous one."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._followed = Gauge(
+            "archiver_live_followed_sessions",
+            "Active sessions whose log this daemon follows live (a stream open, opening, or waiting to reopen).",
+            registry=registry,
+        )
+        self._unfollowed = Gauge(
+            "archiver_live_unfollowed_sessions",
+            "Active sessions of this shard left without a live follow by --follow-logs-max.",
+            registry=registry,
+        )
+        self._reconnects = Counter(
+            "archiver_live_reconnects",
+            "Follow streams reopened, by how the stream before ended (cut, stalled, refused, gone, throttled, ...).",
+            ["reason"],
+            registry=registry,
+        )
+        self._lines = Counter("archiver_live_lines", "Log lines captured live (kept once each).", registry=registry)
+        self._bytes = Counter(
+            "archiver_live_bytes", "Bytes of log lines captured live (kept once each).", registry=registry
+        )
+        self._captures = Counter(
+            "archiver_live_captures",
+            "Live captures finished, by state: complete (saw the end), gap (end not seen), diverged (a "
+            "later replay differed; kept beside it).",
+            ["state"],
+            registry=registry,
+        )
+        for reason in Ending:
+            self._reconnects.labels(reason.value)
+        for state in Finish:
+            self._captures.labels(state.value)
+        self._last: LiveStats | None = None
+
+    def report(self, stats: LiveStats) -> int:
+        """The engine's stats now; counters move by what grew since the last report. Returns the
+        errors caught since then (for archiver_errors_total)."""
+        last = self._last
+        self._followed.set(stats.followed)
+        self._unfollowed.set(stats.unfollowed)
+        self._lines.inc(max(0, stats.lines - (last.lines if last else 0)))
+        self._bytes.inc(max(0, stats.bytes - (last.bytes if last else 0)))
+        for reason, count in stats.reconnects.items():
+            self._reconnects.labels(str(reason)).inc(max(0, count - (last.reconnects.get(reason, 0) if last else 0)))
+        for state, count in stats.finished.items():
+            self._captures.labels(str(state)).inc(max(0, count - (last.finished.get(state, 0) if last else 0)))
+        self._last = stats
+        return max(0, stats.errors - (last.errors if last else 0))
