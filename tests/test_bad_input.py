@@ -207,6 +207,7 @@ def invocations(draw: st.DrawFn, world: World) -> list[str]:
         ("--deadline-margin", DURATIONS), ("--prune-after", DURATIONS), ("--max-artifact-size", SIZES),
         ("--fetch-workers", COUNTS), ("--upload-workers", COUNTS), ("--max-sessions", COUNTS),
         ("--total-shards", COUNTS), ("--shard", COUNTS), ("--s3-object-lock-days", COUNTS),
+        ("--follow-logs-max", COUNTS),
         ("--artifact-path", mostly(st.sampled_from(ARTIFACT_PATHS), IDS, HUGE.map(lambda p: "/" + p))),
         ("--web.listen-address", listens), ("--listen", listens),  # the new name and its deprecated alias
         ("--api-url", mostly(st.just(world.api_url), st.sampled_from(["ftp://x", "", "http://", "not a url"]))),
@@ -226,7 +227,7 @@ def invocations(draw: st.DrawFn, world: World) -> list[str]:
         if command == "logs":
             streams = mostly(st.sampled_from(["stdout", "stderr"]), st.sampled_from(["both", "", "STDOUT"]))
             extra += [("--stream", streams), ("--grep", mostly(st.sampled_from(["boot", "over$"]), ANY_TEXT))]
-            argv += _flags(draw, ["-i"])
+            argv += _flags(draw, ["-i", "--capture"])
         if command == "get":
             extra.append(("--out", paths))
             argv += [*_flags(draw, ["--extract"]), "--no-progress"]
