@@ -356,16 +356,18 @@ def archive_now(
     metrics = SelfMetrics(CollectorRegistry(), version=__version__)
     lock = StateDirLock(settings.state_dir)
     lock.acquire()  # a daemon on the same state dir would have its in-flight work reset by recover()
-    with SessionHostClient.connect(api_url, token) as client:
-        pipeline = Pipeline.open(settings, client, metrics)
-        pipeline.distrust_store()  # writes check first unless the probe passes
-        pipeline.probe_store()
-        pipeline.recover()
-        pipeline.start(reconcile=False, follow=False)
-        try:
-            queued = pipeline.backfill(session_ids)
-            finished = pipeline.run_until_idle(timeout)
-        finally:
-            pipeline.stop(30.0)
-            lock.release()
+    try:  # released whatever fails, so the caller's process may open this state dir again
+        with SessionHostClient.connect(api_url, token) as client:
+            pipeline = Pipeline.open(settings, client, metrics)
+            try:
+                pipeline.distrust_store()  # writes check first unless the probe passes
+                pipeline.probe_store()
+                pipeline.recover()
+                pipeline.start(reconcile=False, follow=False)
+                queued = pipeline.backfill(session_ids)
+                finished = pipeline.run_until_idle(timeout)
+            finally:
+                pipeline.stop(30.0)
+    finally:
+        lock.release()
     return queued, finished

@@ -30,6 +30,7 @@ from archiver.retrieval.retrieve import human_size
 from archiver.retry import STORE_INTERACTIVE, UPSTREAM_REQUEST_INTERACTIVE
 from archiver.settings import TOKEN_ENV, Settings
 from archiver.store import ObjectStore, S3Store, open_store
+from archiver.textsafe import one_line
 from archiver.upstream.api import SessionHostClient
 
 OK = "OK"
@@ -67,7 +68,8 @@ class CheckResult:
     detail: str
 
     def line(self, width: int = 20) -> str:
-        return f"{self.status:<5} {self.name:<{width}}  {self.detail}"
+        # one_line: a detail may name a path given as undecodable bytes or with a line break.
+        return f"{self.status:<5} {self.name:<{width}}  {one_line(self.detail)}"
 
 
 StoreFactory = Callable[[Settings], ObjectStore]

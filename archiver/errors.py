@@ -6,6 +6,7 @@ traceback. Anything else escaping is a bug. The whole tree::
 
     ArchiverError
     ├── ConfigError                 invalid option, config file, web config, listen address
+    ├── InputError (ValueError)     an id, instance, path or count out of bounds (archiver/inputs.py)
     ├── StateError                  state DB missing (read-only open), newer schema, corrupt
     ├── TooLargeError               a download passed its size limit while streaming to the spool
     ├── SessionNotArchivedError     retrieval: no manifest for that session (or instance)
@@ -16,6 +17,7 @@ traceback. Anything else escaping is a bug. The whole tree::
     ├── ApiError                    talking to the session hosting service; ``transient`` says retry
     │   ├── ApiTransportError       no usable response (refused, reset, timeout, truncated)
     │   ├── ApiDecodeError          a 2xx body that is not what the endpoint promises
+    │   ├── ApiRequestError         a request not sent: an id or path too long for a URL, or not UTF-8
     │   └── ApiStatusError          an HTTP error status (status_error_class maps it)
     │       ├── UnauthorizedError 401, ForbiddenError 403, NotFoundError 404, ConflictError 409,
     │       ├── UnprocessableError 422, RateLimitedError 420/429 (transient)
@@ -107,6 +109,11 @@ class ConfigError(ArchiverError):
     """The user's configuration is invalid; the message says which option and why."""
 
 
+class InputError(ArchiverError, ValueError):
+    """A value handed in at an edge (an id, an instance name, a path, a count) is out of the bounds
+    `archiver.inputs` sets; the message says which bound. The CLI exits 2, the browser answers 400."""
+
+
 class StateError(ArchiverError):
     """The state DB is unusable (missing, newer schema, corrupt file); the message says what to do."""
 
@@ -156,6 +163,11 @@ class ApiDecodeError(ApiError):
         self.excerpt = upstream_excerpt(body) if body else ""
         detail = f"{message} (body starts: {self.excerpt!r})" if self.excerpt else message
         super().__init__(detail, method=method, path=path)
+
+
+class ApiRequestError(ApiError):
+    """A request the client refuses to send: a session id or artifact path that is empty, longer than
+    ``archiver.inputs`` allows, or not UTF-8 (no URL can carry it; retrying cannot help)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from archiver import inputs
 from archiver.credentials import Token
 from archiver.errors import ConfigError
 from archiver.evidence import LOCK_MODES, SSE_MODES, Evidence
@@ -125,8 +126,7 @@ def _image_paths(raw: Any, source: str) -> dict[str, tuple[str, ...]]:
 
 def _check_paths(paths: tuple[str, ...]) -> tuple[str, ...]:
     for path in paths:
-        if not path.startswith("/"):
-            raise ValueError(f"artifact paths are absolute paths inside the container, got {path!r}")
+        inputs.artifact_path(path)
     return paths
 
 

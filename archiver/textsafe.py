@@ -19,13 +19,18 @@ def printable(text: str) -> str:
     """
     if text.isprintable() and "\\" not in text:
         return text  # fast path: the common case is a plain UUID (surrogates are not printable)
-    out: list[str] = []
-    for ch in text:
-        if ch == "\\":
-            out.append("\\\\")
-        elif unicodedata.category(ch) in _ESCAPED_CATEGORIES:
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
-        else:
-            out.append(ch)
-    return "".join(out)
+    return "".join("\\\\" if ch == "\\" else _escaped(ch) for ch in text)
+
+
+def one_line(text: str) -> str:
+    """A message made one printable line: what ``printable`` escapes (line breaks, terminal controls,
+    lone surrogates) escaped the same way, backslashes left alone (messages quote values already
+    shown with ``repr`` or ``printable``); an error message stays one line whatever path it names."""
+    return text if text.isprintable() else "".join(_escaped(ch) for ch in text)
+
+
+def _escaped(ch: str) -> str:
+    if unicodedata.category(ch) not in _ESCAPED_CATEGORIES:
+        return ch
+    code = ord(ch)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from archiver import inputs
+
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 #: The longest duration accepted (ten years): anything longer is a typo, and would overflow the
@@ -151,13 +153,15 @@ def as_str(value: Any) -> str:
 
 
 def as_path(value: Any) -> Path:
-    return Path(as_str(value))
+    """A local path the OS can take (``inputs.local_path``: not empty, no NUL, not too long), and text:
+    the state DB records the paths below the state dir as UTF-8 (an undecodable byte would fail there)."""
+    return inputs.local_path(as_str(value), text=True)
 
 
 def as_optional_path(value: Any) -> Path | None:
     """A path; an empty string is none."""
     text = as_str(value)
-    return Path(text) if text else None
+    return inputs.local_path(text) if text else None
 
 
 def as_listen(value: Any) -> tuple[str, int]:

@@ -456,7 +456,8 @@ def test_a_search_whose_reader_left_stops_searching(file_store: ObjectStore) -> 
 
 # --- bad query strings ----------------------------------------------------------------------------
 
-LONG = "x" * 3000
+#: Past the longest value a field takes (the longest session id, inputs.MAX_ID_BYTES).
+LONG = "x" * 5000
 
 
 @pytest.mark.parametrize(

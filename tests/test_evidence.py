@@ -32,7 +32,7 @@ from archiver.layout.manifest import (
     parse_manifest,
 )
 from archiver.retrieval import retrieve
-from archiver.retrieval.verify import checksum_verdict
+from archiver.retrieval.proof import checksum_verdict
 from archiver.settings import Settings, load_settings
 from archiver.store import S3Store, make_s3_client, open_store
 from archiver.store.base import composite_checksum, sha256_checksum

@@ -20,7 +20,7 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes, urlsplit
 
 import jinja2
 
-from archiver import __version__
+from archiver import __version__, inputs
 from archiver.browse import params as p
 from archiver.browse import views
 from archiver.browse.listing import ListQuery, cursor_of, page_sessions, parse_list_query
@@ -28,6 +28,7 @@ from archiver.browse.search import SearchRun, ShownHit, parse_search_query
 from archiver.browse.urls import Mount, quote_segment, with_query
 from archiver.errors import (
     ArchiveIntegrityError,
+    InputError,
     ManifestError,
     ObjectNotFoundError,
     SessionNotArchivedError,
@@ -41,6 +42,7 @@ from archiver.retrieval.query import find_archives, item_key, load_archive, quie
 from archiver.retrieval.reading import archived_logs, logs_source, open_logs
 from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore
+from archiver.values import MAX_COUNT
 
 #: Sessions on one list page.
 PAGE_SIZE = 50
@@ -167,8 +169,11 @@ class BrowseApp:
             if parts.path == "/":
                 return self._redirect(self.mount.link("/sessions"))
             return self._error(404, "Not found", f"no such page (the browser is served under {self.mount.route}/)")
-        # surrogatepass: a query value may carry an id with lone surrogates (as JSON allows).
-        params = parse_qs(parts.query, keep_blank_values=False, errors="surrogatepass")
+        try:
+            # surrogatepass: a query value may carry an id with lone surrogates (as JSON allows).
+            params = parse_qs(parts.query, keep_blank_values=False, errors="surrogatepass")
+        except UnicodeDecodeError:
+            return self._error(400, "Bad request", "the query string is not UTF-8")
         try:
             segments = [unquote_to_bytes(s).decode("utf-8", "surrogatepass") for s in path.split("/")[1:]]
         except UnicodeDecodeError:
@@ -177,6 +182,8 @@ class BrowseApp:
             return self._error(400, "Bad request", f"a path segment is too long (at most {p.MAX_VALUE} characters)")
         try:
             return self._route(segments, params)
+        except InputError as exc:  # an id or number out of archiver.inputs' bounds
+            return self._error(400, "Bad request", str(exc))
         except SessionNotArchivedError as exc:
             return self._error(404, "Not archived", str(exc))
         except (ArchiveIntegrityError, ManifestError) as exc:
@@ -194,6 +201,8 @@ class BrowseApp:
                 segments = ["sessions", p.one(params, "id", strip=False), *segments[1:]]
         except ValueError as exc:
             return self._error(400, "Bad request", str(exc))
+        if segments[:1] == ["sessions"] and len(segments) > 1 and segments[1]:
+            inputs.session_id(segments[1])  # the CLI's bound: at most 4096 UTF-8 bytes
         match segments:
             case [""]:
                 return self._redirect(self.mount.link("/sessions"))
@@ -210,7 +219,7 @@ class BrowseApp:
             case ["sessions", sid, "logs"] if sid:
                 return self.logs(sid, instance, params)
             case ["sessions", sid, "items", number] if sid and number.isascii() and number.isdigit():
-                return self.download(sid, instance, int(number))
+                return self.download(sid, instance, inputs.count(number, "item number", low=0, high=MAX_COUNT))
         return self._error(404, "Not found", "no such page")
 
     # --- pages ------------------------------------------------------------------------------------

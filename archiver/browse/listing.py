@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from archiver.browse import params as p
-from archiver.layout.manifest import IndexEntry
+from archiver.layout.manifest import LATEST_TIME, IndexEntry
 from archiver.retrieval.query import list_sessions, parse_label, parse_time_range
 from archiver.store.base import ObjectStore
 
@@ -70,7 +70,7 @@ def _cursor(params: p.Params, name: str) -> Cursor | None:
         at = float(text)
     except ValueError:
         raise ValueError(f"{name}: not a time: {text!r}") from None
-    if not math.isfinite(at) or at < 0:
+    if not math.isfinite(at) or not 0 <= at <= LATEST_TIME:  # the index's years, 1970..9999
         raise ValueError(f"{name}: not a time: {text!r}")
     return at, p.one(params, f"{name}_id", strip=False), p.one(params, f"{name}_instance", strip=False)
 

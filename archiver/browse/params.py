@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-#: Longest value of any field (a session id of a few hundred characters still fits).
-MAX_VALUE = 2048
+from archiver import inputs
+
+#: Longest value of any field: the longest session id (``inputs.MAX_ID_BYTES`` UTF-8 bytes) fits.
+MAX_VALUE = inputs.MAX_ID_BYTES
 #: Most repeated values of one field (``label``).
 MAX_REPEATS = 20
 #: Largest line or hit offset a page may start at.

@@ -16,7 +16,8 @@ from click.core import ParameterSource
 
 from archiver import __version__
 from archiver import logs as logsetup
-from archiver.errors import ArchiverError, ConfigError
+from archiver.cli.params import INSTANCE, ArchiverGroup, LocalPath
+from archiver.errors import ArchiverError, ConfigError, InputError
 from archiver.options import DAEMON_SCOPES, OPTIONS, Option, by_key
 from archiver.settings import (
     SETTINGS_LOGGER,
@@ -27,6 +28,7 @@ from archiver.settings import (
     convert_values,
     read_config_file,
 )
+from archiver.textsafe import one_line
 
 if TYPE_CHECKING:
     from archiver.store import ObjectStore  # imports botocore: kept out of `archiver --help`
@@ -53,7 +55,7 @@ def _read_config(
         data = read_config_file(Path(value), options)
     except ConfigError as exc:
         # Raised while click parses, before friendly_errors runs: the same one line and exit 2.
-        click.echo(f"error: configuration: {exc}", err=True)
+        click.echo(f"error: configuration: {one_line(str(exc))}", err=True)
         ctx.exit(2)
     spelled = by_key(options)
     defaults: dict[str, Any] = {}
@@ -125,7 +127,7 @@ def settings_options(scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[O
         return click.option(
             "--config",
             "config_file",
-            type=click.Path(dir_okay=False),
+            type=LocalPath(dir_okay=False),
             default=None,
             envvar="ARCHIVER_CONFIG",
             show_envvar=True,
@@ -192,17 +194,21 @@ def resolve_values(kwargs: dict[str, Any], options: Sequence[Option]) -> dict[st
 
 
 def friendly_errors(func: F) -> F:
-    """A user mistake or an unreachable service is one clear line and exit 1, never a traceback."""
+    """A user mistake or an unreachable service is one clear line, never a traceback: exit 2 for a
+    configuration or usage mistake, 1 for the rest."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except ConfigError as exc:
-            click.echo(f"error: configuration: {exc}", err=True)
+            click.echo(f"error: configuration: {one_line(str(exc))}", err=True)
+            sys.exit(2)
+        except InputError as exc:  # a value out of archiver.inputs' bounds: a usage mistake
+            click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(2)
         except ArchiverError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(1)
         except BrokenPipeError:
             # `archiver logs ID | head`: the reader left; say nothing more.
@@ -231,7 +237,7 @@ def format_option(json_help: str = "") -> Callable[[F], F]:
     return decorate
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(cls=ArchiverGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, "-V", "--version", prog_name="archiver")
 def main() -> None:
     """Prometheus exporter and forensic archiver for a game-server session hosting service."""
@@ -247,6 +253,7 @@ def instance_option(default: str) -> Callable[[F], F]:
         return click.option(
             "--instance",
             metavar="NAME",
+            type=INSTANCE,
             default=None,
             help="Which archive of a reused session id: its instance (creation time, e.g. 20261122T060305.123Z) "
             f"or `legacy`. [default: {default}]",

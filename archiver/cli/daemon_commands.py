@@ -23,6 +23,7 @@ from archiver.cli.base import (
     settings_options,
     table_options,
 )
+from archiver.cli.params import SENDABLE_ID, LocalPath
 from archiver.errors import ConfigError
 from archiver.options import DEMO_OPTIONS
 from archiver.settings import DAEMON_SCOPES, SETTINGS_LOGGER, STATUS_SCOPES
@@ -108,7 +109,7 @@ def status(fmt: str, **kwargs: Any) -> None:
 
 @main.command()
 @settings_options(DAEMON_SCOPES)
-@click.argument("session_ids", nargs=-1, required=True, metavar="ID...")
+@click.argument("session_ids", nargs=-1, required=True, metavar="ID...", type=SENDABLE_ID)
 @click.option("--timeout", "wait", default="30m", show_default=True, metavar="DURATION", help="How long to wait.")
 @friendly_errors
 def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
@@ -130,8 +131,8 @@ def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
 
 
 @main.command()
-@click.option("--archive-dir", type=click.Path(file_okay=False), default="demo-archive", show_default=True)
-@click.option("--state-dir", type=click.Path(file_okay=False), default=".archiver-demo-state", show_default=True)
+@click.option("--archive-dir", type=LocalPath(file_okay=False), default="demo-archive", show_default=True)
+@click.option("--state-dir", type=LocalPath(file_okay=False), default=".archiver-demo-state", show_default=True)
 @table_options(frozenset({"demo"}), DEMO_OPTIONS)
 @click.option("--duration", type=float, default=None, metavar="SECONDS", help="Stop by itself after this long.")
 @friendly_errors

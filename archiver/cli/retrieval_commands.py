@@ -11,6 +11,7 @@ from typing import Any, TextIO, cast
 
 import click
 
+from archiver import inputs
 from archiver.cli.base import (
     _TIME_HELP,
     as_dict,
@@ -23,24 +24,27 @@ from archiver.cli.base import (
     store_for,
     store_opener,
 )
-from archiver.errors import ConfigError
+from archiver.cli.params import PLAYER_ID, SESSION_ID, LocalPath
+from archiver.errors import ConfigError, LocalFileError
 from archiver.settings import STORE_SCOPES
+from archiver.textsafe import one_line, printable
+from archiver.values import MAX_COUNT, MAX_WORKERS
 
 #: Parallel HEADs of a verify without download (small requests: latency-bound, not bandwidth-bound).
 VERIFY_HEAD_WORKERS = 16
 
 
 def _processes(value: str) -> int:
-    """``--processes``: a count of at least 1, or ``auto`` (one per CPU); ConfigError otherwise."""
+    """``--processes``: a count of 1..MAX_WORKERS, or ``auto`` (one per CPU); ConfigError otherwise."""
     if value == "auto":
         return os.cpu_count() or 1
     try:
-        count = int(value)
+        return inputs.count(value, "--processes", low=1, high=MAX_WORKERS)
     except ValueError:
-        count = 0
-    if count < 1:
-        raise ConfigError(f"--processes: expected a number of processes (at least 1) or auto, got {value!r}")
-    return count
+        raise ConfigError(
+            f"--processes: expected a number of processes (at least 1) or auto, up to {MAX_WORKERS}, "
+            f"got {inputs.shown(value)}"
+        ) from None
 
 
 def _session_filters(
@@ -68,9 +72,15 @@ def _session_filters(
     metavar="KEY=VALUE",
     help="Only sessions with this label (repeatable; all must match).",
 )
-@click.option("--limit", type=click.IntRange(min=1), default=None, metavar="N", help="At most N sessions (the newest).")
 @click.option(
-    "--player", metavar="ID", default=None,
+    "--limit",
+    type=click.IntRange(min=1, max=MAX_COUNT),
+    default=None,
+    metavar="N",
+    help="At most N sessions (the newest).",
+)
+@click.option(
+    "--player", metavar="ID", default=None, type=PLAYER_ID,
     help="Only sessions this player took part in (reads the player index, not the hours of the range).",
 )  # fmt: skip
 @format_option()
@@ -98,7 +108,7 @@ def ls_command(
 
 
 @main.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @format_option("json: the stored manifest document as is.")
 @instance_option("the newest")
 @settings_options(STORE_SCOPES)
@@ -115,7 +125,7 @@ def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None
 
 
 @main.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @click.option(
     "--stream", type=click.Choice(["stdout", "stderr"]), default=None,
     help="Only this stream (where the upstream told them apart; else every line, with a note).",
@@ -157,9 +167,9 @@ def logs(
 
 
 @main.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @click.option(
-    "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True,
+    "--out", "out_dir", type=LocalPath(file_okay=False, path_type=Path), default=Path("."), show_default=True,
     help="Downloads go to OUT/<session id, escaped>/ (OUT/<session id, escaped>.<instance>/ for an instance).",
 )  # fmt: skip
 @click.option(
@@ -192,7 +202,7 @@ def get(
 
 
 @main.command()
-@click.argument("session_ids", nargs=-1)
+@click.argument("session_ids", nargs=-1, type=SESSION_ID)
 @click.option("--since", metavar="TIME", help=f"Verify every session that ended since TIME: {_TIME_HELP}.")
 @click.option("--until", metavar="TIME", help="With --since: up to TIME.")
 @click.option(
@@ -279,7 +289,7 @@ class _BelowBar:
 @click.option("--image", metavar="NAME[:TAG]", help="Only this image (NAME or NAME:TAG).")
 @click.option("--location", metavar="LOCATION", help="Only this location.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Only this label (repeatable).")
-@click.option("--player", metavar="ID", default=None, help="Only sessions this player took part in.")
+@click.option("--player", metavar="ID", default=None, type=PLAYER_ID, help="Only sessions this player took part in.")
 @click.option("-F", "--fixed-strings", "fixed", is_flag=True, help="PATTERN is a plain string, not a regex.")
 @click.option("-i", "--ignore-case", is_flag=True, help="Ignore case.")
 @click.option(
@@ -329,7 +339,7 @@ def grep(
         sys.stdout.flush()
     except ArchiverError as exc:
         # grep's convention: 2 for trouble (not 1, which means "nothing found").
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {one_line(str(exc))}", err=True)
         sys.exit(2)
     finally:
         store.close()
@@ -338,7 +348,7 @@ def grep(
 
 @main.command("index-players")
 @click.option(
-    "--checkpoint", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+    "--checkpoint", type=LocalPath(dir_okay=False, path_type=Path), default=None, metavar="FILE",
     help="Remember the last manifest done in FILE; a run interrupted resumes after it.",
 )  # fmt: skip
 @settings_options(STORE_SCOPES)
@@ -351,14 +361,20 @@ def index_players_command(checkpoint: Path | None, **kwargs: Any) -> None:
 
     start_after = ""
     if checkpoint is not None and checkpoint.exists():
-        start_after = checkpoint.read_text(encoding="utf-8").strip()
-        click.echo(f"resuming after {start_after}", err=True)
+        try:
+            start_after = checkpoint.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise LocalFileError(f"--checkpoint {checkpoint}: cannot be read ({exc})") from None
+        click.echo(f"resuming after {printable(start_after)}", err=True)
 
     def remember(report: retrieve.ReindexReport) -> None:
         if checkpoint is not None and report.last_key is not None:
             partial = checkpoint.with_name(checkpoint.name + ".partial")
-            partial.write_text(report.last_key + "\n", encoding="utf-8")
-            os.replace(partial, checkpoint)
+            try:
+                partial.write_text(report.last_key + "\n", encoding="utf-8")
+                os.replace(partial, checkpoint)
+            except OSError as exc:
+                raise LocalFileError(f"--checkpoint {checkpoint}: cannot be written ({exc.strerror})") from None
 
     store = store_for(resolve(kwargs))
     try:
@@ -380,7 +396,7 @@ def _legal_hold(session_id: str, instance: str | None, on: bool, kwargs: dict[st
 
 
 @main.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @instance_option("the newest")
 @settings_options(STORE_SCOPES)
 @friendly_errors
@@ -390,7 +406,7 @@ def hold(session_id: str, instance: str | None, **kwargs: Any) -> None:
 
 
 @main.command()
-@click.argument("session_id")
+@click.argument("session_id", type=SESSION_ID)
 @instance_option("the newest")
 @settings_options(STORE_SCOPES)
 @friendly_errors

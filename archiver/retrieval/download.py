@@ -225,7 +225,9 @@ def render_download(result: DownloadResult, out: TextIO) -> None:
     total = sum(f.size for f in result.files)
     out.write(
         f"{printable(result.manifest.session_id)}: {len(result.files)} file(s), {human_size(total)}, "
-        f"sha256 verified -> {result.directory}" + (f" ({reused} already present)" if reused else "") + "\n"
+        f"sha256 verified -> {printable(str(result.directory))}"
+        + (f" ({reused} already present)" if reused else "")
+        + "\n"
     )
     for f in result.files:
         out.write(f"  {f.path.relative_to(result.directory).as_posix():<60} {human_size(f.size):>10}\n")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from archiver.retrieval.download import DownloadResult, download_session, download_size, render_download
 from archiver.retrieval.grep import GrepReport, Matcher, grep_sessions
+from archiver.retrieval.proof import Problem
 from archiver.retrieval.query import (
     DEFAULT_SINCE,
     DEFAULT_WORKERS,
@@ -31,7 +32,7 @@ from archiver.retrieval.query import (
 from archiver.retrieval.reading import print_logs
 from archiver.retrieval.reindex import ReindexReport, index_players
 from archiver.retrieval.render import human_size, render_sessions, show_session
-from archiver.retrieval.verify import Problem, VerifyReport, render_verify, verify, verify_failed
+from archiver.retrieval.verify import VerifyReport, render_verify, verify, verify_failed
 from archiver.textsafe import printable
 
 __all__ = [

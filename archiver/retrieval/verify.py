@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import multiprocessing
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
@@ -18,7 +17,8 @@ from archiver.errors import (
     StoreError,
 )
 from archiver.layout import keys
-from archiver.layout.manifest import IndexEntry, ManifestItem, parse_index_entry
+from archiver.layout.manifest import IndexEntry, parse_index_entry
+from archiver.retrieval.proof import ManifestProof, Problem, Tally, prove, rehash_object
 from archiver.retrieval.query import (
     DEFAULT_SINCE,
     LEGACY,
@@ -31,28 +31,12 @@ from archiver.retrieval.query import (
     stderr_warn,
 )
 from archiver.retrieval.render import human_size
-from archiver.store.base import ObjectStore, sha256_checksum
+from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
 from archiver.vocabulary import Outcome
 
 #: Archives per task handed to a verify process (large enough that pickling tallies is noise).
 PROCESS_CHUNK = 250
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    """One thing wrong with one archived session."""
-
-    session_id: str
-    kind: str
-    key: str
-    detail: str
-    #: The instance archive it concerns; ``None`` for the legacy archive or the id as a whole.
-    instance: str | None = None
-
-    def line(self) -> str:
-        which = f" ({printable(self.instance)})" if self.instance is not None else ""
-        return f"{printable(self.session_id)}{which}: {self.kind}: {printable(self.key)}: {printable(self.detail)}"
 
 
 @dataclass(slots=True)
@@ -82,121 +66,9 @@ class VerifyReport:
         return len({(p.session_id, p.instance) for p in self.problems})
 
 
-@dataclass(slots=True)
-class _Tally:
-    """What one archive's verification found (summed into the report)."""
-
-    objects: int = 0
-    bytes: int = 0
-    proved: int = 0
-    unproven: int = 0
-    problems: list[Problem] = field(default_factory=list)
-
-
-def _rehash(
-    store: ObjectStore, sid: str, key: str, item: ManifestItem, instance: str | None, progress: Progress | None
-) -> tuple[int, Problem | None] | None:
-    """(bytes read, problem or None) after re-hashing the object; None when it is gone."""
-    digest = hashlib.sha256()
-    size = 0
-    try:
-        for chunk in store.iter_bytes(key):
-            digest.update(chunk)
-            size += len(chunk)
-            if progress is not None:
-                progress(len(chunk))
-    except ObjectNotFoundError:
-        return None
-    if size != item.size:
-        return size, Problem(sid, "size_mismatch", key, f"stored {size} bytes, manifest {item.size}", instance)
-    if digest.hexdigest() != item.sha256:
-        detail = f"stored {digest.hexdigest()}, manifest {item.sha256}"
-        return size, Problem(sid, "sha256_mismatch", key, detail, instance)
-    return size, None
-
-
-def checksum_verdict(recorded: str | None, stored: str | None, sha256: str) -> str | None:
-    """Why the store's checksum does not prove the manifest's object (None: proved), pure.
-
-    ``recorded``: the manifest's ``checksum_sha256``; ``stored``: what the store answers now;
-    ``sha256``: the manifest's hex digest. A whole-object checksum must be the manifest's sha256
-    (both as recorded and as stored); a composite (``-N``) must be the one recorded at archive time.
-    Raises nothing; ``recorded`` None is the caller's "not provable" case.
-    """
-    if stored is None:
-        return f"the object has no SHA-256 checksum, its manifest has one: replaced since (manifest {recorded})"
-    whole = sha256_checksum(bytes.fromhex(sha256))
-    if recorded is None or "-" not in recorded:
-        if recorded is not None and recorded != whole:
-            return f"manifest checksum {recorded} is not its sha256 {sha256}"
-        if stored != whole:
-            return f"stored checksum {stored}, manifest sha256 {sha256} (= {whole})"
-        return None
-    base, _, parts = recorded.partition("-")
-    stored_base, dash, stored_parts = stored.partition("-")
-    if stored_base != base or (dash and stored_parts != parts):
-        return f"stored checksum {stored}, manifest {recorded}"
-    return None
-
-
-class _ManifestProof:
-    """Whether the store keeps a SHA-256 checksum for an archive's manifest (one HEAD, asked at most
-    once, only when an object lacks the checksum its manifest recorded): a store that keeps one
-    for the manifest but none for the object had that object replaced; a store that keeps none
-    for either stopped keeping checksums (or never did) and cannot prove the object either way."""
-
-    def __init__(self, store: ObjectStore, key: str) -> None:
-        self._store = store
-        self._key = key
-        self._kept: bool | None = None
-
-    def kept(self) -> bool:
-        if self._kept is None:
-            info = self._store.head(self._key)
-            self._kept = info is not None and info.checksum_sha256 is not None
-        return self._kept
-
-
-def _prove(
-    store: ObjectStore,
-    sid: str,
-    key: str,
-    item: ManifestItem,
-    instance: str | None,
-    tally: _Tally,
-    manifest_proof: _ManifestProof,
-) -> None:
-    """Check one object by the store's checksum (one HEAD, no download): proved, not provable by
-    the store (counted, ``--deep`` re-hashes it), or a problem."""
-    info = store.head(key)
-    if info is None:
-        tally.problems.append(Problem(sid, "missing_object", key, f"{item.kind} object is gone", instance))
-        return
-    tally.objects += 1
-    if info.size != item.size:
-        tally.problems.append(
-            Problem(sid, "size_mismatch", key, f"stored {info.size} bytes, manifest {item.size}", instance)
-        )
-        return
-    assert item.sha256 is not None  # an archived item has one (ManifestItem checks)
-    if item.checksum_sha256 is None and (
-        info.checksum_sha256 is None or checksum_verdict(None, info.checksum_sha256, item.sha256) is not None
-    ):
-        tally.unproven += 1  # archived without a store checksum: --deep re-reads it
-        return
-    if info.checksum_sha256 is None and not manifest_proof.kept():
-        tally.unproven += 1  # the store keeps no checksums (any more): not provable by it, not a mismatch
-        return
-    why = checksum_verdict(item.checksum_sha256, info.checksum_sha256, item.sha256)
-    if why is not None:
-        tally.problems.append(Problem(sid, "checksum_mismatch", key, why, instance))
-    else:
-        tally.proved += 1
-
-
 def _verify_one(
     store: ObjectStore, sid: str, name: str, check_index: bool, progress: Progress | None, deep: bool
-) -> _Tally:
+) -> Tally:
     """(objects, bytes, problems) of the archive ``name`` (instance or ``legacy``): re-hash its objects."""
     # A name that is neither is the user's typo: reported as not archived, never turned into a key.
     known = name == LEGACY or keys.is_instance_name(name)
@@ -205,7 +77,7 @@ def _verify_one(
         mkey = ""
     else:
         mkey = keys.manifest_key(store.prefix, sid, instance) if known else keys.session_prefix(store.prefix, sid)
-    tally = _Tally()
+    tally = Tally()
     try:
         loaded = load_archive(store, sid, name, note=quiet)
     except SessionNotArchivedError as exc:
@@ -220,7 +92,7 @@ def _verify_one(
     manifest = loaded.manifest
     # A directory keeps no checksum it verified itself: reading it is the only proof (and cheap).
     rehash = deep or not store.keeps_checksums
-    manifest_proof = _ManifestProof(store, loaded.ref.manifest_key)
+    manifest_proof = ManifestProof(store, loaded.ref.manifest_key)
     for item in manifest.items:
         if item.outcome != Outcome.ARCHIVED:
             continue
@@ -230,9 +102,9 @@ def _verify_one(
             tally.problems.append(Problem(sid, "unexpected_key", item.key or "", str(exc), instance))
             continue
         if not rehash:
-            _prove(store, sid, key, item, instance, tally, manifest_proof)
+            prove(store, sid, key, item, instance, tally, manifest_proof)
             continue
-        result = _rehash(store, sid, key, item, instance, progress)
+        result = rehash_object(store, sid, key, item, instance, progress)
         if result is None:
             tally.problems.append(Problem(sid, "missing_object", key, f"{item.kind} object is gone", instance))
             continue
@@ -249,14 +121,14 @@ def _verify_one(
 
 def _verify_id(
     store: ObjectStore, sid: str, name: str | None, check_index: bool, progress: Progress | None, deep: bool
-) -> list[_Tally]:
+) -> list[Tally]:
     """One result per archive verified: the archive ``name``, or every archive of ``sid`` (``None``)."""
     if name is not None:
         return [_verify_one(store, sid, name, check_index, progress, deep)]
     refs = find_archives(store, sid)
     if not refs:
         where = keys.session_prefix(store.prefix, sid) if sid else ""
-        return [_Tally(problems=[Problem(sid, "not_archived", where, "no manifest")])]
+        return [Tally(problems=[Problem(sid, "not_archived", where, "no manifest")])]
     return [_verify_one(store, sid, ref.name, check_index, progress, deep) for ref in refs]
 
 
@@ -408,7 +280,7 @@ def verify(
 
 def _run_target(
     store: ObjectStore, target: tuple[str, str | None], check_index: bool, progress: Progress | None, deep: bool
-) -> list[_Tally]:
+) -> list[Tally]:
     """The tallies of one target; a store failure is that target's ``store_error`` problem."""
     sid, name = target
     try:
@@ -416,7 +288,7 @@ def _run_target(
     except StoreError as exc:
         # Broad on purpose: one unreachable object must not hide the verdict on the others.
         which = name if name is not None and keys.is_instance_name(name) else None
-        return [_Tally(problems=[Problem(sid, "store_error", "", str(exc), which)])]
+        return [Tally(problems=[Problem(sid, "store_error", "", str(exc), which)])]
 
 
 def _in_threads(
@@ -426,7 +298,7 @@ def _in_threads(
     progress: Progress | None,
     deep: bool,
     workers: int,
-) -> Iterator[list[_Tally]]:
+) -> Iterator[list[Tally]]:
     """The tallies of each target in order, from a pool of ``workers`` threads over ``store``."""
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="verify") as pool:
         yield from pool.map(lambda target: _run_target(store, target, check_index, progress, deep), targets)
@@ -443,7 +315,7 @@ def _open_process_store(opener: Callable[[], ObjectStore]) -> None:
 
 def _verify_chunk(
     targets: list[tuple[str, str | None]], check_index: bool, deep: bool, workers: int
-) -> list[list[_Tally]]:
+) -> list[list[Tally]]:
     """In a verify process: the tallies of each target of a chunk, in order."""
     assert _process_store is not None  # set by the pool's initializer
     return list(_in_threads(_process_store, targets, check_index, None, deep, workers))
@@ -457,7 +329,7 @@ def _in_processes(
     workers: int,
     processes: int,
     chunk: int,
-) -> Iterator[list[_Tally]]:
+) -> Iterator[list[Tally]]:
     """The tallies of each target in order, from ``processes`` processes of ``workers`` threads each."""
     chunks = [list(targets[at : at + chunk]) for at in range(0, len(targets), chunk)]
     # spawn, not fork: the parent's client holds threads and sockets a fork would copy mid-use.

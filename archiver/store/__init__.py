@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from archiver import inputs
 from archiver.errors import ConfigError, InvalidKeyError
 from archiver.evidence import NO_EVIDENCE, Evidence
 from archiver.store.base import (
@@ -119,7 +119,10 @@ def open_store(
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise ConfigError(f"store URL {shown!r} names a remote host; {_EXPECTED}")
-        path = Path(unquote(parts.path))
+        try:
+            path = inputs.local_path(unquote(parts.path), "store directory")
+        except ValueError as exc:
+            raise ConfigError(f"file:// store URL: {exc}") from None
         if not path.is_absolute():
             raise ConfigError(f"store URL {shown!r} needs an absolute directory; {_EXPECTED}")
         if not path.is_dir():

@@ -35,6 +35,8 @@ from archiver.upstream.transport import (
     quote_segment,
     request_path,
     retry_after_seconds,
+    sendable,
+    sendable_path,
 )
 
 # The wire-level pieces (auth, streamed bodies, header helpers) live in transport.py.
@@ -218,12 +220,12 @@ class SessionHostClient:
         self._request("DELETE", path, "DELETE /session/{id}").close()
 
     def join_players(self, session_id: str, players: Sequence[str]) -> PlayersResult:
-        body = {"session": session_id, "players": list(players)}
+        body = {"session": sendable(session_id), "players": list(players)}
         payload = self._json("PUT", "/session/player/join", "PUT /session/player/join", json_body=body)
         return self._parse(models.parse_players_result, payload, "PUT", "/session/player/join")
 
     def leave_players(self, session_id: str, players: Sequence[str]) -> PlayersResult:
-        body = {"session": session_id, "players": list(players)}
+        body = {"session": sendable(session_id), "players": list(players)}
         path = "/session/player/leave"
         payload = self._json("DELETE", path, "DELETE /session/player/leave", json_body=body)
         return self._parse(models.parse_players_result, payload, "DELETE", path)
@@ -252,12 +254,12 @@ class SessionHostClient:
 
     def open_artifact(self, session_id: str, path: str, *, policy: RetryPolicy | None = None) -> Download:
         """`GET /artifacts`: a .tar.gz of `path`, streamed (gzip even when labelled application/x-tar)."""
-        params = [("session", session_id), ("path", path)]
+        params = [("session", sendable(session_id)), ("path", sendable_path(path))]
         return self._stream("GET", "/artifacts", "GET /artifacts", params=params, policy=policy, accept="*/*")
 
     def open_query_log(self, session_id: str, *, policy: RetryPolicy | None = None) -> Download:
         """`GET /query/log`: every log line so far, then close; the body shape is not specified."""
-        params = [("matchKey", session_id)]
+        params = [("matchKey", sendable(session_id))]
         return self._stream("GET", "/query/log", "GET /query/log", params=params, policy=policy, accept="*/*")
 
     def open_logs(
@@ -269,7 +271,7 @@ class SessionHostClient:
         policy: RetryPolicy | None = None,
     ) -> Download:
         """`GET /logs`: plain text, or NDJSON `{streamType, line}` entries when `json_lines`."""
-        params = [("id", session_id), ("follow", "true" if follow else "false")]
+        params = [("id", sendable(session_id)), ("follow", "true" if follow else "false")]
         accept = "application/json" if json_lines else "text/plain"
         return self._stream("GET", "/logs", "GET /logs", params=params, policy=policy, accept=accept)
 

@@ -13,8 +13,9 @@ from urllib.parse import quote
 import httpcore
 import httpx
 
+from archiver import inputs
 from archiver.credentials import Token
-from archiver.errors import ApiTransportError
+from archiver.errors import ApiRequestError, ApiTransportError
 
 
 class BearerAuth(httpx.Auth):
@@ -171,8 +172,27 @@ def retry_after_seconds(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+def sendable(value: str, what: str = "session id") -> str:
+    """``value`` as a request may carry it (``inputs.sendable_id``: not empty, at most
+    ``inputs.MAX_ID_BYTES``, UTF-8); ApiRequestError otherwise, never httpx's InvalidURL or a
+    UnicodeEncodeError from deep inside a request."""
+    try:
+        return inputs.sendable_id(value, what)
+    except ValueError as exc:
+        raise ApiRequestError(str(exc)) from None
+
+
+def sendable_path(path: str) -> str:
+    """An artifact path as a request may carry it (``inputs.sendable_path``); ApiRequestError otherwise."""
+    try:
+        return inputs.sendable_path(path)
+    except ValueError as exc:
+        raise ApiRequestError(str(exc)) from None
+
+
 def quote_segment(value: str) -> str:
     # Session ids are any string the caller chose: '/', '?', '#' and '%' must not change the path,
-    # and a segment of only dots must not be removed as a dot segment by URL normalisation.
-    quoted = quote(value, safe="")
+    # and a segment of only dots must not be removed as a dot segment by URL normalisation. An empty
+    # segment would name another endpoint (`/session/` is the list).
+    quoted = quote(sendable(value, "URL path segment"), safe="")
     return quoted.replace(".", "%2E") if set(value) == {"."} else quoted
