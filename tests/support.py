@@ -339,37 +339,13 @@ def put_session(
     defaults to 30 minutes before ``ended_at``.
     """
     items: list[ManifestItem] = []
-    source = f"GET /query/log?matchKey={sid}"
     if logs is not None:
-        body = gzipped(logs)
         key = keys.logs_key(store.prefix, sid, log_ext, instance)
-        store.put_bytes(key, body, content_type="application/gzip")
-        items.append(
-            ManifestItem(
-                kind="logs",
-                source=source,
-                outcome="archived",
-                key=key,
-                size=len(body),
-                sha256=hashlib.sha256(body).hexdigest(),
-                content_type="application/gzip",
-            )
-        )
+        items.append(_stored(store, key, gzipped(logs), kind="logs", source=f"GET /query/log?matchKey={sid}"))
     for path, data in (artifacts or {}).items():
         key = keys.artifact_key(store.prefix, sid, path, instance)
-        store.put_bytes(key, data, content_type="application/gzip")
-        items.append(
-            ManifestItem(
-                kind="artifact",
-                source=f"GET /artifacts?session={sid}&path={path}",
-                outcome="archived",
-                key=key,
-                size=len(data),
-                sha256=hashlib.sha256(data).hexdigest(),
-                content_type="application/gzip",
-                path=path,
-            )
-        )
+        source = f"GET /artifacts?session={sid}&path={path}"
+        items.append(_stored(store, key, data, kind="artifact", source=source, path=path))
     items.extend(extra_items)
     manifest = build_manifest(
         session_id=sid,
@@ -397,6 +373,41 @@ def put_session(
         content_type="application/json",
     )
     return manifest
+
+
+def put_capture(
+    store: ObjectStore,
+    sid: str,
+    logs: bytes,
+    *,
+    segment: int | None = 0,
+    log_ext: str = "jsonl",
+    capture: str = "diverged",
+    instance: str | None = None,
+) -> ManifestItem:
+    """Store a live capture of a session as the archiver keeps one: ``logs.live-{segment}`` beside the
+    logs (``segment`` None: as the logs themselves, nothing read after the end); the manifest item to
+    pass to `put_session` (``extra_items``; ``logs=None`` for the latter case)."""
+    key = (
+        keys.logs_key(store.prefix, sid, log_ext, instance)
+        if segment is None
+        else keys.live_logs_key(store.prefix, sid, log_ext, segment, instance)
+    )
+    source = f"GET /logs?id={sid}&follow=true"
+    return _stored(store, key, gzipped(logs), kind="logs", source=source, capture=capture)
+
+
+def _stored(store: ObjectStore, key: str, data: bytes, **fields: Any) -> ManifestItem:
+    """``data`` stored at ``key``; its archived manifest item (``kind``, ``source`` and the rest in ``fields``)."""
+    store.put_bytes(key, data, content_type="application/gzip")
+    return ManifestItem(
+        outcome="archived",
+        key=key,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        content_type="application/gzip",
+        **fields,
+    )
 
 
 def store_endpoint(store: ObjectStore) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 import re
 import subprocess
 import sys
@@ -28,7 +29,7 @@ from archiver.retrieval import retrieve
 from archiver.retrieval.reindex import index_players
 from archiver.store import ObjectStore, open_store
 from tests import fixtures_retrieval
-from tests.support import HOUR, NOW, Browsers, put_session, wait_until
+from tests.support import HOUR, NOW, Browsers, put_capture, put_session, wait_until
 
 # The stores of the retrieval tests (pytest finds fixtures by module name).
 file_store = fixtures_retrieval.file_store
@@ -300,6 +301,53 @@ def test_a_log_search_links_each_hit_to_its_line_on_the_right_log_page(
         )
     assert '<p id="search-status" class="ok">Done: searched 7 sessions' in page.text and "2 hits" in page.text
     assert page.text.index('id="searching"') < page.text.index('class="hit"') < page.text.index('id="search-status"')
+
+
+def test_a_log_search_finds_lines_of_each_live_capture_and_links_them_to_that_captures_view(
+    store: ObjectStore, serve: Callable[..., httpx.Client]
+) -> None:
+    """An archive keeping two live captures beside its logs: hits from the logs, then each capture,
+    each labelled and linked to its own log view (``capture=N``) at its line; the session page's
+    "view" links are those same views."""
+    instance = "20261122T120000.000Z"
+    ticks = [("stdout", f"tick {n}") for n in range(1, 1100)]
+    live_only = "anticheat: speedhack detected, seen live only"
+    captures = [
+        put_capture(store, "kept", _ndjson([ticks[0], ("stderr", PLANTED), *ticks[1:], ("stderr", live_only)]),
+                    instance=instance),
+        put_capture(store, "kept", _ndjson([("stdout", "speedhack detected before the rotation")]), segment=1,
+                    instance=instance, capture="diverged"),
+    ]  # fmt: skip
+    logs = b"".join(b"tick %d\n" % n for n in range(1, 601)) + PLANTED.encode() + b"\n"
+    put_session(store, "kept", ended_at=NOW - 300, logs=logs, instance=instance, extra_items=captures)
+    client = serve(store, mount=mount(None, PREFIX))
+    page = client.get(PREFIX + "/search", params={"q": "speedhack detected", "since": "1d"})
+    assert page.status_code == 200 and "4 hits" in page.text
+    assert _hits(page.text) == [PLANTED, PLANTED, live_only, "speedhack detected before the rotation"]
+    sources = re.findall(r'<small class="source">([^<]*)</small>', page.text)
+    assert sources == ["logs", "capture", "capture", "capture-2"]
+    logs = f"{PREFIX}/sessions/kept/logs?instance={instance}"
+    line_links = [link for link in links(page.text) if "#L" in link]
+    assert line_links == [
+        f"{logs}&start=500#L601",
+        f"{logs}&capture=1#L2",
+        f"{logs}&capture=1&start=1000#L1101",
+        f"{logs}&capture=2#L1",
+    ]
+    for link, text in zip(line_links, _hits(page.text), strict=True):
+        target, anchor = link.split("#")
+        log_page = client.get(target).text
+        assert re.search(
+            rf'id="{anchor}" href="#{anchor}">\s*\d+</a> <span class="[a-z]*">{re.escape(text)}</span>', log_page
+        )
+        assert ('id="capture"' in log_page) == ("capture=" in link)
+    session_page = client.get(f"{PREFIX}/sessions/kept", params={"instance": instance}).text
+    views = [link for link in links(session_page) if "/logs" in link]
+    assert views == [logs, f"{logs}&capture=1", f"{logs}&capture=2"]
+
+
+def _ndjson(lines: list[tuple[str, str]]) -> bytes:
+    return b"".join(json.dumps({"streamType": stream, "line": text}).encode() + b"\n" for stream, text in lines)
 
 
 def test_a_log_search_stops_at_its_limit_and_pages_both_ways_over_the_hits_of_archiver_grep(

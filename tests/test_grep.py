@@ -26,7 +26,7 @@ from archiver.retrieval.grep import Matcher, grep_sessions, search_chunks
 from archiver.store import ObjectStore
 from archiver.store.file import FileStore
 from tests import fixtures_retrieval
-from tests.support import HOUR, NOW, ClosedPipe, gzipped, overwrite, put_session, run_cli
+from tests.support import HOUR, NOW, ClosedPipe, gzipped, overwrite, put_capture, put_session, run_cli
 
 Line = tuple[str, str, str]  # (session, stream or "-", text): one row of `archiver grep`
 
@@ -155,6 +155,93 @@ def test_grep_skips_sessions_without_logs_and_searches_the_one_asked_for(file_st
     assert result.stdout == "kept  -  speedhack detected\n"
     result = run_cli(file_store, ["grep", "detected", "--image", "other-game", "--since", "2026-11-22T11:00"])
     assert result.stdout == "other  -  speedhack detected\n"
+
+
+def test_grep_searches_the_live_capture_kept_beside_the_logs_each_hit_naming_its_item(
+    file_store: ObjectStore,
+) -> None:
+    """An archive keeping a live capture beside its logs (they differ): both are searched, the logs
+    first, each hit naming its item (`logs`/`capture`), so a line only the capture holds is found;
+    an archive with one logs item prints exactly as before (no source column, no source field)."""
+    capture = _ndjson([("stdout", "speedhack detected at 12:00"), ("stderr", "speedhack detected, only live")])
+    put_session(
+        file_store, "both", ended_at=NOW - 60, logs=b"boot\nspeedhack detected at 12:00\n",
+        extra_items=[put_capture(file_store, "both", capture)],
+    )  # fmt: skip
+    put_session(file_store, "single", ended_at=NOW - 120, logs=b"speedhack detected\n")
+    result = run_cli(file_store, ["grep", NEEDLE, "--since", SINCE])
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "both  logs  -  speedhack detected at 12:00\n"
+        "both  capture  stdout  speedhack detected at 12:00\n"
+        "both  capture  stderr  speedhack detected, only live\n"
+        "single  -  speedhack detected\n"
+    )
+    result = run_cli(file_store, ["grep", "only live", "--since", SINCE, "--format", "json"])
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {"session": "both", "instance": None, "stream": "stderr", "line": "speedhack detected, only live",
+         "source": "capture"},
+    ]  # fmt: skip
+    result = run_cli(file_store, ["grep", "-F", NEEDLE, "--since", SINCE, "--format", "json"])
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "session": "single", "instance": None, "stream": None, "line": NEEDLE,
+    }  # fmt: skip
+    # The hit's item is the one `archiver logs --capture` prints.
+    shown = run_cli(file_store, ["logs", "both", "--capture"])
+    assert shown.stdout == "speedhack detected at 12:00\nspeedhack detected, only live\n"
+
+
+def test_a_damaged_capture_is_reported_by_name_and_the_hits_of_the_logs_beside_it_still_show(
+    file_store: ObjectStore,
+) -> None:
+    """Each logs item's sha256 is checked on its own: a capture that does not match its manifest is a
+    problem naming the capture (exit 2), the logs' hits and the other sessions' are printed."""
+    item = put_capture(file_store, "both", _ndjson([("stdout", "speedhack detected live")]))
+    put_session(file_store, "both", ended_at=NOW - 60, logs=b"speedhack detected\n", extra_items=[item])
+    put_session(file_store, "other", ended_at=NOW - 120, logs=b"speedhack detected too\n")
+    assert item.key is not None
+    overwrite(file_store, item.key, gzipped(_ndjson([("stdout", "speedhack detected, forged")])))
+    result = run_cli(file_store, ["grep", NEEDLE, "--since", SINCE])
+    assert result.exit_code == 2
+    assert result.stdout == (
+        "both  logs  -  speedhack detected\n"
+        "both  capture  stdout  speedhack detected, forged\n"
+        "other  -  speedhack detected too\n"
+    )
+    assert "both (capture): the stored logs of both do not match the manifest" in result.stderr
+    assert "the lines above may have been altered" in result.stderr
+
+
+def test_several_captures_are_each_searched_and_named_in_the_order_of_the_manifest(
+    file_store: ObjectStore,
+) -> None:
+    """Nothing read after the end and a capture that diverged twice (a rotated log): the newest
+    capture is the logs, the two older ones are kept beside them as `capture` and `capture-2`; each
+    is what `logs --capture` / `print_logs(capture=2)` reads. An archive whose only logs are a
+    capture has none beside them, and `logs --capture` says so in one line."""
+    items = [
+        put_capture(file_store, "rotated", b"speedhack detected 3\n", segment=None, log_ext="txt", capture="complete"),
+        put_capture(file_store, "rotated", _ndjson([("stdout", "speedhack detected 1")]), segment=0),
+        put_capture(file_store, "rotated", _ndjson([("stderr", "speedhack detected 2")]), segment=1),
+    ]
+    put_session(file_store, "rotated", ended_at=NOW - 60, logs=None, extra_items=items)
+    text, hits = _grep(file_store, NEEDLE)
+    assert text == (
+        "rotated  logs  -  speedhack detected 3\n"
+        "rotated  capture  stdout  speedhack detected 1\n"
+        "rotated  capture-2  stderr  speedhack detected 2\n"
+    )
+    assert hits == 3
+    out = io.StringIO()
+    assert retrieve.print_logs(file_store, "rotated", out, capture=2) == 1
+    assert out.getvalue() == "speedhack detected 2\n"
+
+    only = put_capture(file_store, "gone", b"speedhack detected\n", segment=None, log_ext="txt", capture="gap")
+    put_session(file_store, "gone", ended_at=NOW - 120, logs=None, extra_items=[only])
+    result = run_cli(file_store, ["logs", "gone", "--capture"])
+    assert result.exit_code != 0 and result.stdout == ""
+    assert "keeps no live capture beside its logs (its logs are the live capture)" in result.stderr
+    assert run_cli(file_store, ["grep", NEEDLE, "--since", SINCE]).stdout.endswith("gone  -  speedhack detected\n")
 
 
 def test_grep_over_s3_reads_the_same_lines(store: ObjectStore) -> None:

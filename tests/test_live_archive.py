@@ -1,11 +1,15 @@
 """What gets archived of live captures (the pipeline against the fake, a directory store): the logs read after
 the end as before, a capture beside them only where it differs, the capture alone when the service kept no
-logs, each item saying its source and how complete it is; and retrieval reads either the same way."""
+logs, each item saying its source and how complete it is; and retrieval (show, logs, grep, the browser's
+search) reads either the same way."""
 
 from __future__ import annotations
 
 import gzip
+import html
 import io
+import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +25,8 @@ from archiver.layout.manifest import Manifest, ManifestItem, parse_manifest
 from archiver.live.engine import LiveCapture
 from archiver.live.policy import Finish
 from archiver.live.store import CaptureStore
+from archiver.retrieval.grep import Matcher, grep_sessions
+from archiver.retrieval.query import list_sessions
 from archiver.retrieval.reading import print_logs
 from archiver.retrieval.render import show_session
 from archiver.retrieval.verify import verify
@@ -70,6 +76,14 @@ def _logs(h: Harness, manifest: Manifest) -> list[tuple[ManifestItem, bytes]]:
         for item in manifest.items
         if item.kind == "logs" and item.key is not None
     ]
+
+
+def _grep(store: ObjectStore, pattern: str, *, now: float) -> list[tuple[str | None, str]]:
+    """`archiver grep PATTERN --format json` over every archived session: each hit's item and line."""
+    out = io.StringIO()
+    report = grep_sessions(store, list_sessions(store, since=0, now=now), Matcher(pattern), out, fmt="json")
+    assert report.problems == []
+    return [(hit.get("source"), hit["line"]) for hit in map(json.loads, out.getvalue().splitlines())]
 
 
 def _seed(state_dir: Path, key: str, lines: list[bytes], state: Finish, shape: str = "ndjson") -> None:
@@ -130,7 +144,8 @@ def test_a_capture_that_differs_from_the_after_end_body_is_kept_beside_it_never_
     """A capture holding a line the service's after-end body lacks (it lost or rewrote it): both
     are archived, the capture as `logs.live-0.jsonl.gz` with its state."""
     sid = fake.add_session(TOKEN)
-    seen = [b'{"streamType": 1, "line": "a line the service no longer has"}']
+    seen_text = "a line the service no longer has"
+    seen = [b'{"streamType": 1, "line": "%s"}' % seen_text.encode()]
     _seed(tmp_path / "state", _key(fake, sid), seen, Finish.COMPLETE)
     h = harness_factory(fake, store, artifact_paths=())
     h.poll()
@@ -153,6 +168,19 @@ def test_a_capture_that_differs_from_the_after_end_body_is_kept_beside_it_never_
     view = b"".join(app.handle(f"/sessions/{sid}/logs?capture=1").body).decode()
     assert "a line the service no longer has" in view
     assert "a line the service no longer has" not in b"".join(app.handle(f"/sessions/{sid}/logs").body).decode()
+    # `archiver show` lists both items.
+    shown = io.StringIO()
+    show_session(store, sid, shown)
+    assert "(session logs)\n" in shown.getvalue() and "(session logs, live capture, complete)\n" in shown.getvalue()
+    # `archiver grep` searches both, each hit naming its item: every line once, the capture's last.
+    after_end = [line for _, line in fake.log_lines(TOKEN, sid)]
+    assert _grep(store, ".", now=fake.clock.now()) == [*(("logs", line) for line in after_end), ("capture", seen_text)]
+    # The browser's search finds the line only the capture holds and links it to the capture's view, at its line.
+    search = html.unescape(b"".join(app.handle("/search?q=no+longer+has").body).decode())
+    (link,) = re.findall(r'class="hit-line" href="([^"]*)"', search)
+    assert link == f"/sessions/{sid}/logs?instance={manifest.instance}&capture=1#L1"
+    target = b"".join(app.handle(link.partition("#")[0]).body).decode()
+    assert re.search(rf'id="L1" href="#L1">\s*1</a> <span class="stdout">{seen_text}</span>', target)
 
 
 def test_a_capture_the_after_end_body_already_holds_is_not_archived_twice(
@@ -167,6 +195,8 @@ def test_a_capture_the_after_end_body_already_holds_is_not_archived_twice(
     fake.end_session(TOKEN, sid)
     ((item, body),) = _logs(h, _archive(h, [sid])[sid])
     assert item.capture is None and body == render_text(fake.log_lines(TOKEN, sid))
+    # Searched once: each line found once, as before live capture (no item named).
+    assert _grep(store, ".", now=fake.clock.now()) == [(None, line) for _, line in fake.log_lines(TOKEN, sid)]
 
 
 def test_a_known_gap_is_archived_as_such_and_retrieval_reads_a_capture_like_any_log(

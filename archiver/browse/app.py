@@ -39,7 +39,7 @@ from archiver.retrieval import logformat
 
 # The retrieval code this package reads: queries and safe keys, log lines, human sizes.
 from archiver.retrieval.query import find_archives, item_key, load_archive, quiet
-from archiver.retrieval.reading import open_logs
+from archiver.retrieval.reading import archived_logs, logs_source, open_logs
 from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore
 from archiver.values import MAX_COUNT
@@ -48,6 +48,8 @@ from archiver.values import MAX_COUNT
 PAGE_SIZE = 50
 #: Log lines on one log page.
 LOG_PAGE_LINES = 500
+#: Highest ``capture`` a log page takes (a capture's key numbers its segment up to 999).
+MAX_CAPTURE = 1000
 #: Log searches running at once (each holds a thread and a pool of grep workers); more wait their turn.
 MAX_SEARCHES = 4
 _HTML = "text/html; charset=utf-8"
@@ -260,14 +262,12 @@ class BrowseApp:
         loaded = load_archive(self.store, sid, instance, note=quiet)
         archives = find_archives(self.store, sid)
         m = loaded.manifest
-        main = next((i for i in m.items if i.kind == "logs" and i.outcome == "archived"), None)
+        archived = archived_logs(m)
+        main = archived[0] if archived else None
         logs_link = self.mount.session(sid, loaded.ref.instance, "/logs")
-        # The "view" link of each archived logs item: a live capture kept beside the logs has its own.
-        log_views = {
-            n: logs_link if item is main else with_query(logs_link, [("capture", "1")])
-            for n, item in enumerate(m.items)
-            if item.kind == "logs" and item.outcome == "archived"
-        }
+        # The "view" link of each archived logs item: the Nth live capture kept beside the logs has its own.
+        views_of = {id(item): _capture_view(logs_link, n) for n, item in enumerate(archived)}
+        log_views = {n: views_of[id(item)] for n, item in enumerate(m.items) if id(item) in views_of}
         player_links = [
             (player, with_query(self.mount.link("/sessions"), [("player", player), ("since", _PLAYER_SINCE)]))
             for player in m.players
@@ -284,7 +284,7 @@ class BrowseApp:
             archives=[r.name for r in archives],
             facts=views.facts(m),
             items=list(enumerate(m.items)),
-            has_logs=any(i.kind == "logs" and i.outcome == "archived" for i in m.items),
+            has_logs=main is not None,
             player_links=player_links,
             player_since=_PLAYER_SINCE,
         )
@@ -297,7 +297,8 @@ class BrowseApp:
                 raise ValueError("stream: must be stdout or stderr")
             search = p.one(params, "q", strip=False)
             start = p.number(params, "start", default=0, low=0, high=p.MAX_START)
-            capture = p.one(params, "capture", limit=1) == "1"  # the live capture kept beside the logs
+            # N: the Nth live capture kept beside the logs (`reading.logs_item`); 0 or none: the logs.
+            capture = p.number(params, "capture", default=0, low=0, high=MAX_CAPTURE)
         except ValueError as exc:
             return self._error(400, "Bad request", str(exc))
         loaded = load_archive(self.store, sid, instance, note=quiet)
@@ -327,7 +328,7 @@ class BrowseApp:
             return self._error(400, "Bad request", f"start: past the end (these logs have {matched} {what})")
         tampered = opened.tampered
         base = [
-            ("stream", stream), ("q", search), ("capture", "1" if capture else ""),
+            ("stream", stream), ("q", search), ("capture", str(capture) if capture else ""),
             ("instance", loaded.ref.instance or ""),
         ]  # fmt: skip
 
@@ -340,6 +341,8 @@ class BrowseApp:
             sid=sid,
             instance=loaded.ref.instance,
             archive_name=loaded.ref.name,
+            capture=logs_source(capture) if capture else None,
+            capture_state=opened.item.capture,
             lines=shown,
             stream=stream,
             search=search,
@@ -401,7 +404,7 @@ class BrowseApp:
 
     def _hit_row(self, hit: ShownHit, *, first: bool) -> dict[str, Any]:
         """A row of the results: the session link on its first hit, the link to the line on its log page."""
-        logs = self.mount.session(hit.session_id, hit.archive, "/logs")
+        logs = _capture_view(self.mount.session(hit.session_id, hit.archive, "/logs"), hit.capture)
         line_url = logs
         if hit.number is not None:
             start = (hit.number - 1) // self.log_page_lines * self.log_page_lines
@@ -434,6 +437,11 @@ class BrowseApp:
             headers["X-Archive-Sha256"] = item.sha256
         # application/octet-stream whatever the manifest says: a browser must never render stored bytes.
         return Response(200, "application/octet-stream", _stream(self.store, key), info.size, headers)
+
+
+def _capture_view(logs_link: str, capture: int) -> str:
+    """The log view of an archive's logs item ``capture`` (0: the logs; N: the Nth live capture kept beside them)."""
+    return with_query(logs_link, [("capture", str(capture) if capture else "")])
 
 
 def _stream(store: ObjectStore, key: str) -> Iterator[bytes]:

@@ -6,8 +6,8 @@ Its JSON hits are taken from the output it writes; hits before the page's ``star
 counted, the page's ``limit`` (plus one, to know whether more follow) are handed to the page, and
 then the output refuses more (``BrokenPipeError``, grep's own signal to stop). Each shown hit gets
 the number of its line as the log viewer counts it, by reading that session's log lines up to the
-hit, so a hit links to ``/sessions/{id}/logs?start=…#L{n}``. The page's reader leaving stops the
-search the same way.
+hit, so a hit links to ``/sessions/{id}/logs?start=…#L{n}`` (with ``capture=N`` for a hit in the
+Nth live capture kept beside the logs). The page's reader leaving stops the search the same way.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from archiver.layout.manifest import iso_utc
 from archiver.retrieval import logformat
 from archiver.retrieval.grep import DEFAULT_GREP_WORKERS, GrepReport, Matcher, grep_sessions
 from archiver.retrieval.query import LEGACY, list_sessions, load_archive, quiet
-from archiver.retrieval.reading import open_logs
+from archiver.retrieval.reading import logs_index, open_logs
 from archiver.store.base import ObjectStore
 
 log = logging.getLogger("archiver.browse")
@@ -93,18 +93,25 @@ def parse_search_query(params: p.Params, now: float) -> SearchQuery | None:
 
 @dataclass(frozen=True, slots=True)
 class ShownHit:
-    """A hit on the page: its archive, stream and line, and the line's number in the log viewer (if found)."""
+    """A hit on the page: its archive, stream and line, the line's number in the log viewer (if found),
+    and which logs item of the archive it is in (`grep.Hit.source`: ``None`` when it has only one)."""
 
     session_id: str
     instance: str | None
     stream: str | None
     text: str
     number: int | None
+    source: str | None = None
 
     @property
     def archive(self) -> str:
         """The ``instance`` query value naming this hit's archive."""
         return self.instance if self.instance is not None else LEGACY
+
+    @property
+    def capture(self) -> int:
+        """The ``capture`` query value of the log view holding this hit (0: the logs)."""
+        return logs_index(self.source)
 
 
 @dataclass
@@ -133,7 +140,7 @@ class _HitSink:
         self._start = start
         self._wanted = wanted
         self._count = 0
-        self._current: tuple[str, str | None] | None = None
+        self._current: tuple[str, str | None, str | None] | None = None
         self._nth = 0
 
     def write(self, text: str) -> int:
@@ -141,7 +148,7 @@ class _HitSink:
             if self._stop.is_set() or self._count >= self._wanted:
                 break
             doc = json.loads(line)
-            archive = (doc["session"], doc["instance"])
+            archive = (doc["session"], doc["instance"], doc.get("source"))
             self._nth = self._nth + 1 if archive == self._current else 0
             self._current = archive
             if self._count >= self._start:
@@ -160,25 +167,28 @@ class _HitSink:
 
 
 class _Numberer:
-    """Finds the log viewer's number of each hit's line, reading each session's lines once, up to its last hit."""
+    """Finds the log viewer's number of each hit's line, reading each logs item's lines once, up to its last hit."""
 
     def __init__(self, store: ObjectStore, matcher: Matcher) -> None:
         self._store = store
         self._matcher = matcher
-        self._archive: tuple[str, str | None] | None = None
+        self._archive: tuple[str, str | None, int] | None = None
         self._lines: Iterator[tuple[int, str]] = iter(())
         self._seen = 0
 
-    def _matching(self, sid: str, instance: str | None) -> Iterator[tuple[int, str]]:
-        opened = open_logs(self._store, load_archive(self._store, sid, instance or LEGACY, note=quiet))
+    def _matching(self, sid: str, instance: str | None, capture: int) -> Iterator[tuple[int, str]]:
+        loaded = load_archive(self._store, sid, instance or LEGACY, note=quiet)
+        opened = open_logs(self._store, loaded, capture=capture)
         for number, line in enumerate(logformat.read_lines(opened.chunks, opened.shape), 1):
             if self._matcher.matches(line.text):
                 yield number, line.text
 
-    def number(self, sid: str, instance: str | None, nth: int, text: str) -> int | None:
-        """The number of the ``nth`` (from 0) matching line of the archive, when its text is the hit's."""
-        if (sid, instance) != self._archive:
-            self._archive, self._lines, self._seen = (sid, instance), self._matching(sid, instance), 0
+    def number(self, sid: str, instance: str | None, capture: int, nth: int, text: str) -> int | None:
+        """The number of the ``nth`` (from 0) matching line of the archive's logs item ``capture``
+        (`reading.logs_item`), when its text is the hit's."""
+        if (sid, instance, capture) != self._archive:
+            self._archive = (sid, instance, capture)
+            self._lines, self._seen = self._matching(sid, instance, capture), 0
         try:
             found: tuple[int, str] | None = None
             while self._seen <= nth:
@@ -269,9 +279,9 @@ class SearchRun:
                 if self.summary.shown >= self.query.limit:
                     self.summary.more = True  # the one hit past the page: it is not shown
                     continue
-                sid, instance, text = doc["session"], doc["instance"], doc["line"]
-                number = numberer.number(sid, instance, nth, text)
-                hits.append(ShownHit(sid, instance, doc["stream"], text, number))
+                sid, instance, text, source = doc["session"], doc["instance"], doc["line"], doc.get("source")
+                number = numberer.number(sid, instance, logs_index(source), nth, text)
+                hits.append(ShownHit(sid, instance, doc["stream"], text, number, source))
                 self.summary.shown += 1
             elif kind == "problem":
                 self.summary.problems.append(str(value))

@@ -159,7 +159,9 @@ def logs(
         raise click.BadParameter(str(exc), param_hint="--grep") from None
     store = store_for(resolve(kwargs))
     try:
-        retrieve.print_logs(store, session_id, sys.stdout, stream=stream, grep=grep, instance=instance, capture=capture)
+        retrieve.print_logs(
+            store, session_id, sys.stdout, stream=stream, grep=grep, instance=instance, capture=int(capture)
+        )
     finally:
         store.close()
 
@@ -294,7 +296,7 @@ class _BelowBar:
     "--workers", type=click.IntRange(min=1, max=64), default=4, show_default=True, help="Sessions searched at once."
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: when a terminal]")
-@format_option("json: one JSON object per hit (session, instance, stream, line).")
+@format_option("json: one JSON object per hit (session, instance, stream, line; source where several logs).")
 @settings_options(STORE_SCOPES)
 @friendly_errors
 def grep(
@@ -306,7 +308,9 @@ def grep(
 
     PATTERN is a Python regular expression searched anywhere in each line (like `grep -E`). Exit
     status as grep: 0 when a line matched, 1 when none did, 2 on an error (an archive that could
-    not be read or does not match its manifest is reported and the search goes on).
+    not be read or does not match its manifest is reported and the search goes on). A session whose
+    archive keeps a live capture beside its logs has both searched, each hit saying which:
+    `session  logs|capture  stream  line` (`logs --capture` prints the capture).
     """
     from archiver.errors import ArchiverError
     from archiver.retrieval import retrieve

@@ -1,6 +1,7 @@
 """`archiver grep`: the archived logs of many sessions searched at once, in parallel and in bounded memory.
 
-Sessions come from the index (`ls`'s filters); each one's logs are streamed from the store,
+Sessions come from the index (`ls`'s filters); each one's logs are streamed from the store (every
+archived logs item: the logs and any live capture kept beside them, each hit naming its item then),
 decompressed a megabyte at a time and searched by a bounded pool of threads (ISA-L's inflate and
 the store's I/O release the GIL). Plain-text logs are searched a whole decoded chunk at a time with one
 ``re`` call per hit, not per line; a hit is then confirmed on its own line, so the result is
@@ -22,11 +23,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from archiver.errors import ArchiverError, SessionNotArchivedError
+from archiver.errors import ArchiverError
 from archiver.layout.manifest import IndexEntry
 from archiver.retrieval import logformat
 from archiver.retrieval.query import Warn, load_listed_archive, stderr_warn
-from archiver.retrieval.reading import open_logs
+from archiver.retrieval.reading import archived_logs, logs_source, open_logs_item
 from archiver.retrieval.render import escape_line
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
@@ -69,12 +70,14 @@ class Matcher:
 
 @dataclass(frozen=True, slots=True)
 class Hit:
-    """One matching line: which archive, which stream (``None`` when the logs do not tell), the line."""
+    """One matching line: which archive, which stream (``None`` when the logs do not tell), the line,
+    and which of the archive's logs items (`reading.logs_source`; ``None`` when it has only one)."""
 
     session_id: str
     instance: str | None
     stream: str | None
     text: str
+    source: str | None = None
 
 
 @dataclass(slots=True)
@@ -92,7 +95,7 @@ class GrepReport:
 class _Searched:
     bytes: int
     has_logs: bool = True
-    problem: str | None = None
+    problems: tuple[str, ...] = ()
 
 
 class _Cancelled(Exception):
@@ -233,37 +236,45 @@ class _Outbox:
 
 def _search_session(store: ObjectStore, entry: IndexEntry, matcher: Matcher, outbox: _Outbox) -> _Searched:
     counted = [0]
-    problem: str | None = None
+    problems: list[str] = []
+    name = printable(entry.session_id)
     try:
         loaded = load_listed_archive(store, entry)
-        try:
-            opened = open_logs(store, loaded)
-        except SessionNotArchivedError:
+        items = archived_logs(loaded.manifest)
+        if not items:
             return _Searched(0, has_logs=False)  # its logs expired or were gone: nothing to search
-        try:
-            for stream, text in search_chunks(opened.chunks, opened.shape, matcher, counted):
-                outbox.add(Hit(entry.session_id, entry.instance, stream, text))
-            opened.check()
-        except ArchiverError as exc:  # corrupt, truncated or altered: what was found before still shows
-            problem = f"{printable(entry.session_id)}: {exc}"
-        outbox.flush()
+        for n, item in enumerate(items):
+            source = logs_source(n) if len(items) > 1 else None
+            where = name if source is None else f"{name} ({source})"
+            try:  # each item on its own: a damaged capture must not hide the hits of the logs
+                opened = open_logs_item(store, loaded, item)
+                for stream, text in search_chunks(opened.chunks, opened.shape, matcher, counted):
+                    outbox.add(Hit(entry.session_id, entry.instance, stream, text, source))
+                opened.check()
+            except ArchiverError as exc:  # corrupt, truncated or altered: what was found before still shows
+                problems.append(f"{where}: {exc}")
+            outbox.flush()
     except ArchiverError as exc:  # one unreadable archive must not end the search of the others
-        problem = f"{printable(entry.session_id)}: {exc}"
+        problems.append(f"{name}: {exc}")
     except _Cancelled:
         pass
     finally:
         outbox.close()
-    return _Searched(counted[0], problem=problem)
+    return _Searched(counted[0], problems=tuple(problems))
 
 
 def format_hit(hit: Hit, fmt: str, *, escape: bool) -> str:
-    """One output line: ``session  stream  line`` (``-`` for an unknown stream), or a JSON object."""
+    """One output line: ``session  stream  line`` (``-`` for an unknown stream), or a JSON object;
+    ``session  source  stream  line`` (a ``source`` field) for a hit of an archive with several logs items."""
     if fmt == "json":
         document = {"session": hit.session_id, "instance": hit.instance, "stream": hit.stream, "line": hit.text}
+        if hit.source is not None:
+            document["source"] = hit.source
         # ASCII only: safe on any terminal, and a lone surrogate of an id stays encodable.
         return json.dumps(document, ensure_ascii=True)
     text = escape_line(hit.text) if escape else hit.text
-    return f"{printable(hit.session_id)}  {hit.stream or '-'}  {text}"
+    source = "" if hit.source is None else f"{hit.source}  "
+    return f"{printable(hit.session_id)}  {source}{hit.stream or '-'}  {text}"
 
 
 def grep_sessions(
@@ -281,7 +292,8 @@ def grep_sessions(
     """Search the logs of ``entries`` (in this order) and write every matching line to ``out``.
 
     ``workers`` sessions are searched at once, at most twice as many are under way; each
-    session's hits are written together, in the order of ``entries``. A session without archived
+    session's hits are written together, in the order of ``entries`` (those of its logs, then of each
+    live capture kept beside them, each hit naming its item). A session without archived
     logs is counted and skipped; one whose logs cannot be read or do not match their manifest is
     reported through ``warn`` (its hits, printed already, are suspect) and counted as a problem.
     ``progress(1)`` after each session. ``BrokenPipeError`` from ``out`` ends the search at once
@@ -312,9 +324,9 @@ def grep_sessions(
                 report.sessions += 1
                 report.bytes += searched.bytes
                 report.without_logs += 0 if searched.has_logs else 1
-                if searched.problem is not None:
-                    report.problems.append(searched.problem)
-                    warn(searched.problem)
+                for problem in searched.problems:
+                    report.problems.append(problem)
+                    warn(problem)
                 if progress is not None:
                     progress(1)
                 submit_next()

@@ -49,19 +49,43 @@ def _sniffed(chunks: Iterable[bytes], content_type: str) -> tuple[str, Iterator[
     return logformat.sniff(head, content_type), replay()
 
 
-def logs_item(m: Manifest, *, capture: bool = False) -> ManifestItem:
+def archived_logs(m: Manifest) -> list[ManifestItem]:
+    """The manifest's archived logs items, in its order: the logs (the first: read after the end, or
+    the live capture when nothing was), then each live capture kept beside them because it differs."""
+    return [i for i in m.items if i.kind == "logs" and i.outcome == Outcome.ARCHIVED]
+
+
+def logs_source(capture: int) -> str:
+    """How a hit names archived logs item ``capture`` (its index in `archived_logs`): ``logs`` for the
+    logs, ``capture`` for the live capture kept beside them, ``capture-N`` for the Nth when several are."""
+    return "logs" if capture == 0 else "capture" if capture == 1 else f"capture-{capture}"
+
+
+def logs_index(source: str | None) -> int:
+    """The index in `archived_logs` that a `logs_source` name stands for (``None``: the only item, 0)."""
+    if source is None or source == "logs":
+        return 0
+    return 1 if source == "capture" else int(source.removeprefix("capture-"))
+
+
+def logs_item(m: Manifest, *, capture: int = 0) -> ManifestItem:
     """The manifest's archived logs item (the first: the logs read after the end, or the live capture
-    when nothing was); with ``capture``, the first one from a live capture (kept beside the logs when
-    they differ). ``SessionNotArchivedError`` saying why when there is none."""
-    items = [i for i in m.items if i.kind == "logs"]
+    when nothing was); with ``capture`` N, the Nth live capture kept beside them (they differ).
+    ``SessionNotArchivedError`` saying why when there is none."""
+    archived = archived_logs(m)
     if capture:
-        found = [i for i in items if i.capture is not None and i.outcome == Outcome.ARCHIVED]
-        if not found:
-            raise SessionNotArchivedError(f"the archive of session {printable(m.session_id)} keeps no live capture")
-        return found[0]
-    for item in items:
-        if item.outcome == Outcome.ARCHIVED:
-            return item
+        if capture < len(archived):
+            return archived[capture]
+        sid = printable(m.session_id)
+        if len(archived) <= 1:
+            why = " (its logs are the live capture)" if archived and archived[0].capture is not None else ""
+            raise SessionNotArchivedError(f"the archive of session {sid} keeps no live capture beside its logs{why}")
+        raise SessionNotArchivedError(
+            f"the archive of session {sid} keeps {len(archived) - 1} live captures beside its logs, not {capture}"
+        )
+    if archived:
+        return archived[0]
+    items = [i for i in m.items if i.kind == "logs"]
     if not items:
         raise SessionNotArchivedError(f"session {printable(m.session_id)} has no logs in its archive")
     item = items[0]
@@ -97,11 +121,15 @@ class OpenedLogs:
             )
 
 
-def open_logs(store: ObjectStore, loaded: LoadedArchive, *, capture: bool = False) -> OpenedLogs:
+def open_logs(store: ObjectStore, loaded: LoadedArchive, *, capture: int = 0) -> OpenedLogs:
     """Start streaming the archived logs of a loaded archive (``SessionNotArchivedError`` when it has
-    none); ``capture``: the live capture kept beside them (see `logs_item`)."""
+    none); ``capture`` N: the Nth live capture kept beside them (see `logs_item`)."""
+    return open_logs_item(store, loaded, logs_item(loaded.manifest, capture=capture))
+
+
+def open_logs_item(store: ObjectStore, loaded: LoadedArchive, item: ManifestItem) -> OpenedLogs:
+    """Start streaming one archived logs item of a loaded archive (one of `archived_logs`)."""
     sid = loaded.manifest.session_id
-    item = logs_item(loaded.manifest, capture=capture)
     key, relative = item_key(store, sid, item, loaded.ref.instance)
     hashing = Hashing(store.iter_bytes(key))
     # The extension is the archiver's own verdict on the upstream shape; sniff still decides.
@@ -111,7 +139,7 @@ def open_logs(store: ObjectStore, loaded: LoadedArchive, *, capture: bool = Fals
 
 
 def iter_log_lines(
-    store: ObjectStore, sid: str, instance: str | None = None, *, note: Warn = stderr_note, capture: bool = False
+    store: ObjectStore, sid: str, instance: str | None = None, *, note: Warn = stderr_note, capture: int = 0
 ) -> tuple[Iterator[logformat.LogLine], OpenedLogs]:
     """Plain lines of the archived logs (newest archive, or ``instance``), streamed; the opened logs to check after."""
     opened = open_logs(store, load_archive(store, sid, instance, note=note), capture=capture)
@@ -129,12 +157,12 @@ def print_logs(
     warn: Warn = stderr_warn,
     instance: str | None = None,
     note: Warn = stderr_note,
-    capture: bool = False,
+    capture: int = 0,
 ) -> int:
     """`archiver logs`: the archived log lines as plain text, whatever shape the upstream sent; lines printed.
 
     Of the newest archive of ``sid``, or the one named ``instance`` (see :func:`load_archive`);
-    ``capture``: its live capture kept beside the logs read after the end (`logs_item`).
+    ``capture`` N: the Nth live capture kept beside the logs read after the end (`logs_item`).
 
     ``stream`` (``stdout``/``stderr``) keeps the lines of that stream. Where the source does not
     say which stream a line came from (plain-text bodies), such lines are printed anyway and
