@@ -79,9 +79,9 @@ def _logs(h: Harness, manifest: Manifest) -> list[tuple[ManifestItem, bytes]]:
 
 
 def _grep(store: ObjectStore, pattern: str, *, now: float) -> list[tuple[str | None, str]]:
-    """`archiver grep PATTERN --format json` over every archived session: each hit's item and line."""
+    """`archiver grep PATTERN --format json` over the last day's archives: each hit's item and line."""
     out = io.StringIO()
-    report = grep_sessions(store, list_sessions(store, since=0, now=now), Matcher(pattern), out, fmt="json")
+    report = grep_sessions(store, list_sessions(store, now=now), Matcher(pattern), out, fmt="json")
     assert report.problems == []
     return [(hit.get("source"), hit["line"]) for hit in map(json.loads, out.getvalue().splitlines())]
 
