@@ -7,6 +7,8 @@ import hashlib
 import io
 import json
 import os
+import socket
+import struct
 import subprocess
 import sys
 import tarfile
@@ -1031,3 +1033,17 @@ def test_a_body_cut_short_by_a_fault_is_recorded_incomplete_and_each_fired_fault
     assert fake_service.oracle.complete_digests("org-1", sid, "/srv/replays") == {full.sha256}
     assert fake_service.faults_fired() == {"truncate": 1, "503": 2}
     assert fake_service.faults_fired("GET /query/log") == {"503": 2}
+
+
+def test_a_client_resetting_mid_request_is_survived_without_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """A daemon killed mid-request resets its connections: the fake serves on and prints nothing."""
+    with FakeService((TEST_TOKEN,)) as service:
+        host, port = service.base_url.removeprefix("http://").rsplit(":", 1)
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(b"GET /session HTTP/1.1\r\nHost: x\r\n")  # a request cut short, then an RST
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        response = httpx.get(f"{service.base_url}/session", headers={"Authorization": f"Bearer {TEST_TOKEN}"})
+        assert response.status_code == 200
+    # Stopping joins every handler thread: the reset one has run into its ECONNRESET by now.
+    assert "Traceback" not in capsys.readouterr().err

@@ -7,6 +7,7 @@ import logging
 import math
 import socket
 import struct
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,6 +60,13 @@ class FakeHTTPServer(ThreadingHTTPServer):
             with self._lock:
                 self._connections.discard(request)
                 self._handler_threads.discard(threading.current_thread())
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (a killed daemon, a reset) is what the fake is
+        there to survive, not an error to print with a traceback; anything else still is."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
 
     def mark_reset(self, sock: socket.socket) -> None:
         """Close this connection with an RST (no FIN, no response) when the handler finishes."""
