@@ -5,16 +5,21 @@ search) reads either the same way."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import gzip
 import html
 import io
 import json
+import logging
 import re
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from archiver.archive.fetch import LIVE_WAIT_MARGIN
 from archiver.archive.state.rows import session_key
 from archiver.browse.app import BrowseApp
 from archiver.credentials import Token
@@ -24,7 +29,7 @@ from archiver.layout import keys
 from archiver.layout.manifest import Manifest, ManifestItem, parse_manifest
 from archiver.live.engine import LiveCapture
 from archiver.live.policy import Finish
-from archiver.live.store import CaptureStore
+from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore, SegmentRow
 from archiver.retrieval.grep import Matcher, grep_sessions
 from archiver.retrieval.query import list_sessions
 from archiver.retrieval.reading import print_logs
@@ -38,14 +43,25 @@ from tests.support import LIVE_FAST, wait_until
 store = fixtures_retrieval.file_store
 
 
-def _live(fake: FakeService, tmp_path: Path) -> LiveCapture:
-    """Live capture for the harness's state dir (started with the pipeline)."""
-    return LiveCapture(fake.base_url, Token(TOKEN), CaptureStore(tmp_path / "state"), max_streams=10, tuning=LIVE_FAST)
+def _live(fake: FakeService, tmp_path: Path, *, drain: float = LIVE_FAST.drain_timeout,
+          captures: CaptureStore | None = None) -> LiveCapture:  # fmt: skip
+    """Live capture for the harness's state dir (started with the pipeline); ``drain``: how long a
+    session that left the list is followed."""
+    captures = captures if captures is not None else CaptureStore(tmp_path / "state")
+    tuning = dataclasses.replace(LIVE_FAST, drain_timeout=drain)
+    return LiveCapture(fake.base_url, Token(TOKEN), captures, max_streams=10, tuning=tuning)
 
 
 @pytest.fixture
 def fake() -> Iterator[FakeService]:
     with FakeService((TOKEN,), clock=FakeClock(1_700_000_000, time_scale=20.0), log_lines=20) as service:
+        yield service
+
+
+@pytest.fixture
+def long_fake() -> Iterator[FakeService]:
+    """Sessions that write a line every 2 virtual seconds for hours: their logs grow all through a test."""
+    with FakeService((TOKEN,), clock=FakeClock(1_700_000_000, time_scale=20.0), log_lines=10_000) as service:
         yield service
 
 
@@ -223,3 +239,148 @@ def test_a_known_gap_is_archived_as_such_and_retrieval_reads_a_capture_like_any_
     assert "live capture, gap" in shown.getvalue()
     report = verify(store, session_ids=[sid], now=fake.clock.now(), workers=1)
     assert report.ok and report.objects >= 1, [p.line() for p in report.problems]
+
+
+def _logs_item_deadline(h: Harness, key: str) -> float:
+    (item,) = [i for i in h.state.items_of(key) if i.kind == "logs"]
+    return item.deadline
+
+
+def _checkpointed(captures: CaptureStore, key: str) -> int:
+    """Lines the capture's checkpoint records."""
+    return sum(row.kept.lines for row in captures.segments(key))
+
+
+def test_logs_whose_after_end_read_keeps_failing_are_archived_from_the_capture_at_the_deadline(
+    fake: FakeService, store: ObjectStore, harness_factory: Callable[..., Harness], tmp_path: Path
+) -> None:
+    """`/query/log` and `/logs` answer 503 until the deadline: the complete capture is the logs
+    (its source and state as always), not an expired item."""
+    sid = fake.add_session(TOKEN)
+    fake.advance(10)
+    lines = render_ndjson(fake.log_lines(TOKEN, sid)).splitlines()
+    _seed(tmp_path / "state", _key(fake, sid), lines, Finish.COMPLETE)
+    h = harness_factory(fake, store, artifact_paths=())
+    h.poll()
+    fake.clock.time_scale = 0  # only `advance` moves the clock: the deadline comes when the test says
+    fake.set_fault("GET /query/log", status=503)
+    fake.set_fault("GET /logs", status=503)
+    fake.end_session(TOKEN, sid)
+    h.poll()
+    wait_until(lambda: fake.faults_fired("GET /query/log").get("503", 0) >= 2, message="the read after the end fails")
+    fake.advance(_logs_item_deadline(h, _key(fake, sid)) - fake.clock.now() + 1.0)
+    ((item, body),) = _logs(h, _archive(h, [sid])[sid])
+    assert (item.outcome, item.capture, item.source) == ("archived", "complete", f"GET /logs?id={sid}&follow=true")
+    assert body == b"".join(line + b"\n" for line in lines)
+
+
+def test_a_session_listed_again_after_its_archive_is_captured_whole_for_its_second_archive(
+    long_fake: FakeService, store: ObjectStore, harness_factory: Callable[..., Harness], tmp_path: Path
+) -> None:
+    """Taken for ended (two 404s) while it runs, archived, its capture removed; listed again within
+    the hour, it is re-opened (`-r1`) and followed afresh: its real end's archive holds every line."""
+    long_fake.set_quirks(logs_gone_at_termination=True)
+    live = _live(long_fake, tmp_path, drain=1.0)
+    h = harness_factory(long_fake, store, live=live, artifact_paths=())
+    sid = long_fake.add_session(TOKEN, id="listed-again")
+    key = _key(long_fake, sid)
+    wait_until(lambda: (h.poll(), live.stats().lines >= 5)[1], message="following")
+    long_fake.hide_from_list(TOKEN, sid, polls=1)
+    long_fake.set_fault("GET /session/{id}", status=404, count=2)
+    h.poll()  # not listed: taken for ended, archived while its follow drains (no poll meanwhile)
+    wait_until(lambda: h.state.latest(sid).state == "archived", timeout=40, message="the first archive")  # type: ignore[union-attr]
+    first = h.instance(sid)
+    wait_until(lambda: not live.store.segments(key), message="the first archive removed the capture")
+    h.poll()  # listed again: re-opened, followed again
+    again = live.stats().lines
+    wait_until(lambda: (h.poll(), live.stats().lines >= again + 5)[1], message="following again")
+    long_fake.end_session(TOKEN, sid)
+    manifest = _archive(h, [sid])[sid]
+    assert manifest.instance == f"{first}-r1"
+    ((item, body),) = _logs(h, manifest)
+    assert item.capture == "complete" and body == render_ndjson(long_fake.log_lines(TOKEN, sid))
+
+
+def test_a_quarantined_session_stays_followed_and_its_capture_is_whole(
+    long_fake: FakeService, store: ObjectStore, harness_factory: Callable[..., Harness], tmp_path: Path
+) -> None:
+    """An entry the poll quarantines is still running: its follow goes on past the drain timeout."""
+    long_fake.set_quirks(logs_gone_at_termination=True)
+    live = _live(long_fake, tmp_path, drain=0.5)
+    h = harness_factory(long_fake, store, live=live, artifact_paths=())
+    sid = long_fake.add_session(TOKEN)
+    wait_until(lambda: (h.poll(), live.stats().lines >= 3)[1], message="following")
+    long_fake.hide_from_list(TOKEN, sid, polls=1_000_000)
+    long_fake.inject_list_entries(TOKEN, [{"id": sid, "image": "i", "location": "l", "created": -1}])
+    h.poll()
+    assert h.client.list_sessions().invalid[0].session_id == sid  # quarantined, not gone
+    taken = live.stats().lines
+    wait_until(lambda: (h.poll(), live.stats().lines >= taken + 30)[1], message="followed while quarantined")
+    assert (live.stats().followed, live.stats().draining) == (1, 0)
+    long_fake.end_session(TOKEN, sid)
+    long_fake.clear_list_entries(TOKEN)
+    ((item, body),) = _logs(h, _archive(h, [sid])[sid])
+    assert item.capture == "complete" and body == render_ndjson(long_fake.log_lines(TOKEN, sid))
+
+
+class _BuggyCaptures(CaptureStore):
+    """A real store whose `pending` raises once ``broken`` is set: a bug that kills the live loop."""
+
+    broken = False
+
+    def pending(self) -> list[SegmentRow]:
+        if self.broken:
+            raise RuntimeError("a bug in the live loop")
+        return super().pending()
+
+
+def test_when_the_live_loop_dies_the_logs_are_archived_at_once_from_what_it_checkpointed(
+    fake: FakeService, store: ObjectStore, harness_factory: Callable[..., Harness], tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    fake.set_quirks(logs_gone_at_termination=True)
+    captures = _BuggyCaptures(tmp_path / "state")
+    live = _live(fake, tmp_path, captures=captures)
+    h = harness_factory(fake, store, live=live, artifact_paths=())
+    sid = fake.add_session(TOKEN)
+    key = _key(fake, sid)
+    wait_until(lambda: (h.poll(), _checkpointed(captures, key) >= 5)[1], message="following")
+    caplog.set_level(logging.ERROR, logger="archiver.live")
+    captures.broken = True
+    wait_until(lambda: not live.following(key), message="the live loop died")
+    kept = _checkpointed(captures, key)
+    fake.end_session(TOKEN, sid)
+    ((item, body),) = _logs(h, _archive(h, [sid])[sid])  # not held until the deadline
+    assert item.capture == "gap" and body == render_ndjson(fake.log_lines(TOKEN, sid)[:kept])
+    assert [r.getMessage() for r in caplog.records] == ["live capture stopped on an error"]
+    h.pipeline.gauges()
+    assert h.registry.get_sample_value("archiver_errors_total", {"where": "live"}) == 1
+    assert h.registry.get_sample_value("archiver_live_followed_sessions") == 0
+
+
+def test_logs_stop_waiting_for_a_capture_whose_checkpoints_keep_failing_before_their_deadline(
+    fake: FakeService, store: ObjectStore, harness_factory: Callable[..., Harness], tmp_path: Path
+) -> None:
+    """Another writer holds the captures' database: the capture finishes but its checkpoint never
+    commits. Within `LIVE_WAIT_MARGIN` of the deadline the logs item stops waiting for it and
+    archives what the capture's checkpoint holds, as a gap."""
+    fake.set_quirks(logs_gone_at_termination=True)
+    live = _live(fake, tmp_path)
+    h = harness_factory(fake, store, live=live, artifact_paths=())
+    sid = fake.add_session(TOKEN)
+    key = _key(fake, sid)
+    wait_until(lambda: (h.poll(), _checkpointed(live.store, key) >= 5)[1], message="following")
+    fake.clock.time_scale = 0
+    with contextlib.closing(sqlite3.connect(tmp_path / "state" / DIR_NAME / DB_NAME, timeout=30.0)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        kept = _checkpointed(live.store, key)
+        fake.end_session(TOKEN, sid)
+        wait_until(lambda: (h.poll(), live.stats().finished[Finish.COMPLETE] == 1)[1], message="capture finished")
+        wait_until(lambda: h.state.items_of(key), message="logs item")
+        assert live.following(key)  # its finish is not checkpointed: the logs item waits
+        deadline = _logs_item_deadline(h, key)
+        fake.advance(deadline - fake.clock.now() - LIVE_WAIT_MARGIN / 2)
+        ((item, body),) = _logs(h, _archive(h, [sid])[sid])
+        other.rollback()
+    assert item.capture == "gap" and body == render_ndjson(fake.log_lines(TOKEN, sid)[:kept])
+    assert fake.clock.now() < deadline

@@ -26,7 +26,7 @@ from archiver.live.engine import LiveCapture
 from archiver.live.followset import SessionRef
 from archiver.live.loop import ensure_file_limit
 from archiver.live.policy import Finish, Tuning
-from archiver.live.store import DB_NAME, DIR_NAME, FOLLOWING, CaptureStore
+from archiver.live.store import DB_NAME, DIR_NAME, FOLLOWING, CaptureStore, Segment
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
 from tests.support import LIVE_FAST, wait_until
@@ -79,6 +79,19 @@ def finished(store: CaptureStore, key: str) -> bool:
     return bool(rows) and rows[-1].state != FOLLOWING
 
 
+def follow_to_its_end(svc: FakeService, engine: LiveCapture) -> tuple[str, SessionRef]:
+    """A new session, followed until it wrote a few lines, then ended and no longer listed: its
+    capture finished."""
+    sid = svc.add_session(TEST_TOKEN)
+    ref = ref_of(svc, sid)
+    engine.update([ref.key])
+    wait_until(lambda: engine.stats().lines >= 4, message="following")
+    svc.end_session(TEST_TOKEN, sid)
+    engine.update([])
+    wait_until(lambda: finished(engine.store, ref.key), message="capture finished")
+    return sid, ref
+
+
 @pytest.fixture
 def svc() -> Iterator[FakeService]:
     with FakeService((TEST_TOKEN,), clock=FakeClock(1_700_000_000, time_scale=SCALE), log_lines=30) as service:
@@ -89,9 +102,10 @@ def svc() -> Iterator[FakeService]:
 def make_engine(tmp_path: Path) -> Iterator[Callable[..., LiveCapture]]:
     engines: list[LiveCapture] = []
 
-    def make(svc: FakeService, *, max_streams: int = 100, tuning: Tuning = FAST, state: Path = tmp_path) -> LiveCapture:
-        engine = LiveCapture(svc.base_url, Token(TEST_TOKEN), CaptureStore(state), max_streams=max_streams,
-                             tuning=tuning, seed=1)  # fmt: skip
+    def make(svc: FakeService, *, max_streams: int = 100, tuning: Tuning = FAST, state: Path = tmp_path,
+             captures: CaptureStore | None = None) -> LiveCapture:  # fmt: skip
+        captures = captures if captures is not None else CaptureStore(state)
+        engine = LiveCapture(svc.base_url, Token(TEST_TOKEN), captures, max_streams=max_streams, tuning=tuning, seed=1)
         engine.start()
         engines.append(engine)
         return engine
@@ -343,18 +357,38 @@ def test_a_session_listed_again_after_its_capture_completed_stays_complete_and_i
     reopen answers 404, and the capture is still the complete log, once."""
     svc.set_quirks(logs_gone_at_termination=True)
     engine = make_engine(svc)
-    sid = svc.add_session(TEST_TOKEN)
-    ref = ref_of(svc, sid)
-    engine.update([ref.key])
-    wait_until(lambda: engine.stats().lines >= 4, message="following")
-    svc.end_session(TEST_TOKEN, sid)
-    engine.update([])
-    wait_until(lambda: finished(engine.store, ref.key), message="capture finished")
+    sid, ref = follow_to_its_end(svc, engine)
     engine.update([ref.key])  # listed again
     wait_until(lambda: engine.stats().ends["gone"] >= 1, message="the reopen answered 404")
     engine.update([])
     wait_until(lambda: finished(engine.store, ref.key), message="finished again")
     assert captured(engine.store, ref.key) == [("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid)))]
+
+
+class _Watched(CaptureStore):
+    """A real store that, as a segment finishes, asks the engine whether its session is followed:
+    the fetch stage may ask at that very moment, from its own thread."""
+
+    engine: LiveCapture | None = None
+    answers: list[bool]
+
+    def finish(self, segment: Segment, state: Finish) -> None:
+        assert self.engine is not None
+        self.answers.append(self.engine.following(segment.key))
+        super().finish(segment, state)
+
+
+def test_a_capture_counts_as_followed_at_every_step_of_its_finish_until_the_checkpoint(
+    svc: FakeService, make_engine: Callable[..., LiveCapture], tmp_path: Path
+) -> None:
+    """Between the follow's release and its finish's checkpoint nothing may read the capture as
+    final (a fetch would take the last checkpoint, without the last lines, marked gap)."""
+    store = _Watched(tmp_path)
+    store.answers = []
+    engine = store.engine = make_engine(svc, captures=store)
+    _, ref = follow_to_its_end(svc, engine)
+    wait_until(lambda: not engine.following(ref.key), message="its finish checkpointed")
+    assert store.answers == [True]
 
 
 def test_the_open_file_limit_is_raised_for_the_streams_and_caps_them_when_it_cannot_be() -> None:

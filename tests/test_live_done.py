@@ -43,8 +43,8 @@ class Daemon:
         self.runs += 1
         args = [
             ARCHIVER, "run", "--api-url", self.fake.base_url, "--store", (self.tmp / "archive").as_uri(),
-            "--state-dir", str(self.tmp / "state"), "--listen", f"127.0.0.1:{self.port}",
-            "--poll-interval", "0.3s", "--reconcile-interval", "10s", "--log-level", "info",
+            "--state-dir", str(self.tmp / "state"), "--web.listen-address", f"127.0.0.1:{self.port}",
+            "--poll-interval", "0.3s", "--reconcile-interval", "10s", "--log.level", "info",
         ]  # fmt: skip
         with (self.tmp / f"daemon-{self.runs}.log").open("wb") as log:
             env = {**os.environ, "ARCHIVER_API_TOKEN": TOKEN}

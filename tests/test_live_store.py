@@ -103,6 +103,37 @@ def test_a_capture_begun_after_the_last_checkpoint_is_dropped_and_a_missing_file
     assert row.kept == Kept() and row.path.read_bytes() == b""
 
 
+def test_a_segment_begun_after_the_last_checkpoint_is_kept_and_the_one_before_it_ends_as_diverged(
+    tmp_path: Path,
+) -> None:
+    """A replay differed, the engine began segment 1 and wrote to it; the process died before the
+    next checkpoint (mid-write). Segment 1's lines are kept, its row rebuilt from the file."""
+    store = CaptureStore(tmp_path)
+    first = store.begin(KEY, "s", 1, 0)
+    store.set_shape(first, "ndjson")
+    store.append(first, _lines(3))
+    _commit(store)
+    store.finish(first, Finish.DIVERGED)
+    second = store.begin(KEY, "s", 1, 1)
+    store.append(second, _lines(4, start=10))
+    assert second.fd is not None
+    os.write(second.fd, b'{"streamType":1,"li')
+    store.release(second)
+    empty = store.begin(KEY, "s", 1, 2)  # begun, nothing written yet: nothing to keep
+    store.release(empty)
+
+    recovered = CaptureStore(tmp_path)
+    old, new = recovered.segments(KEY)
+    assert (old.index, old.state, old.kept) == (0, Finish.DIVERGED, Kept().after(_lines(3)))
+    assert (new.index, new.state, new.shape) == (1, FOLLOWING, "ndjson")
+    assert new.kept == Kept().after(_lines(4, start=10))
+    assert new.path.read_bytes() == b"".join(x + b"\n" for x in _lines(4, start=10))  # the torn line cut
+    assert not empty.path.exists()
+    (resumed,) = recovered.following()
+    assert (resumed.index, resumed.kept) == (1, new.kept)
+    recovered.release(resumed)
+
+
 def test_finish_and_remove_and_a_newer_schema_is_refused(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
     first = store.begin(KEY, "s", 1, 0)

@@ -27,8 +27,7 @@ from archiver.archive.state import ExtraItem, ItemRow
 from archiver.durable import fsync_dir
 from archiver.errors import ApiError, NotFoundError, TooLargeError
 from archiver.layout import keys
-from archiver.live.follow import NDJSON
-from archiver.live.store import SegmentRow
+from archiver.live.store import NDJSON, SegmentRow
 from archiver.retry import FETCH_ITEM, RetryPolicy
 from archiver.upstream.api import Download, SessionHostClient
 from archiver.vocabulary import Outcome
@@ -49,6 +48,10 @@ LOGS_CONTENT_TYPE = "application/gzip"
 _HEAD = 64
 #: Seconds between looks at a live capture that still follows its stream (it drains within minutes).
 LIVE_RECHECK = 2.0
+#: Seconds before its deadline at which a logs item no longer waits for a capture that still
+#: follows (its loop is stuck, or its checkpoints keep failing): it reads after the end, and
+#: archives what the capture holds as a gap if that finds nothing.
+LIVE_WAIT_MARGIN = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +254,8 @@ class Fetcher:
     def fetch(self, item: ItemRow, *, remaining: float) -> FetchResult:
         """One attempt at `item`; `remaining` seconds to its deadline (<= 0: a last try, no retries).
 
-        404 means the upstream no longer has it: `source_gone` inside the window, `expired` after.
+        404 means the upstream no longer has it: `source_gone` inside the window, `expired` after
+        (logs with a live capture: the capture, `_fetch_logs`).
         """
         last_chance = remaining <= 0
         policy = (
@@ -262,7 +266,7 @@ class Fetcher:
         source = item.source
         try:
             if item.kind == "logs":
-                return self._fetch_logs(item, policy)
+                return self._fetch_logs(item, policy, remaining)
             return self._fetch_artifact(item, policy)
         except NotFoundError as exc:
             return Finished(Outcome.EXPIRED if last_chance else Outcome.SOURCE_GONE, str(exc), source)
@@ -272,13 +276,14 @@ class Fetcher:
             # The spool disk (ENOSPC, EIO): the upstream still has the data until the deadline.
             return Retry(f"spool: {exc.strerror or exc}", source, local=True)
 
-    def _fetch_logs(self, item: ItemRow, policy: RetryPolicy) -> FetchResult:
+    def _fetch_logs(self, item: ItemRow, policy: RetryPolicy, remaining: float) -> FetchResult:
         """The logs read after the end, with the session's live capture where it adds something
-        (`archive.live_logs`); a capture still following its stream is waited for."""
+        (`archive.live_logs`); a capture still following its stream is waited for, until
+        `LIVE_WAIT_MARGIN` before the deadline."""
         live = self.live
         if live is None:
             return self._after_end(item, policy)[0]
-        if live.following(item.session_key):
+        if live.following(item.session_key) and remaining > LIVE_WAIT_MARGIN:
             return Retry("its live capture still follows the stream", item.source, wait=LIVE_RECHECK)
         segments = live.segments(item.session_key)
         if not segments:
@@ -288,17 +293,25 @@ class Fetcher:
             after, content_type = self._after_end(item, policy)
         except NotFoundError:
             after, content_type = None, ""
+        # Any other error is retried until the deadline, where the stage takes `capture_instead`.
         if after is not None and after.received == 0:
             self._spool.remove(after.path)  # an empty after-end body is nothing found: the capture is the logs
             after = None
-        kept = live.kept(segments, after.path if after is not None else None, content_type)
         if after is None:
-            main, others = kept[-1], kept[:-1]
-            after = self._capture(item, main, str(item.id), None)
-        else:
-            others = kept
-        extras = tuple(self._extra(item, row) for row in others)
-        return dataclasses.replace(after, extras=extras)
+            return self._from_capture(item, segments)
+        kept = live.kept(segments, after.path, content_type)
+        return dataclasses.replace(after, extras=tuple(self._extra(item, row) for row in kept))
+
+    def capture_instead(self, item: ItemRow) -> Spooled | None:
+        """Logs whose read after the end kept failing until their deadline: the live capture, as if
+        that read had found nothing (None: there is none)."""
+        segments = self.live.segments(item.session_key) if self.live is not None else []
+        return self._from_capture(item, segments) if segments else None
+
+    def _from_capture(self, item: ItemRow, segments: list[SegmentRow]) -> Spooled:
+        """The newest capture segment as the item's logs, the others beside it."""
+        main = self._capture(item, segments[-1], str(item.id), None)
+        return dataclasses.replace(main, extras=tuple(self._extra(item, row) for row in segments[:-1]))
 
     def _capture(self, item: ItemRow, row: SegmentRow, name: str, segment: int | None) -> Spooled:
         """A live capture segment spooled (gzip, like every log), as the item's logs or (with

@@ -66,28 +66,12 @@ class FetchStage(Stage):
             return
         remaining = item.deadline - self.clock()
         if remaining <= 0 and item.attempts > 1:
-            self.finish(item, Outcome.EXPIRED, error=f"fetch deadline passed; last error: {item.last_error}")
+            self._expire(item, f"fetch deadline passed; last error: {item.last_error}")
             return
         result = self.fetcher.fetch(item, remaining=remaining)
         now = self.clock()
         if isinstance(result, Spooled):
-            self.state.mark_spooled(
-                item.id,
-                spool_path=str(result.path),
-                size=result.size,
-                sha256=result.sha256,
-                content_type=result.content_type,
-                source=result.source,
-                key=result.key,
-                fetched_at=now,
-                capture=result.capture,
-                extras=result.extras,
-            )
-            if item.kind == "logs" and self.fetcher.live is not None:
-                self.fetcher.live.forget(item.session_key)  # the spool holds what was kept of it
-            self.metrics.add_bytes("fetch", item.kind, result.received)
-            self.metrics.fetch_completed(item.deadline - now)
-            self.wake.notify(UPLOAD)
+            self._spooled(item, result, now)
         elif isinstance(result, Finished):
             log.info("item %s of %r: %s (%s)", item.kind, item.session_id, result.outcome, result.error)
             self.finish(item, result.outcome, error=result.error, source=result.source)
@@ -95,10 +79,39 @@ class FetchStage(Stage):
             self._retry_fetch(item, result, now)
         self._refresh_gauges()
 
+    def _expire(self, item: ItemRow, error: str, source: str | None = None) -> None:
+        """The deadline passed: logs with a live capture are archived from it, as if the read after
+        the end (failing until now) had found nothing; anything else expires."""
+        try:
+            captured = self.fetcher.capture_instead(item) if item.kind == "logs" else None
+        except OSError as exc:  # the spool disk: the capture stays on disk; tried again until it works
+            self.metrics.error("spool")
+            log.error("spool write failed for the live capture of %r (retrying): %s", item.session_id, exc)
+            self._release(item, f"spool: {exc.strerror or exc}")
+            return
+        if captured is None:
+            self.finish(item, Outcome.EXPIRED, error=error, source=source)
+            return
+        log.warning("logs of %r: reading them after the end failed until the deadline (%s); archiving the live "
+                    "capture", item.session_id, error)  # fmt: skip
+        self._spooled(item, captured, self.clock())
+
+    def _spooled(self, item: ItemRow, result: Spooled, now: float) -> None:
+        r = result
+        self.state.mark_spooled(
+            item.id, spool_path=str(r.path), size=r.size, sha256=r.sha256, content_type=r.content_type,
+            source=r.source, key=r.key, fetched_at=now, capture=r.capture, extras=r.extras,
+        )  # fmt: skip
+        if item.kind == "logs" and self.fetcher.live is not None:
+            self.fetcher.live.forget(item.session_key)  # the spool holds what was kept of it
+        self.metrics.add_bytes("fetch", item.kind, result.received)
+        self.metrics.fetch_completed(item.deadline - now)
+        self.wake.notify(UPLOAD)
+
     def _retry_fetch(self, item: ItemRow, result: Retry, now: float) -> None:
         left = item.deadline - now
         if left <= 0:
-            self.finish(item, Outcome.EXPIRED, error=result.error, source=result.source)
+            self._expire(item, result.error, result.source)
             return
         if result.wait is not None:  # waiting, not failing (a live capture still following)
             log.debug("%s of %r waits: %s", item.kind, item.session_id, result.error)

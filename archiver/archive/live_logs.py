@@ -3,8 +3,9 @@
 The rules (README, "Live log capture"): the logs read after the end are archived as before; a
 capture segment is kept beside them only when it is not a line prefix of them (the service lost
 or changed lines the stream saw), and when the after-end read finds nothing (404, or an empty
-body) the capture is the logs. Lines are compared as `retrieval.logformat` reads them (the text of
-each NDJSON entry or plain line), blank lines left out on both sides: the capture never keeps one.
+body), or fails otherwise until the deadline, the capture is the logs. Lines are compared as
+`retrieval.logformat` reads them (the text of each NDJSON entry or plain line), blank lines left
+out on both sides: the capture never keeps one.
 """
 
 from __future__ import annotations

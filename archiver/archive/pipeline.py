@@ -315,13 +315,14 @@ class Pipeline:
             persist_interval=self.tuning.last_seen_persist_interval,
             present_ids=present_ids,
         )
-        if self.live is not None:
-            self.live.update(decisions.listed)  # the shard's active sessions (the parser kept only ours)
+        known = decisions.known
+        if self.live is not None:  # the shard's active sessions (only ours), quarantined ones too: still running
+            self.live.update(known)
         gone = decisions.gone
         reopened = self.state.record_poll(decisions.upserts, gone, now, touch_active=decisions.touch_active)
         if decisions.touch_active:
             self._last_seen_persisted = now
-        self._known = decisions.known
+        self._known = known
         last_seen = self._last_seen
         for key, _ in gone:
             last_seen.pop(key, None)

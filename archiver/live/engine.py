@@ -7,6 +7,7 @@ reopened or finished by `policy.after`; a stall sweep aborts silent streams; the
 checkpointed every `Tuning.checkpoint_interval` on a helper thread (and soon after a capture
 finishes). The loop's selector can be paused (`paused()`, around the poll cycle, so following
 thousands of streams does not take the GIL from the poll: `benchmarks/follow.py` measures both).
+If a background job fails, the loop ends (logged, counted) and `following` is false from then on.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class LiveCapture:
         self._pending: tuple[str, ...] | None = None
         self._stop_requested: asyncio.Event | None = None
         self._stopping = False
+        self._stop_asked = False
         self._held: dict[str, Follow] = {}
         self._recent: dict[str, tuple[Segment, float]] = {}
         #: Keys whose follow finished, until a checkpoint has recorded it (see `following`).
@@ -147,11 +149,14 @@ class LiveCapture:
     def stats(self) -> LiveStats:
         held = list(self._held.values())
         draining = sum(1 for f in held if not f.wanted)
+        followed, unfollowed = len(held) - draining, self._unfollowed
+        if self._died():  # it follows nothing: what it held is left unfollowed
+            followed, draining, unfollowed = 0, 0, unfollowed + followed
         counters = self._counters
         return LiveStats(
-            followed=len(held) - draining,
+            followed=followed,
             draining=draining,
-            unfollowed=self._unfollowed,
+            unfollowed=unfollowed,
             lines=counters.lines,
             bytes=counters.bytes,
             ends=dict(counters.ends),
@@ -162,13 +167,24 @@ class LiveCapture:
 
     def following(self, key: str) -> bool:
         """Whether a session instance's capture may still change: it is followed, or it finished
-        and the checkpoint that records how has not committed yet."""
+        and the checkpoint that records how has not committed yet. False for every key once the
+        loop died on an error: nothing changes a capture any more (after `stop` they stay followed:
+        the next start resumes them)."""
+        if self._died():
+            return False
+        # `_finish` adds a key to `_finishing` before it leaves `_held`: looked at in this order, a
+        # key between the two is always seen (each look is one atomic read; no lock needed).
         return key in self._held or key in self._finishing
+
+    def _died(self) -> bool:
+        thread = self._thread
+        return thread is not None and not thread.is_alive() and not self._stop_asked
 
     def stop(self, timeout: float = 10.0) -> None:
         """Close every stream, checkpoint, and end the thread. Captures stay ``following`` and are
         resumed by the next start."""
         loop, thread = self._loop, self._thread
+        self._stop_asked = True
         self._gate.set()
         if loop is not None and thread is not None and thread.is_alive():
             with contextlib.suppress(RuntimeError):
@@ -202,11 +218,16 @@ class LiveCapture:
             pending, self._pending = self._pending, None
         if pending is not None:
             self._apply(pending)
-        for job in (self._checkpoints(), self._sweeps()):
-            task = loop.create_task(job)
-            self._tasks.add(task)
-        await self._stop_requested.wait()
-        await self._shutdown()
+        jobs = [loop.create_task(job) for job in (self._checkpoints(), self._sweeps())]
+        self._tasks.update(jobs)
+        stop = loop.create_task(self._stop_requested.wait())
+        done, _ = await asyncio.wait([stop, *jobs], return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        try:
+            await self._shutdown()
+        finally:
+            for job in done - {stop}:
+                job.result()  # a job that failed ends the loop (`_run` logs and counts it), never silently
 
     def _request_stop(self) -> None:
         assert self._stop_requested is not None
@@ -246,7 +267,9 @@ class LiveCapture:
         """The segment a new follow appends to (the newest one of an earlier follow of the same
         instance, listed again after it ended, else a fresh one), and whether that one saw the end."""
         recent = self._recent.pop(ref.key, None)
-        row = recent[0].row() if recent is not None else self.store.latest(ref.key)
+        # Only while its finish awaits a checkpoint is the loop's copy newer than the store's; after
+        # that the store is the truth (the archive may have removed the capture: it starts afresh).
+        row = recent[0].row() if recent is not None and ref.key in self._finishing else self.store.latest(ref.key)
         return self._reuse(ref, row), row is not None and row.state == Finish.COMPLETE
 
     def _reuse(self, ref: SessionRef, row: SegmentRow | None) -> Segment:
@@ -359,13 +382,14 @@ class LiveCapture:
             assert isinstance(follow.timer, asyncio.TimerHandle)
             follow.timer.cancel()
             follow.timer = None
-        del self._held[follow.ref.key]
+        key = follow.ref.key
+        self._finishing.add(key)  # before it leaves `_held`: `following` sees it in one or the other
+        self._recent[key] = (follow.segment, self._now())
+        del self._held[key]
         if follow.stream is not None:
             follow.abort(Ending.UNWANTED)  # no longer held: its end is not acted upon
         self.store.finish(follow.segment, state)
         self._finished[state] += 1
-        self._finishing.add(follow.ref.key)
-        self._recent[follow.ref.key] = (follow.segment, self._now())
         assert self._checkpoint_soon is not None
         self._checkpoint_soon.set()
 
@@ -439,7 +463,10 @@ class LiveCapture:
                 self._unsaved.setdefault((row.key, row.index), row)
             return
         for row in rows:
-            if row.state != FOLLOWING and row.key not in self._held:
+            recent = self._recent.get(row.key)
+            # Unless it was listed again, or finished again since these rows were taken (the newer
+            # row is in the next checkpoint), the store now says how it finished.
+            if row.state != FOLLOWING and row.key not in self._held and (recent is None or recent[0].row() == row):
                 self._finishing.discard(row.key)
 
     async def _shutdown(self) -> None:

@@ -16,11 +16,8 @@ from archiver.live.followset import SessionRef
 from archiver.live.lines import LineSplitter
 from archiver.live.policy import Ending, ending_of_status
 from archiver.live.resume import Kept, Progress, Verdict
-from archiver.live.store import CaptureStore, Segment
+from archiver.live.store import NDJSON, TEXT, CaptureStore, Segment
 from archiver.live.stream import Closed, FollowStream
-
-NDJSON = "ndjson"
-TEXT = "text"
 
 
 def shape_of(content_type: str) -> str:

@@ -33,7 +33,7 @@ class LineSplitter:
             self._pending += data
             return self._overlong([]) if len(self._pending) > MAX_LINE else []
         *lines, self._pending = (self._pending + data).split(b"\n")
-        out = [line for line in lines if line.strip()]
+        out = [line for line in lines if not is_blank(line)]
         if any(len(line) > MAX_LINE for line in out):
             out = [line[i : i + MAX_LINE] for line in out for i in range(0, len(line), MAX_LINE)]
         return self._overlong(out) if len(self._pending) > MAX_LINE else out
@@ -47,7 +47,7 @@ class LineSplitter:
     def finish(self) -> list[bytes]:
         """At a proper end of the body: the last line, if it lacked its newline."""
         pending, self._pending = self._pending, b""
-        return [pending] if pending.strip() else []
+        return [] if is_blank(pending) else [pending]
 
     def discard(self) -> int:
         """At a cut: forget the unfinished tail (the next replay sends it whole); its length."""

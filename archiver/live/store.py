@@ -12,8 +12,10 @@ byte the disk does not hold, and thousands of sessions cost one sync, not one pe
 Recovery (at open) trusts a checkpoint and re-reads only what follows it: complete lines written
 after it (a ``kill -9`` loses nothing the kernel had) extend the chain; a torn last line is cut
 off; a file shorter than its checkpoint (a machine crash on a filesystem that lied) is re-read
-whole. A file without a row (its follow began after the last checkpoint) is deleted: its session's
-replay brings the lines again.
+whole. A file without a row (its follow began after the last checkpoint) is kept when another
+segment's row names its session (a segment begun after a divergence: its lines are scanned to
+rebuild the row, and the segments before it end as diverged); else, its key unknown, it is deleted,
+and the session's replay brings the lines again.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ DB_NAME = "captures.db"
 SCHEMA_VERSION = 1
 #: A segment still being followed (the others are `policy.Finish` values).
 FOLLOWING = "following"
+#: A capture's shape: NDJSON `{streamType, line}` entries, or plain text lines.
+NDJSON = "ndjson"
+TEXT = "text"
 _READ_BLOCK = 1024 * 1024
 
 _SCHEMA = """
@@ -168,17 +173,44 @@ class CaptureStore:
 
     def _recover(self) -> None:
         rows = self._rows("SELECT * FROM segments")
-        known = {row.path.name for row in rows}
-        for entry in self.directory.iterdir():
-            if entry.name.endswith(".log") and entry.name not in known:
-                entry.unlink()  # began after the last checkpoint: the replay brings its lines again
-        changed = []
+        changed: dict[tuple[str, int], SegmentRow] = {}
         for row in rows:
             kept = self._recovered(row)
             if kept != row.kept:
                 state = row.state if row.state == FOLLOWING or kept.size >= row.kept.size else Finish.GAP
-                changed.append(dataclasses.replace(row, kept=kept, state=state))
-        self._write(changed)
+                changed[(row.key, row.index)] = dataclasses.replace(row, kept=kept, state=state)
+        found = self._unrecorded(rows)
+        changed.update({(row.key, row.index): row for row in found})
+        current = {(row.key, row.index): row for row in rows} | changed
+        for key in {row.key for row in found}:  # a segment begins when the one before it diverged
+            newest = max(index for k, index in current if k == key)
+            for (k, index), row in current.items():
+                if k == key and index < newest and row.state == FOLLOWING:
+                    changed[(k, index)] = dataclasses.replace(row, state=Finish.DIVERGED)
+        self._write(list(changed.values()))
+
+    def _unrecorded(self, rows: Sequence[SegmentRow]) -> list[SegmentRow]:
+        """The files without a row (begun after the last checkpoint) rebuilt as segments, when a row
+        of another segment names their session; the others are deleted (the replay brings their lines
+        again), as are empty ones."""
+        recorded = {row.path.name for row in rows}
+        sessions = {row.path.name.partition(".")[0]: row for row in rows}
+        found = []
+        for entry in self.directory.iterdir():
+            if not entry.name.endswith(".log") or entry.name in recorded:
+                continue
+            digest, _, index = entry.name.removesuffix(".log").partition(".")
+            other = sessions.get(digest)
+            if other is None or not index.isdigit() or not (kept := scan(entry, Kept())).lines:
+                entry.unlink()
+                continue
+            with entry.open("rb") as f:  # the answer's shape was not recorded: its first line tells
+                shape = NDJSON if f.read(64).lstrip()[:1] == b"{" else TEXT
+            log.info("live capture of %r: segment %s began after the last checkpoint; kept", other.session_id, index)
+            found.append(
+                dataclasses.replace(other, index=int(index), shape=shape, kept=kept, state=FOLLOWING, path=entry)
+            )
+        return found
 
     def _recovered(self, row: SegmentRow) -> Kept:
         """What the segment's file really holds, beyond or instead of its checkpoint."""
