@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The one version, pyproject.toml's: the image build passes it to the Dockerfile.
 VERSION := $(shell $(PYTHON) -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['version'])")
 
-.PHONY: test test-image test-browser test-newest rules demo bench lint lock image fake-service clean
+.PHONY: test test-slow test-image test-browser test-newest rules demo bench lint lock image fake-service clean
 
 # Installs are reproducible: the locked versions with their hashes (requirements/, `make lock`),
 # then the project itself without dependencies, built by the locked setuptools.
@@ -24,6 +24,10 @@ $(STAMP): pyproject.toml requirements/dev.txt
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# The whole-system runs kept out of `test` for its 10-minute budget (pytest -m slow); CI runs them.
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow $(PYTEST_ARGS)
 
 # Builds the container image (buildah + mmdebstrap, as root) and runs it: minutes, so not in `test`.
 test-image: $(STAMP)

@@ -12,7 +12,9 @@ import pytest
 from tests.chaos_run import ChaosConfig, run_chaos
 from tests.fixtures_s3 import weed_binary
 
-#: Small enough for `make test` on a loaded 2-core machine (about 45 s), big enough that kills
+pytestmark = pytest.mark.slow  # tens of seconds: `make test-slow`, which CI runs
+
+#: Small enough for `make test-slow` on a loaded 2-core machine (about 45 s), big enough that kills
 #: land mid-fetch and mid-multipart-upload.
 SHORT = ChaosConfig(
     seed=16, storm=20.0, rate_per_min=40.0, big_sessions=2, big_size=16 * 1024 * 1024, kills=4, targeted_kills=2,

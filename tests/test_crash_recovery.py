@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.slow  # tens of seconds: `make test-slow`, which CI runs
+
 TOKEN = "test-token"
 REPLAY = "/srv/replays/match.replay"
 #: Larger than the store's 8 MiB multipart threshold: two parts, so a crash can fall between them.

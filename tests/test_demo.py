@@ -10,6 +10,9 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
+
+pytestmark = pytest.mark.slow  # tens of seconds: `make test-slow`, which CI runs
 
 ARCHIVER = str(Path(sys.executable).parent / "archiver")
 

@@ -352,7 +352,10 @@ def test_when_the_live_loop_dies_the_logs_are_archived_at_once_from_what_it_chec
     fake.end_session(TOKEN, sid)
     ((item, body),) = _logs(h, _archive(h, [sid])[sid])  # not held until the deadline
     assert item.capture == "gap" and body == render_ndjson(fake.log_lines(TOKEN, sid)[:kept])
-    assert [r.getMessage() for r in caplog.records] == ["live capture stopped on an error"]
+    live_errors = [
+        r.getMessage() for r in caplog.records if r.name.startswith("archiver.live") and r.levelno >= logging.ERROR
+    ]
+    assert live_errors == ["live capture stopped on an error"]  # once, though every later checkpoint would fail
     h.pipeline.gauges()
     assert h.registry.get_sample_value("archiver_errors_total", {"where": "live"}) == 1
     assert h.registry.get_sample_value("archiver_live_followed_sessions") == 0

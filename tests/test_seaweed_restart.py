@@ -23,6 +23,8 @@ from tests.fixtures_pipeline import MB, MISSING, REPLAY, TOKEN, Harness
 from tests.fixtures_s3 import SeaweedServer, weed_binary
 from tests.support import wait_until
 
+pytestmark = pytest.mark.slow  # tens of seconds: `make test-slow`, which CI runs
+
 SESSIONS = 16
 
 

@@ -32,6 +32,8 @@ from archiver.upstream.api import SessionHostClient
 from tests.fixtures_pipeline import FAST, FAST_POLICY, MISSING, REPLAY, TOKEN, Harness
 from tests.support import wait_until
 
+pytestmark = pytest.mark.slow  # tens of seconds: `make test-slow`, which CI runs
+
 #: Replica 1 gives replica 0 a second's head start before a session's first fetch.
 STAGGERED = dataclasses.replace(FAST, replica_stagger=1.0)
 _SESSION_INFO = re.compile(r'^sessionhost_session_info\{[^}]*session_id="([^"]+)"', re.MULTILINE)
