@@ -115,7 +115,10 @@ def as_int(value: Any) -> int:
     if isinstance(value, int):
         number = value
     elif isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value.strip()) <= 30:
-        number = int(value.strip())
+        try:
+            number = int(value.strip())
+        except ValueError:  # "--5", "²": isdigit() says yes, int() does not
+            raise ValueError(f"expected an integer, got {value!r}") from None
     else:
         raise ValueError(f"expected an integer, got {value!r}")
     if abs(number) > MAX_COUNT:
@@ -172,7 +175,7 @@ def as_choice(*choices: str, synonyms: Mapping[str, str] | None = None) -> Calla
     """One of ``choices``; a key of ``synonyms`` (a former spelling, not listed in errors) means its value."""
 
     def convert(value: Any) -> str:
-        if synonyms and value in synonyms:
+        if synonyms and isinstance(value, str) and value in synonyms:
             return synonyms[value]
         if value not in choices:
             raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")

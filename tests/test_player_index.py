@@ -207,3 +207,16 @@ def test_player_keys_are_key_safe_and_sort_by_end_time(player: str) -> None:
     assert first < later
     assert keys.player_start_after("arch/", player, NOW - HOUR) < first < keys.player_start_after("arch/", player, NOW)
     assert keys.player_entry_ms(first[len(base) :]) == int((NOW - HOUR) * 1000)
+
+
+def test_index_players_names_a_checkpoint_it_cannot_read_or_write(file_store: ObjectStore, tmp_path: Path) -> None:
+    """An unreadable --checkpoint, or one that cannot be replaced, is one error line (exit 1), not a traceback."""
+    put_session(file_store, "s1", ended_at=NOW - HOUR, players=("ann",))
+    garbled = tmp_path / "garbled.checkpoint"
+    garbled.write_bytes(b"\xff\xfe not UTF-8\n")
+    result = run_cli(file_store, ["index-players", "--checkpoint", str(garbled)])
+    assert result.exit_code == 1 and f"--checkpoint {garbled}: cannot be read" in result.output
+    blocked = tmp_path / "blocked.checkpoint"
+    (tmp_path / "blocked.checkpoint.partial").mkdir()  # where the new checkpoint is written first
+    result = run_cli(file_store, ["index-players", "--checkpoint", str(blocked)])
+    assert result.exit_code == 1 and f"--checkpoint {blocked}: cannot be written" in result.output

@@ -60,6 +60,7 @@ def test_unknown_key_in_the_file_is_an_error_naming_it(tmp_path: Path) -> None:
         (["--poll-interval", "soon"], {}, "--poll-interval: not a duration"),
         ([], {"ARCHIVER_POLL_INTERVAL": "soon"}, "ARCHIVER_POLL_INTERVAL: not a duration"),
         (["--max-sessions", "many"], {}, "--max-sessions: expected an integer"),
+        (["--max-sessions", "--5"], {}, "--max-sessions: expected an integer"),  # isdigit() says yes
     ],
 )
 def test_a_bad_value_names_where_it_came_from(args: list[str], env: dict[str, str], message: str) -> None:
@@ -70,6 +71,13 @@ def test_a_bad_value_names_where_it_came_from(args: list[str], env: dict[str, st
 def test_a_bad_value_in_the_file_names_the_file_and_key(tmp_path: Path) -> None:
     config = write(tmp_path, "max_sessions = true\n")
     with pytest.raises(ConfigError, match=re.escape(f"{config}: max_sessions: expected an integer")):
+        settings_from(["--config", str(config)])
+
+
+@pytest.mark.parametrize("text", ['log_format = ["json"]\n', "log_level = { a = 1 }\n"])
+def test_a_table_or_array_for_a_choice_is_a_config_error(tmp_path: Path, text: str) -> None:
+    config = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=re.escape(f"{config}: {text.split()[0]}: expected one of")):
         settings_from(["--config", str(config)])
 
 
