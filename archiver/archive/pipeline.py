@@ -457,7 +457,7 @@ class Pipeline:
         self.metrics.set_next_fetch_deadline(backlog.next_fetch_deadline)
         self.metrics.set_spool_bytes(backlog.spool_bytes)
         if self.live is not None:
-            self.metrics.live_capture(self.live.stats())
+            self.metrics.live_capture(self.live.stats)
         self._gauges_at = time.monotonic()
         return backlog
 

@@ -1,6 +1,10 @@
-"""The `archiver_live_*` metrics of live log capture (`archiver.live`), fed from its stats after every poll."""
+"""The `archiver_live_*` metrics of live log capture (`archiver.live`), fed from its stats at every
+gauge refresh (`Pipeline.gauges`: after a poll, and from the stage workers)."""
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -45,19 +49,27 @@ class LiveMetrics:
             self._reconnects.labels(reason.value)
         for state in Finish:
             self._captures.labels(state.value)
-        self._last: LiveStats | None = None
+        #: The running totals of the previous report (all zero before the first).
+        self._last = LiveStats(
+            followed=0, draining=0, unfollowed=0, lines=0, bytes=0, ends={}, reconnects={}, finished={}
+        )
+        #: Stats are taken and reported one caller at a time (the poller and every stage worker
+        #: refresh gauges): two reports from one `_last`, or an older snapshot reported after a
+        #: newer one, would add the same growth twice to counters that never go back.
+        self._reporting = threading.Lock()
 
-    def report(self, stats: LiveStats) -> int:
-        """The engine's stats now; counters move by what grew since the last report. Returns the
-        errors caught since then (for archiver_errors_total)."""
-        last = self._last
-        self._followed.set(stats.followed)
-        self._unfollowed.set(stats.unfollowed)
-        self._lines.inc(max(0, stats.lines - (last.lines if last else 0)))
-        self._bytes.inc(max(0, stats.bytes - (last.bytes if last else 0)))
-        for reason, count in stats.reconnects.items():
-            self._reconnects.labels(str(reason)).inc(max(0, count - (last.reconnects.get(reason, 0) if last else 0)))
-        for state, count in stats.finished.items():
-            self._captures.labels(str(state)).inc(max(0, count - (last.finished.get(state, 0) if last else 0)))
-        self._last = stats
-        return max(0, stats.errors - (last.errors if last else 0))
+    def report(self, take: Callable[[], LiveStats]) -> int:
+        """The engine's stats now (`take`: its `stats`); counters move by what grew since the last
+        report. Returns the errors caught since then (for archiver_errors_total)."""
+        with self._reporting:
+            stats = take()
+            last, self._last = self._last, stats
+            self._followed.set(stats.followed)
+            self._unfollowed.set(stats.unfollowed)
+            self._lines.inc(max(0, stats.lines - last.lines))
+            self._bytes.inc(max(0, stats.bytes - last.bytes))
+            for reason, count in stats.reconnects.items():
+                self._reconnects.labels(str(reason)).inc(max(0, count - last.reconnects.get(reason, 0)))
+            for state, count in stats.finished.items():
+                self._captures.labels(str(state)).inc(max(0, count - last.finished.get(state, 0)))
+            return max(0, stats.errors - last.errors)

@@ -452,9 +452,10 @@ class SelfMetrics:
         self._retries.labels(operation).inc()
 
     @_event
-    def live_capture(self, stats: LiveStats) -> None:
-        """Live capture's state after a poll (`archiver_live_*`; its edge errors as `where="live"`)."""
-        errors = self._live.report(stats)
+    def live_capture(self, take: Callable[[], LiveStats]) -> None:
+        """Live capture's state (`archiver_live_*`; its edge errors as `where="live"`) from `take`:
+        its `stats`, called under `LiveMetrics`' lock."""
+        errors = self._live.report(take)
         if errors:
             self._errors.labels("live").inc(errors)
 

@@ -1,0 +1,46 @@
+"""The `archiver_live_*` counters: each line, byte and reconnect is counted once, whichever threads
+refresh the gauges and in whatever order their looks at the engine arrive."""
+
+from __future__ import annotations
+
+import threading
+
+from prometheus_client import CollectorRegistry
+
+from archiver.exporter.livemetrics import LiveMetrics
+from archiver.live.report import LiveStats
+
+
+def _stats(lines: int) -> LiveStats:
+    return LiveStats(
+        followed=1, draining=0, unfollowed=0, lines=lines, bytes=lines * 10, ends={}, reconnects={"cut": lines},
+        finished={}, errors=lines,
+    )  # fmt: skip
+
+
+def test_two_refreshes_at_once_count_what_grew_once_even_when_the_older_look_reports_last() -> None:
+    """A stage worker takes a look (10 lines); the poller takes a newer one (20) meanwhile. Were the
+    newer reported first and the older after it, the next report would add 10 lines again."""
+    registry = CollectorRegistry()
+    metrics = LiveMetrics(registry)
+    older_taking, newer_reported = threading.Event(), threading.Event()
+    errors: list[int] = []
+
+    def older() -> LiveStats:
+        older_taking.set()
+        newer_reported.wait(timeout=0.3)  # without one reporter at a time, the newer look reports first
+        return _stats(10)
+
+    worker = threading.Thread(target=lambda: errors.append(metrics.report(older)))
+    worker.start()
+    assert older_taking.wait(timeout=10)
+    poller = threading.Thread(target=lambda: (errors.append(metrics.report(lambda: _stats(20))), newer_reported.set()))
+    poller.start()
+    worker.join(timeout=10)
+    poller.join(timeout=10)
+    errors.append(metrics.report(lambda: _stats(20)))
+
+    assert registry.get_sample_value("archiver_live_lines_total") == 20
+    assert registry.get_sample_value("archiver_live_bytes_total") == 200
+    assert registry.get_sample_value("archiver_live_reconnects_total", {"reason": "cut"}) == 20
+    assert sum(errors) == 20
