@@ -72,7 +72,13 @@ AWS_ENV = {
 }
 #: Upstream fault windows, in the order they come round.
 FAULT_WINDOWS = ("5xx", "429", "timeout", "truncate", "reset")
-PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=1"
+#: What Prometheus 3 sends (as benchmarks/scrape.py scrapes): OpenMetrics first.
+PROMETHEUS_ACCEPT = (
+    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,"
+    "application/openmetrics-text;version=0.0.1;q=0.5,"
+    "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
+    "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+)
 _HEX_RUN = re.compile(rb"[0-9a-f]{16,}")
 
 
