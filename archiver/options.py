@@ -83,7 +83,8 @@ class Option:
     multiple: bool = False
     metavar: str = "TEXT"
     #: Which commands take it: "store" (every command that reads the store), "state" (`status` too),
-    #: "daemon" (`run`, `archive`, `check` only).
+    #: "daemon" (`run`, `archive`, `check` only), "log" (those and `browse`); "browse" and "demo":
+    #: the own options of `browse` and `demo` (BROWSE_OPTIONS, DEMO_OPTIONS).
     scope: str = "daemon"
     #: The Settings field its converted value fills (default: the key). Several options fill one
     #: field where `archiver.settings.COMPOSED` builds that field from them (evidence, shard, token).

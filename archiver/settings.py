@@ -314,7 +314,7 @@ def load_settings(
     config_file: str | Path | None = None,
 ) -> Settings:
     """Settings from option values keyed as in OPTIONS (None/empty: not given) over the TOML file, for
-    embedding and tests; `env` is read for the token only. The CLI's flags and env vars go through
+    embedding and tests; `env` is read for the token and the pod name only. The CLI's flags and env vars go through
     click and `build_settings` instead."""
     file_data = read_config_file(Path(config_file)) if config_file else {}
     raw: dict[str, list[Given]] = {}

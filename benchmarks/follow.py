@@ -60,7 +60,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-import scrape  # noqa: E402  (the session list bodies, their stand-in upstream, RSS and p50 helpers)
+import scrape  # noqa: E402  (the session list bodies, their stand-in upstream, the p50 helper)
 
 LINE_EVERY = 2.0
 TICK = 0.05
@@ -70,7 +70,7 @@ POLL_STREAMS = 5_000
 BUDGET_CORES_5000 = 0.5
 BUDGET_RSS_MB_5000 = 150.0
 BUDGET_POLL_INCREASE = 0.10
-#: The poll-cycle conditions (see `main`'s docstring).
+#: The poll-cycle conditions (see the module docstring).
 CONDITIONS = ("first", "no_engine", "parked", "following_paused", "following_unpaused")
 #: Seconds between two measured polls.
 GAP = 0.5
@@ -229,7 +229,7 @@ def child_follower(url: str, streams: int, window: float, warmup: float) -> None
 
 
 def child_polls(upstream: str, follow_url: str, polls: int, streams: int, server_pid: int) -> None:
-    """The 10k poll cycle without following and while following `streams` (see `main` for the conditions)."""
+    """The 10k poll cycle without following and while following `streams` (the conditions: the module docstring)."""
     from archiver.daemon import tune_allocator
 
     tune_allocator()  # as `archiver run` does at start-up
@@ -281,9 +281,9 @@ def child_polls(upstream: str, follow_url: str, polls: int, streams: int, server
     del samples["first"]
     results = {
         name: {
-            "p50_ms": scrape._p50_ms([w for w, _, _ in values]),
-            "cpu_p50_ms": scrape._p50_ms([c for _, c, _ in values]),
-            "others_cpu_p50_ms": scrape._p50_ms([o for _, _, o in values]),
+            "p50_ms": scrape.p50_ms([w for w, _, _ in values]),
+            "cpu_p50_ms": scrape.p50_ms([c for _, c, _ in values]),
+            "others_cpu_p50_ms": scrape.p50_ms([o for _, _, o in values]),
             "polls": len(values),
             "walls_ms": [round(w * 1000, 1) for w, _, _ in values],
         }

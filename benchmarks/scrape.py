@@ -37,11 +37,11 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# The measured processes (re-exported: sharded.py uses them through this module).
-from scrape_servers import _p50_ms as _p50_ms
+# The measured processes (re-exported: sharded.py and follow.py use them through this module).
 from scrape_servers import child_baseline, child_ours, child_static
 from scrape_servers import child_upstream as child_upstream
 from scrape_servers import maxrss_mb as maxrss_mb
+from scrape_servers import p50_ms as p50_ms
 
 IMAGES = (("demo-game", ("1.0.0", "1.1.0")), ("arena-shooter", ("2024.11.1", "2024.12.0")), ("racer", ("7",)))
 LOCATIONS = ("eu-west-1", "us-east-1", "ap-southeast-1", "eu-central-1")
@@ -70,8 +70,6 @@ PROMETHEUS_ACCEPT = (
     "text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,"
     "text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
 )
-#: Goal: scrape p50 within this factor of the same bytes served static.
-FLOOR_GOAL = 1.5
 
 
 # --- data -------------------------------------------------------------------------------------------
@@ -171,7 +169,7 @@ def scrape_p50(client: httpx.Client, url: str, *, gzip: bool, samples: int, warm
             size = sum(len(chunk) for chunk in response.iter_raw())
         if i >= warmup:
             times.append(time.perf_counter() - t0)
-    return _p50_ms(times), size
+    return p50_ms(times), size
 
 
 class Child:

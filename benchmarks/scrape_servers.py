@@ -32,7 +32,7 @@ def serve_until_done(server: HTTPServer) -> None:
     print(json.dumps({"maxrss_mb": maxrss_mb()}), flush=True)
 
 
-def _p50_ms(samples: list[float]) -> float:
+def p50_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
@@ -196,13 +196,13 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
             {
                 "url": server.url,
                 "first_poll_ms": first_ms,
-                "poll_p50_ms": _p50_ms(total),
+                "poll_p50_ms": p50_ms(total),
                 # CPU time of the poll cycle (this process, every thread): what a loaded machine disturbs least.
-                "poll_cpu_p50_ms": _p50_ms(cpu),
-                "list_p50_ms": _p50_ms(fetch),
-                "parse_p50_ms": _p50_ms(parse_times),
-                "metrics_fetch_p50_ms": _p50_ms(metrics_fetch),
-                "render_p50_ms": _p50_ms(render),
+                "poll_cpu_p50_ms": p50_ms(cpu),
+                "list_p50_ms": p50_ms(fetch),
+                "parse_p50_ms": p50_ms(parse_times),
+                "metrics_fetch_p50_ms": p50_ms(metrics_fetch),
+                "render_p50_ms": p50_ms(render),
                 "polls": len(total),
                 "renders": renderer.render_count,
                 # Block parts compressed again per poll, as a share of all parts (the rest reused).

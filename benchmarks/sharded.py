@@ -88,9 +88,9 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
     server.start()
     ready = {
         "url": server.url,
-        "poll_p50_ms": scrape._p50_ms(totals),
-        "poll_cpu_p50_ms": scrape._p50_ms(cpus),
-        "list_p50_ms": scrape._p50_ms(lists),
+        "poll_p50_ms": scrape.p50_ms(totals),
+        "poll_cpu_p50_ms": scrape.p50_ms(cpus),
+        "list_p50_ms": scrape.p50_ms(lists),
     }
     print(json.dumps({**ready, "sessions": exported}), flush=True)
     sys.stdin.readline()

@@ -11,7 +11,6 @@ so a test can prove that no archived object was ever written twice with other by
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import html
 import http.client
@@ -65,14 +64,6 @@ class StoreQuirks:
     def __post_init__(self) -> None:
         if self.list_lag < 0 or self.slowdown_every < 0 or self.slowdown_burst < 1:
             raise ValueError(f"bad quirk values: {self}")
-
-    def names(self) -> list[str]:
-        """The switches that are on, by field name."""
-        return [
-            f.name
-            for f in dataclasses.fields(self)
-            if f.name != "slowdown_burst" and getattr(self, f.name) != f.default
-        ]
 
 
 #: No switch on: the proxy forwards every request as it came.

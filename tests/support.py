@@ -13,6 +13,7 @@ import io
 import json
 import socket
 import sqlite3
+import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -51,6 +52,8 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 REPO = Path(__file__).resolve().parent.parent
+#: The `archiver` console script of the running interpreter's environment.
+ARCHIVER = str(Path(sys.executable).with_name("archiver"))
 
 
 # --- waiting ------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,9 +37,7 @@ from archiver.store import open_store
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.transport import quote_segment
 from tests.fixtures_fake import TEST_TOKEN
-from tests.support import ARTIFACT_PATHS, HOSTILE_IDS, HOUR, NOW, put_session
-
-ARCHIVER = str(Path(sys.executable).with_name("archiver"))
+from tests.support import ARCHIVER, ARTIFACT_PATHS, HOSTILE_IDS, HOUR, NOW, put_session
 
 #: Ids archived in the test store (so some generated invocations find what they ask for).
 ARCHIVED = ["match-1", "match-2", *HOSTILE_IDS[:5]]

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 
 from archiver.exporter.exposition import FAMILIES
 from archiver.exporter.selfmetrics import SelfMetrics
+from tests.render_rules import STANDALONE_SELECTOR as RULES_SELECTOR
 
 REPO = Path(__file__).resolve().parent.parent
 RULES = REPO / "grafana" / "alerts" / "archiver.rules.yml"
@@ -97,9 +98,7 @@ EXPECTED_RECORDS = {
 PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or",
                    "unless", "bool", "offset", "inf", "nan"}  # fmt: skip
 GRAFANA_DURATIONS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "1h"}
-#: The standalone rules file's selector (tests/render_rules.py) and the matchers every dashboard
-#: series selector starts with.
-RULES_SELECTOR = 'job="archiver"'
+#: The matchers every dashboard series selector starts with (the rules file's: RULES_SELECTOR).
 DASHBOARD_SCOPE = 'cluster=~"$cluster", namespace=~"$namespace", job=~"$job"'
 
 

@@ -9,7 +9,6 @@ import logging
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,9 +18,8 @@ import pytest
 from archiver.errors import ConfigError
 from archiver.fake import FakeService
 from tests.fixtures_fake import TEST_TOKEN
-from tests.support import free_port, settings_from, wait_until
+from tests.support import ARCHIVER, free_port, settings_from, wait_until
 
-ARCHIVER = str(Path(sys.executable).parent / "archiver")
 #: One logfmt line: key=value pairs, a value bare or a JSON-quoted string.
 LOGFMT = re.compile(
     r'^ts=\S+ level=(debug|info|warn|error) logger=\S+ msg=("(?:[^"\\]|\\.)*"|\S+)( \w+=("(?:[^"\\]|\\.)*"|\S+))*$'

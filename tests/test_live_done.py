@@ -10,7 +10,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,10 +21,9 @@ from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
 from archiver.live.store import DB_NAME, DIR_NAME
 from archiver.store import open_store
-from tests.support import free_port, wait_until
+from tests.support import ARCHIVER, free_port, wait_until
 
 TOKEN = "done-when-token"
-ARCHIVER = str(Path(sys.executable).parent / "archiver")
 SESSIONS = 6
 
 

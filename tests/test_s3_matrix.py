@@ -68,7 +68,6 @@ CASES: dict[str, StoreQuirks] = {
 }
 
 
-#: (test, case) pairs the product fails today, with why: each is an xfail(strict=True) until fixed.
 class LogLines(logging.Handler):
     """The messages one logger emits at ``level`` or above while the ``with`` block runs."""
 

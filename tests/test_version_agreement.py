@@ -23,9 +23,8 @@ from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.store import open_store
+from tests.support import ARCHIVER, CHART, MINIMAL, REPO, one, render
 
-REPO = Path(__file__).resolve().parent.parent
-CHART = REPO / "helm" / "archiver"
 VERSION: str = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 
@@ -36,8 +35,7 @@ def test_the_version_is_a_release_number() -> None:
 def test_the_installed_package_and_archiver_version_say_pyprojects_version() -> None:
     assert importlib.metadata.version("session-archiver") == archiver.__version__ == VERSION
     # The console script the install made, in a process of its own.
-    script = Path(sys.executable).with_name("archiver")
-    result = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run([ARCHIVER, "--version"], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == f"archiver, version {VERSION}"
 
@@ -62,11 +60,8 @@ def test_every_evidence_browser_page_shows_pyprojects_version_in_its_footer(tmp_
 def test_the_chart_is_released_as_pyprojects_version_and_deploys_that_image() -> None:
     meta = yaml.safe_load((CHART / "Chart.yaml").read_text())
     assert (meta["version"], meta["appVersion"]) == (VERSION, VERSION)
-    values = yaml.safe_load((CHART / "ci" / "default-values.yaml").read_text())
     with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(values, name="arch", namespace="observability")
-    docs = [d for path, text in manifests.items() if not path.endswith("NOTES.txt") for d in yaml.safe_load_all(text)]
-    (statefulset,) = [d for d in docs if d and d["kind"] == "StatefulSet"]
+        statefulset = one(render(chart, MINIMAL), "StatefulSet")
     (container,) = statefulset["spec"]["template"]["spec"]["containers"]
     assert container["image"].endswith(f"/archiver:{VERSION}")  # image.tag empty: the appVersion
     assert statefulset["metadata"]["labels"]["app.kubernetes.io/version"] == VERSION

@@ -90,11 +90,9 @@ class LiveLogs:
     def read(self, row: SegmentRow) -> Iterator[bytes]:
         return self.captures.read(row)
 
-    def kept(self, segments: list[SegmentRow], after_end: Path | None, content_type: str) -> list[SegmentRow]:
-        """The segments to archive: all when nothing was read after the end, else those that are no
-        line prefix of it."""
-        if after_end is None:
-            return segments
+    def kept(self, segments: list[SegmentRow], after_end: Path, content_type: str) -> list[SegmentRow]:
+        """The segments to archive beside the logs read after the end: those that are no line
+        prefix of them."""
         return [
             row
             for row in segments

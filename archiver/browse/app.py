@@ -34,7 +34,7 @@ from archiver.errors import (
     SessionNotArchivedError,
     StoreError,
 )
-from archiver.layout.manifest import ManifestItem
+from archiver.layout.manifest import IndexEntry, ManifestItem
 from archiver.retrieval import logformat
 
 # The retrieval code this package reads: queries and safe keys, log lines, human sizes.
@@ -241,7 +241,7 @@ class BrowseApp:
         links = self._list_links(query, page.entries, newer=page.newer, older=page.older)
         return self._render("sessions.html", page=page, query=query, form=params, error=None, links=links)
 
-    def _list_links(self, query: ListQuery, entries: list[Any], *, newer: bool, older: bool) -> dict[str, str]:
+    def _list_links(self, query: ListQuery, entries: list[IndexEntry], *, newer: bool, older: bool) -> dict[str, str]:
         base = query.filter_pairs()
         link = self.mount.link("/sessions")
         links = {}
@@ -284,7 +284,6 @@ class BrowseApp:
             archives=[r.name for r in archives],
             facts=views.facts(m),
             items=list(enumerate(m.items)),
-            has_logs=main is not None,
             player_links=player_links,
             player_since=_PLAYER_SINCE,
         )

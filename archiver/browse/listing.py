@@ -61,6 +61,13 @@ class ListQuery:
         ]
         return pairs + [("label", text) for text in self.label_texts]
 
+    def with_session(self, entries: list[IndexEntry]) -> list[IndexEntry]:
+        """The ``entries`` whose id contains ``session`` (case-insensitive); all of them without one."""
+        if not self.session:
+            return entries
+        needle = self.session.casefold()
+        return [e for e in entries if needle in e.session_id.casefold()]
+
 
 def _cursor(params: p.Params, name: str) -> Cursor | None:
     text = p.one(params, name, limit=32)
@@ -157,7 +164,6 @@ def page_sessions(store: ObjectStore, query: ListQuery, *, limit: int, now: floa
     cursor; with a player, one read of the player index over the range (its cost grows with the
     player's matches, not with the windows).
     """
-    needle = query.session.casefold() if query.session else None
 
     def fetch(window: Window, cap: int | None) -> list[IndexEntry]:
         found = list_sessions(
@@ -168,12 +174,12 @@ def page_sessions(store: ObjectStore, query: ListQuery, *, limit: int, now: floa
             location=query.location,
             labels=query.labels,
             # A substring filter is applied here, after the listing: the listing's limit cannot count it.
-            limit=None if needle is not None else cap,
+            limit=None if query.session else cap,
             now=now,
             player=query.player,
             warn=log.warning,
         )
-        return found if needle is None else [e for e in found if needle in e.session_id.casefold()]
+        return query.with_session(found)
 
     if query.after is not None:
         return _page_newer(fetch, query, query.after, limit=limit, now=now)

@@ -218,14 +218,12 @@ class SearchRun:
 
     def _run(self) -> None:
         q, f = self.query, self.query.filters
-        needle = f.session.casefold() if f.session else None
         try:
             entries = list_sessions(
                 self._store, since=f.since, until=f.until, image=f.image, location=f.location, labels=f.labels,
                 now=self._now, player=f.player, warn=log.warning,
             )  # fmt: skip
-            if needle is not None:
-                entries = [e for e in entries if needle in e.session_id.casefold()]
+            entries = f.with_session(entries)
             self.summary.sessions = len(entries)
             sink = _HitSink(self._events, self._stop, q.start, q.start + q.limit + 1)
 

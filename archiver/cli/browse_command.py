@@ -14,7 +14,7 @@ import click
 from archiver.cli.base import (
     friendly_errors,
     main,
-    read_settings,
+    resolve,
     resolve_values,
     settings_options,
     store_for,
@@ -43,10 +43,10 @@ def browse(**kwargs: Any) -> None:
     from archiver.exporter.webconfig import load_web_config
     from archiver.settings import SETTINGS_LOGGER
 
-    settings, early = read_settings(kwargs)
-    with logsetup.held(SETTINGS_LOGGER) as own:
+    with logsetup.held(SETTINGS_LOGGER) as early:  # a deprecated option name's line, written once configured
+        settings = resolve(kwargs)
         values = resolve_values(kwargs, BROWSE_OPTIONS)
-    logsetup.configure(settings.log_format, settings.log_level, early=[*early, *own])
+    logsetup.configure(settings.log_format, settings.log_level, early=early)
     external_url = values["browse_external_url"]
     try:
         where = mount(external_url, values["browse_route_prefix"])

@@ -40,7 +40,6 @@ from archiver.exporter.families import (
     SESSION_FAMILIES,
     SNAPSHOT_FAMILIES,
     encode,
-    family_header,
 )
 
 # The families table and the text helpers live in families.py (re-exported: one import site).
@@ -68,12 +67,11 @@ from archiver.upstream.models import ListDelta, Session
 
 class _Entry:
     """The cached sample lines of one exported session (one per active per-session family), with
-    the key they were rendered from and the Session object last seen with that key."""
+    the key they were rendered from."""
 
-    __slots__ = ("key", "lines", "session")
+    __slots__ = ("key", "lines")
 
-    def __init__(self, session: Session, key: tuple[object, ...], lines: tuple[bytes, ...]) -> None:
-        self.session = session
+    def __init__(self, key: tuple[object, ...], lines: tuple[bytes, ...]) -> None:
         self.key = key
         self.lines = lines
 
@@ -135,11 +133,10 @@ class SnapshotRenderer:
         self._label_keys = tuple(key for _, key in self._label_pairs)
         # HELP/TYPE headers never change: built once. The labels family exists only with an allowlist.
         self._aggregate_families = tuple(
-            (family.render, family.full_name(prefix), family_header(family.full_name(prefix), family.help, family.type))
-            for family in AGGREGATE_FAMILIES
+            (family.render, family.full_name(prefix), family.header(prefix)) for family in AGGREGATE_FAMILIES
         )
         self._session_families = tuple(
-            (family.render, family.full_name(prefix), family_header(family.full_name(prefix), family.help, family.type))
+            (family.render, family.full_name(prefix), family.header(prefix))
             for family in SESSION_FAMILIES
             if self._label_pairs or not family.needs_allowlist
         )
@@ -163,7 +160,7 @@ class SnapshotRenderer:
         self._snapshot_families = tuple(
             (
                 family.value,
-                family_header(family.full_name(prefix), family.help, family.type),
+                family.header(prefix),
                 family.full_name(prefix).encode(),
             )
             for family in SNAPSHOT_FAMILIES
@@ -378,7 +375,7 @@ class SnapshotRenderer:
                     changed[sid] = which
             else:
                 # Point at the current objects so the previous poll's strings can be freed.
-                entry.session, entry.key = session, key
+                entry.key = key
         for sid in removed:  # ended (or no longer exported) sessions fall out of the cache
             del cache[sid], lines[sid]
         return added, changed
@@ -391,13 +388,13 @@ class SnapshotRenderer:
         pairs = self._label_pairs
         if old is None:
             lines = tuple(encode(render(name, s, sid, pairs)) for render, name, _ in self._session_families)
-            return _Entry(s, key, lines)
+            return _Entry(key, lines)
         before = old.key
         kept = list(old.lines)
         for n, (render, name, _) in enumerate(self._session_families):
             if any(key[i] != before[i] for i in self._family_key_indices[n]):
                 kept[n] = encode(render(name, s, sid, pairs))
-        return _Entry(s, key, tuple(kept))
+        return _Entry(key, tuple(kept))
 
     def _aggregate_part(self, aggregates: Aggregates) -> tuple[bytes, bytes, int]:
         raw = b"".join(header + encode(render(name, aggregates)) for render, name, header in self._aggregate_families)

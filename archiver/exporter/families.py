@@ -83,6 +83,10 @@ class FamilySpec:
     def full_name(self, prefix: str = DEFAULT_PREFIX) -> str:
         return prefix + self.name if self.prefixed else self.name
 
+    def header(self, prefix: str) -> bytes:
+        """The family's HELP/TYPE lines under `prefix`."""
+        return family_header(self.full_name(prefix), self.help, self.type)
+
 
 #: Renders one session's sample line(s) of a family: (full name, session, `session_id="..."` pair,
 #: allowlisted (label name, caller key) pairs) → text; "" renders no sample for that session.

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 
 from archiver.fake.endpoints import SPEC_ENDPOINTS
 from archiver.fake.errors import FakeConfigError
+from archiver.values import as_bool
 
 #: What a fired fault does. "status": answer ``status`` (or only add latency when it is None);
 #: "truncate": declare the full length, send part of the body, close; "reset": close the connection
@@ -110,11 +111,10 @@ def fault_from_mapping(values: Mapping[str, object]) -> FaultSpec:
 
 def _flag(values: Mapping[str, object], name: str) -> bool:
     raw = values.get(name, False)
-    if isinstance(raw, bool):
-        return raw
-    if isinstance(raw, str) and raw.strip().lower() in ("true", "1", "yes", "on", "false", "0", "no", "off"):
-        return raw.strip().lower() in ("true", "1", "yes", "on")
-    raise FakeConfigError(f"fault {name} takes true or false, got {raw!r}")
+    try:
+        return as_bool(raw)
+    except ValueError:
+        raise FakeConfigError(f"fault {name} takes true or false, got {raw!r}") from None
 
 
 def _number(values: Mapping[str, object], name: str) -> float | None:
@@ -180,8 +180,7 @@ class FaultTable:
         with self._lock:
             self._faults[endpoint] = spec
             self._remaining[endpoint] = spec.count
-            for pair in [p for p in self._per_session if p[0] == endpoint]:
-                del self._per_session[pair]
+            self._forget_sessions(endpoint)
 
     def clear(self, endpoint: str | None = None) -> None:
         """Remove one endpoint's fault, or all of them."""
@@ -193,8 +192,12 @@ class FaultTable:
             else:
                 self._faults.pop(endpoint, None)
                 self._remaining.pop(endpoint, None)
-                for pair in [p for p in self._per_session if p[0] == endpoint]:
-                    del self._per_session[pair]
+                self._forget_sessions(endpoint)
+
+    def _forget_sessions(self, endpoint: str) -> None:
+        """Drop the per-session firings of ``endpoint``'s fault (the lock is held)."""
+        for pair in [p for p in self._per_session if p[0] == endpoint]:
+            del self._per_session[pair]
 
     def draw(self, endpoint: str, *, session: str | None = None, follow: bool = False) -> FaultSpec | None:
         """The fault to apply to this request of ``endpoint``, or None (the endpoint's own fault

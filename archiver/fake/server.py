@@ -304,10 +304,12 @@ class _Handler(BaseHTTPRequestHandler):
             if stopping.is_set():
                 self.close_connection = True
                 return False
-            if mode == "cut" and fault is not None:
-                # The chunk that crosses the cut point is announced whole, sent in part (possibly
-                # mid-line), and the connection closed: the body never ends.
-                cut_at = len(chunk) // 2 if fault.after is None else fault.after - sent
+            if mode in ("truncate", "cut"):
+                # The chunk that crosses the cut point (without `after`: the first, at its half) is
+                # announced whole, sent in part (possibly mid-line), and the connection closed: the
+                # body never ends.
+                after = None if fault is None else fault.after
+                cut_at = len(chunk) // 2 if after is None else after - sent
                 if cut_at < len(chunk):
                     self.wfile.write(b"%x\r\n" % len(chunk) + chunk[: max(0, cut_at)])
                     self.close_connection = True
@@ -315,11 +317,6 @@ class _Handler(BaseHTTPRequestHandler):
                 sent += len(chunk)
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 continue
-            if mode == "truncate":
-                # Announce the whole chunk, send half, close: no terminating chunk ever comes.
-                self.wfile.write(b"%x\r\n" % len(chunk) + chunk[: len(chunk) // 2])
-                self.close_connection = True
-                return False
             if mode == "drip" and fault is not None:
                 for i in range(0, len(chunk), DRIP_PIECE):
                     if stopping.wait(fault.interval):

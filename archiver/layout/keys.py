@@ -216,8 +216,7 @@ def manifest_key(prefix: str, sid: str, instance: str | None = None) -> str:
 
 def logs_key(prefix: str, sid: str, ext: str, instance: str | None = None) -> str:
     """``{prefix}sessions/{sid}/[{instance}/]logs.{ext}.gz`` for ``ext`` ``txt`` or ``jsonl``."""
-    if ext not in _LOG_EXTS:
-        raise ValueError(f"log extension must be one of {sorted(_LOG_EXTS)}, got {ext!r}")
+    _check_log_ext(ext)
     return session_prefix(prefix, sid, instance) + f"logs.{ext}.gz"
 
 
@@ -226,7 +225,13 @@ def live_logs_key(prefix: str, sid: str, ext: str, segment: int, instance: str |
     beside the logs read after the end (it differs from them), one per segment of the capture."""
     if not 0 <= segment <= 999:
         raise ValueError(f"capture segment must be within 0..999, got {segment!r}")
-    return logs_key(prefix, sid, ext, instance).removesuffix(f"logs.{ext}.gz") + f"logs.live-{segment}.{ext}.gz"
+    _check_log_ext(ext)
+    return session_prefix(prefix, sid, instance) + f"logs.live-{segment}.{ext}.gz"
+
+
+def _check_log_ext(ext: str) -> None:
+    if ext not in _LOG_EXTS:
+        raise ValueError(f"log extension must be one of {sorted(_LOG_EXTS)}, got {ext!r}")
 
 
 def artifact_key(prefix: str, sid: str, path: str, instance: str | None = None) -> str:

@@ -1,8 +1,8 @@
 """`LiveCapture`: one event loop thread holding a follow stream per session it is given, under a cap.
 
 The daemon hands it the shard's active sessions after every poll (`update`, from any thread);
-`followset.plan` says which to start following and which left the list (those drain until their
-stream ends). Streams are opened at most `connecting_max` at a time; a stream that ends is
+those no longer listed drain until their stream ends, and `followset.plan` says which to start
+following under the cap. Streams are opened at most `connecting_max` at a time; a stream that ends is
 reopened or finished by `policy.after`; a stall sweep aborts silent streams; the captures are
 checkpointed every `Tuning.checkpoint_interval` on a helper thread (and soon after a capture
 finishes). The loop's selector can be paused (`paused()`, around the poll cycle, so following
@@ -294,7 +294,6 @@ class LiveCapture:
             return
         timer = follow.timer
         if timer is not None:
-            assert isinstance(timer, asyncio.TimerHandle)
             if timer.when() - self._now() <= self.tuning.drain_max_wait:
                 return
             timer.cancel()
@@ -379,7 +378,6 @@ class LiveCapture:
 
     def _finish(self, follow: Follow, state: Finish) -> None:
         if follow.timer is not None:
-            assert isinstance(follow.timer, asyncio.TimerHandle)
             follow.timer.cancel()
             follow.timer = None
         key = follow.ref.key
@@ -477,7 +475,6 @@ class LiveCapture:
         await asyncio.gather(*tasks, return_exceptions=True)
         for follow in list(self._held.values()):
             if follow.timer is not None:
-                assert isinstance(follow.timer, asyncio.TimerHandle)
                 follow.timer.cancel()
                 follow.timer = None
             if follow.stream is not None:

@@ -8,6 +8,7 @@ stream ends, tells the engine how (`policy.Ending`). It decides nothing about re
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -15,7 +16,7 @@ from archiver.live import resume
 from archiver.live.followset import SessionRef
 from archiver.live.lines import LineSplitter
 from archiver.live.policy import Ending, ending_of_status
-from archiver.live.resume import Kept, Progress, Verdict
+from archiver.live.resume import Verdict
 from archiver.live.store import NDJSON, TEXT, CaptureStore, Segment
 from archiver.live.stream import Closed, FollowStream
 
@@ -80,7 +81,7 @@ class Follow:
         self.on_end = on_end
         self.stream: FollowStream | None = None
         #: The loop's timer of the next reopen, while one is scheduled.
-        self.timer: object | None = None
+        self.timer: asyncio.TimerHandle | None = None
         self.wanted = False
         #: Loop time at which the session left the active list (None while listed).
         self.left_at: float | None = None
@@ -101,10 +102,6 @@ class Follow:
         self._base = segment.kept
         self._progress = resume.start(segment.kept)
         self._splitter = LineSplitter()
-
-    @property
-    def kept(self) -> Kept:
-        return self.segment.kept
 
     def attach(self, stream: FollowStream) -> None:
         """A new connection: its replay is checked against what the capture holds now."""
@@ -188,7 +185,3 @@ class Follow:
         if how is Closed.NOT_HTTP:
             return Ending.REJECTED
         return Ending.CUT if status is not None else Ending.REFUSED
-
-    def replaying(self) -> Progress:
-        """The current stream's progress through the kept prefix (for tests and status)."""
-        return self._progress

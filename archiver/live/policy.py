@@ -106,7 +106,7 @@ def after(
     if not wanted:
         if ending is Ending.ENDED or (ending is Ending.GONE and ended_properly):
             return Next(finish=Finish.COMPLETE)
-        if ending is Ending.GONE or draining_for >= tuning.drain_timeout:
+        if ending is Ending.GONE or drain_expired(draining_for, tuning):
             return Next(finish=Finish.COMPLETE if ended_properly else Finish.GAP)
     policy = tuning.policy
     initial = tuning.ended_wait if ending in (Ending.ENDED, Ending.GONE) else policy.initial_wait

@@ -174,16 +174,7 @@ class S3Store(MultipartUploads):
         #: What the start-up probe found (`probe_conditional_writes`); until then what a store is
         #: assumed to do (or, after `distrust`, nothing it has not seen). The guarantees the store
         #: acts on are also plain attributes, as ObjectStore has them (set by `apply_findings`).
-        self.findings = s3_probe.UNPROBED
-        self.conditional_writes = True
-        self.metadata_supported = True
-        #: The server refuses a body that does not match the checksum sent with it: small objects
-        #: then go out without being hashed again here first.
-        self.verifies_checksums = False
-        self.keeps_checksums = self._crc32
-        #: The server keeps the composite checksum of a multipart upload (what `store_checksum` records).
-        self.keeps_composite_checksums = self._crc32
-        self.apply_findings(self.findings)
+        self.apply_findings(s3_probe.UNPROBED)
         #: Encryption, storage class, tags and Object Lock retention of every archived object.
         self.evidence = evidence
         self.requests_made = RequestCounter()
@@ -402,8 +393,11 @@ class S3Store(MultipartUploads):
         # A server that honours If-None-Match on one kind of write only gets HEAD-first on both.
         self.conditional_writes = findings.conditional_writes and findings.conditional_completes
         self.metadata_supported = findings.metadata_supported
+        #: The server refuses a body that does not match the checksum sent with it: small objects
+        #: then go out without being hashed again here first.
         self.verifies_checksums = findings.verifies_checksums
         self.keeps_checksums = self._crc32 and findings.keeps_checksums
+        #: The server keeps the composite checksum of a multipart upload (what `store_checksum` records).
         self.keeps_composite_checksums = self._crc32 and findings.keeps_composite_checksums
 
     def distrust(self) -> None:

@@ -222,8 +222,6 @@ def _create_twice(store: ProbedStore, key: str, bodies: tuple[bytes, bytes], sen
                     f"{exc} (a store that refuses checksum headers needs --s3-checksum when_required)"
                 ) from exc
             raise
-        else:
-            enforced = False
     return enforced
 
 

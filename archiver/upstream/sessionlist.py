@@ -37,18 +37,22 @@ def parse_session_list(payload: Any) -> SessionList:
     whole list would stop end detection for every other session. A bad envelope (no `sessions`
     array) still raises PayloadError: with no list at all the poll failed. List entries carry no
     `env_keys` (nobody needs them, and not decoding the env is a large share of the parse)."""
-    body = require_mapping(payload, "session list")
-    entries = body.get("sessions")
-    if not isinstance(entries, list):
-        raise PayloadError(f"session list field 'sessions' is {type_name(entries)}, expected an array")
     sessions: list[Session] = []
     invalid: list[InvalidEntry] = []
-    for index, entry in enumerate(entries):
+    for index, entry in enumerate(_entries(payload)):
         try:
             sessions.append(parse_session(entry, what=entry_name(index), with_env_keys=False))
         except PayloadError as exc:
             invalid.append(invalid_entry(index, entry, exc))
     return SessionList(sessions, tuple(invalid))
+
+
+def _entries(payload: Any) -> list[Any]:
+    """The `sessions` array of a decoded list body; PayloadError when there is none."""
+    entries = require_mapping(payload, "session list").get("sessions")
+    if not isinstance(entries, list):
+        raise PayloadError(f"session list field 'sessions' is {type_name(entries)}, expected an array")
+    return entries
 
 
 def only_owned(listed: SessionList, owns: Callable[[str | None], bool] | None) -> SessionList:
@@ -190,11 +194,7 @@ def scan_ended(body: bytes | bytearray) -> list[EndedEntry]:
     """
     raws = list_entries(body)
     if raws is None:
-        payload = require_mapping(decode_json(body), "session list")
-        entries = payload.get("sessions")
-        if not isinstance(entries, list):
-            raise PayloadError(f"session list field 'sessions' is {type_name(entries)}, expected an array")
-        raws = [json.dumps(entry).encode() for entry in entries]
+        raws = [json.dumps(entry).encode() for entry in _entries(decode_json(body))]
     ended: list[EndedEntry] = []
     for index, raw in enumerate(raws):
         try:

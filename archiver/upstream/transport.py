@@ -79,7 +79,7 @@ class Download:
         """`iter_bytes` of a large plain HTTP/1.1 body with a Content-Length, with a third of its CPU:
         past the first chunk, the body is read from the connection itself rather than through
         httpx's HTTP/1.1 parser, which copies every byte four more times (h11's buffer, two slices,
-        `bytes()`; the large session list, README "Reading bodies past httpx").
+        `bytes()`; the large session list, ARCHITECTURE.md §11 "Direct read of large list bodies").
 
         Only public APIs: h11 hands over everything it has buffered after the headers in its first
         data event, so after the first chunk the rest of the body is still in the socket: exactly
