@@ -171,17 +171,66 @@ def test_the_browser_needs_a_store(chart: helm.Chart) -> None:
         chart.render(_with_browser(MINIMAL), name="arch")
 
 
-def test_without_credentials_of_its_own_the_browser_reads_with_the_archivers(chart: helm.Chart) -> None:
-    values = _with_browser({**WITH_STORE, "extraEnv": [{"name": "AWS_REGION", "value": "eu-west-1"}]})
+def test_by_default_the_browser_holds_no_credential_of_the_archiver(chart: helm.Chart) -> None:
+    """Defaults + browser + Ingress, with an archiver that has a write role (IRSA) and static write
+    keys in its extraEnv: the exposed browser runs as a service account of its own without that
+    role, and its pod carries none of the archiver's env vars, Secrets or volumes of credentials."""
+    write_role = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/archiver-write"}
+    write_keys = [
+        {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "archiver-rw", "key": "id"}}},
+        {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "archiver-rw", "key": "secret"}}},
+        {"name": "AWS_REGION", "value": "eu-west-1"},
+    ]
+    values = _with_browser(
+        {**WITH_STORE, "apiToken": TOKEN, "extraEnv": write_keys, "serviceAccount": {"annotations": write_role}},
+        ingress=_ingress(),
+    )
     docs = render(chart, values)
-    assert _browser_pod(docs)["spec"]["serviceAccountName"] == "arch-archiver"
-    assert {"name": "AWS_REGION", "value": "eu-west-1"} in _browser(docs)["env"]
+    archiver_pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    (archiver,) = archiver_pod["containers"]
+    pod = _browser_pod(docs)["spec"]
+    browser = _browser(docs)
+    # Its own service account, without the archiver's role.
+    assert archiver_pod["serviceAccountName"] == "arch-archiver"
+    assert pod["serviceAccountName"] == "arch-archiver-browser"
+    account = one(docs, "ServiceAccount", "arch-archiver-browser")
+    assert "annotations" not in account["metadata"] and account["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is False
+    # No archiver env var: only the config file's path is shared (the same file, read-only).
+    shared = {e["name"] for e in archiver["env"]} & {e["name"] for e in browser["env"]}
+    assert shared == {"ARCHIVER_CONFIG"}
+    assert browser["env"] == [{"name": "ARCHIVER_CONFIG", "value": CONFIG_FILE}]
+    assert "envFrom" not in browser
+    # No credential of any kind: no AWS key, no Secret but its own web config, no token.
+    text = json.dumps(_browser_pod(docs))
+    for secret in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "archiver-rw", "arch-archiver-token", TOKEN):
+        assert secret not in text, secret
+    assert not [v for v in pod["volumes"] if "secret" in v or "projected" in v]
+    assert {m["name"] for m in browser["volumeMounts"]} == {"config", "tmp"}
+    assert one(docs, "Ingress")["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == (
+        "arch-archiver-browser"
+    )
+    validate_manifests(docs)
+
+
+def test_a_browser_without_an_account_of_its_own_never_falls_back_to_the_archivers(chart: helm.Chart) -> None:
+    """create: false without a name is the namespace's default account; the archiver's account only
+    when named, and even then without the archiver's extraEnv."""
+    values = _with_browser(
+        {**WITH_STORE, "extraEnv": [{"name": "AWS_ACCESS_KEY_ID", "value": "write-key"}]},
+        serviceAccount={"create": False},
+    )
+    docs = render(chart, values)
+    assert _browser_pod(docs)["spec"]["serviceAccountName"] == "default"
     assert [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"] == ["arch-archiver"]
+    named = render(chart, _with_browser(values, serviceAccount={"create": False, "name": "arch-archiver"}))
+    assert _browser_pod(named)["spec"]["serviceAccountName"] == "arch-archiver"
+    assert "write-key" not in json.dumps(_browser_pod(named))
 
 
-def test_read_only_s3_keys_replace_the_archivers_env(chart: helm.Chart) -> None:
-    """A Secret of read-only keys: the browser takes its keys from it and not the archiver's extraEnv
-    (whose static write keys would outrank them); its own extraEnv still applies."""
+def test_read_only_s3_keys_are_the_browsers_only_keys(chart: helm.Chart) -> None:
+    """A Secret of read-only keys: the browser takes its keys from it, never from the archiver's
+    extraEnv; its own extraEnv still applies."""
     archiver_keys = [{"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "rw", "key": "id"}}}]
     values = _with_browser(
         {**WITH_STORE, "extraEnv": archiver_keys},

@@ -421,6 +421,28 @@ def test_shards_and_replicas_run_one_statefulset_with_a_pdb_and_spread_pods(char
     assert one(paused, "StatefulSet")["spec"]["replicas"] == 0
 
 
+def test_sharded_pods_start_without_waiting_on_each_other(chart: helm.Chart) -> None:
+    """3 shards: the StatefulSet creates every pod at once (Parallel), so a shard whose /readyz fails
+    (upstream outage, bad token) keeps no other shard from starting; nothing else in the pod (an
+    init container, a probe of another pod) waits on a sibling. OrderedReady stays selectable for a
+    StatefulSet created before (the field is immutable), and anything else is refused."""
+    docs = render(chart, {**MINIMAL, "shards": 3})
+    sts = one(docs, "StatefulSet")
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["podManagementPolicy"] == "Parallel"
+    pod = sts["spec"]["template"]["spec"]
+    assert "initContainers" not in pod
+    (archiver,) = pod["containers"]
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert archiver[probe]["httpGet"]["port"] == "http-metrics", probe  # its own port, no sibling's
+    validate_manifests(docs)
+    assert one(render(chart, MINIMAL), "StatefulSet")["spec"]["podManagementPolicy"] == "Parallel"
+    ordered = render(chart, {**MINIMAL, "shards": 3, "podManagementPolicy": "OrderedReady"})
+    assert one(ordered, "StatefulSet")["spec"]["podManagementPolicy"] == "OrderedReady"
+    with pytest.raises(helm.HelmError, match="podManagementPolicy"):
+        chart.render({**MINIMAL, "podManagementPolicy": "Ordered"}, name="arch")
+
+
 def test_a_sharded_pod_name_gives_the_daemon_its_shard(chart: helm.Chart, tmp_path: Path) -> None:
     """The rendered config plus the chart's args and the pod name `arch-archiver-3`, read by
     archiver.settings as `archiver run` does: shard 1 of 2, replica 1."""

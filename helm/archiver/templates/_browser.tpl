@@ -42,40 +42,27 @@ archiver's; empty when there is none.
 {{- end -}}
 
 {{/*
-Service account of the browser: its own (created, or an existing name), else the archiver's.
+Service account of the browser, least privilege: its own (created by default, or an existing
+name), else the namespace's "default" account; never the archiver's, whose role can write,
+unless browser.serviceAccount.name names it.
 */}}
 {{- define "archiver.browser.serviceAccountName" -}}
 {{- $sa := .Values.browser.serviceAccount -}}
 {{- if $sa.create -}}
 {{- default (include "archiver.browser.fullname" .) $sa.name -}}
-{{- else if $sa.name -}}
-{{- $sa.name -}}
 {{- else -}}
-{{- include "archiver.serviceAccountName" . -}}
+{{- default "default" $sa.name -}}
 {{- end -}}
 {{- end -}}
 
 {{/*
-"true" when the browser has read-only credentials of its own (a service account or an S3 key
-Secret): then it does not inherit the archiver's extraEnv, whose static keys would outrank them.
-*/}}
-{{- define "archiver.browser.ownCredentials" -}}
-{{- $b := .Values.browser -}}
-{{- if or $b.serviceAccount.create $b.serviceAccount.name $b.s3Credentials.existingSecret -}}true{{- end -}}
-{{- end -}}
-
-{{/*
-The browser's environment (a list of EnvVar; "[]" for none).
+The browser's environment (a list of EnvVar): the config path, its read-only keys and its own
+extraEnv. Never the archiver's extraEnv, which may hold static write keys.
 */}}
 {{- define "archiver.browser.env" -}}
 {{- $b := .Values.browser -}}
 - name: ARCHIVER_CONFIG
   value: {{ include "archiver.configPath" . }}
-{{- if not (include "archiver.browser.ownCredentials" .) }}
-{{- with .Values.extraEnv }}
-{{ toYaml . }}
-{{- end }}
-{{- end }}
 {{- with $b.s3Credentials.existingSecret }}
 - name: AWS_ACCESS_KEY_ID
   valueFrom:
