@@ -81,6 +81,14 @@ EXPECTED_ALERTS = {
     "ArchiverUpstreamDown",
     "ArchiverFetchDeadlineNear",
     "ArchiverItemsExpired",
+    "ArchiverItemsFailed",
+    "ArchiverItemsConflict",
+    "ArchiverItemsTooLarge",
+    "ArchiverSessionsFailed",
+    "ArchiverLiveCaptureGaps",
+    "ArchiverLiveCaptureWriteFailed",
+    "ArchiverCreateOnceEmulated",
+    "ArchiverErrors",
     "ArchiverUploadBacklog",
     "ArchiverSpoolLarge",
     "ArchiverNoRecentArchive",
@@ -211,6 +219,16 @@ BROKEN_RULES = {
     "ArchiverDetectionFailing": 'archiver_detection_up{job="archiver"} == 1',
     # A counter that stays up is not new invalid entries.
     "ArchiverUpstreamInvalidEntries": 'archiver_upstream_invalid_entries_total{job="archiver"} > 0',
+    # Every way evidence is lost or in danger: a counter that stays up is no new loss, and a
+    # neighbouring outcome, state, reason or guarantee is no loss at all.
+    "ArchiverItemsFailed": 'archiver_items_total{job="archiver", outcome="failed"} > 0',
+    "ArchiverItemsConflict": 'increase(archiver_items_total{job="archiver", outcome=~"conflict|source_gone"}[1h]) > 0',
+    "ArchiverItemsTooLarge": 'archiver_items_total{job="archiver", outcome="too_large"} > 0',
+    "ArchiverSessionsFailed": 'archiver_sessions_failed_total{job="archiver"} > 0',
+    "ArchiverLiveCaptureGaps": 'increase(archiver_live_captures_total{job="archiver", state!="complete"}[1h]) > 0',
+    "ArchiverLiveCaptureWriteFailed": 'increase(archiver_live_reconnects_total{job="archiver"}[15m]) > 0',
+    "ArchiverCreateOnceEmulated": 'archiver_store_guarantee{job="archiver"} == 0',
+    "ArchiverErrors": 'archiver_errors_total{job="archiver"} > 0',
 }
 
 
@@ -363,6 +381,8 @@ def test_every_alert_is_documented() -> None:
     severities = {r["alert"]: r["labels"]["severity"] for r in rules}
     assert severities["ArchiverItemsExpired"] == "critical"
     assert severities["ArchiverStoreDown"] == "critical"
+    for lost in ("ArchiverItemsFailed", "ArchiverItemsConflict", "ArchiverSessionsFailed"):
+        assert severities[lost] == "critical", lost
 
 
 def test_runbook_anchor_check_is_live() -> None:

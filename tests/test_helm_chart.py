@@ -549,7 +549,7 @@ def test_rules_select_this_release_by_default_with_a_service_monitor(chart: helm
     service = one(docs, "Service")["metadata"]["name"]
     assert "jobLabel" not in one(docs, "ServiceMonitor")["spec"]
     exprs = rule_exprs(chart, values)
-    assert len(exprs) == 16
+    assert len(exprs) == 24  # 20 alerts, 4 recording rules
     for name, expr in exprs.items():
         found = selectors_of(expr)
         assert found, name

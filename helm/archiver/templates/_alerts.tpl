@@ -67,7 +67,7 @@ The rule groups (a YAML list), with disabled rules left out.
 {{- $s := include "archiver.ruleSelector" . -}}
 {{- $where := include "archiver.alertWhere" . -}}
 {{- $r := dict -}}
-{{- range $name := list "ArchiverDown" "ArchiverUpstreamDown" "ArchiverStoreDown" "ArchiverDetectionFailing" "ArchiverUpstreamInvalidEntries" "ArchiverFetchDeadlineNear" "ArchiverItemsExpired" "ArchiverUploadBacklog" "ArchiverSpoolLarge" "ArchiverNoRecentArchive" "ArchiverSessionsDropped" "ArchiverLiveUnfollowed" -}}
+{{- range $name := list "ArchiverDown" "ArchiverUpstreamDown" "ArchiverStoreDown" "ArchiverDetectionFailing" "ArchiverUpstreamInvalidEntries" "ArchiverFetchDeadlineNear" "ArchiverItemsExpired" "ArchiverItemsFailed" "ArchiverItemsConflict" "ArchiverItemsTooLarge" "ArchiverSessionsFailed" "ArchiverLiveCaptureGaps" "ArchiverLiveCaptureWriteFailed" "ArchiverCreateOnceEmulated" "ArchiverErrors" "ArchiverUploadBacklog" "ArchiverSpoolLarge" "ArchiverNoRecentArchive" "ArchiverSessionsDropped" "ArchiverLiveUnfollowed" -}}
 {{- $_ := set $r $name (include "archiver.ruleSettings" (dict "ctx" $ "name" $name) | fromYaml) -}}
 {{- end -}}
 - name: session-archiver
@@ -163,6 +163,109 @@ The rule groups (a YAML list), with disabled rules left out.
           {{ $where }}{{`: about {{ $value | humanize }} {{ $labels.kind }} items passed
           their fetch deadline in the last`}} {{ .window }} {{`without being fetched. They are gone upstream;
           their manifests record the outcome "expired".`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverItemsFailed }}{{ if .enabled }}
+
+    - alert: ArchiverItemsFailed
+      # An item that can never be stored (its reason is in the manifest and the log): the session's
+      # archive is complete without it.
+      expr: increase(archiver_items_total{ {{- $s }}, outcome="failed"}[{{ .window }}]) > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverItemsFailed" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Evidence not archived: {{ $labels.kind }} items of ended sessions failed (`}}{{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: about {{ $value | humanize }} {{ $labels.kind }} items ended "failed" in
+          the last`}} {{ .window }}{{`: they could not be fetched or stored, and their manifests
+          record the outcome with its reason. Find out why while the upstream still holds the data.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverItemsConflict }}{{ if .enabled }}
+
+    - alert: ArchiverItemsConflict
+      # The store holds other bytes under an item's create-once key: ours are only in the pod's
+      # state volume (conflicts/), one copy, until someone looks.
+      expr: increase(archiver_items_total{ {{- $s }}, outcome="conflict"}[{{ .window }}]) > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverItemsConflict" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Evidence in danger: the store holds other bytes for {{ $labels.kind }} items (`}}{{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: about {{ $value | humanize }} {{ $labels.kind }} items ended "conflict" in
+          the last`}} {{ .window }}{{`: the store already held a different object at their key. The
+          archiver's own bytes are kept only in the pod's state volume, under conflicts/.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverItemsTooLarge }}{{ if .enabled }}
+
+    - alert: ArchiverItemsTooLarge
+      expr: increase(archiver_items_total{ {{- $s }}, outcome="too_large"}[{{ .window }}]) > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverItemsTooLarge" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Evidence cut off: {{ $labels.kind }} items larger than the size limit (`}}{{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: about {{ $value | humanize }} {{ $labels.kind }} items ended "too_large" in
+          the last`}} {{ .window }}{{`: they were bigger than max_artifact_size and are not archived.
+          Raise the limit before the upstream removes them, if they are wanted.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverSessionsFailed }}{{ if .enabled }}
+
+    - alert: ArchiverSessionsFailed
+      expr: increase(archiver_sessions_failed_total{ {{- $s }}}[{{ .window }}]) > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverSessionsFailed" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Sessions left without an archive (`}}{{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: about {{ $value | humanize }} sessions were given up on in the last`}}
+          {{ .window }}{{`: their manifest could not be written before the fetch deadline, so no
+          archive of them exists for retrieval.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverLiveCaptureGaps }}{{ if .enabled }}
+
+    - alert: ArchiverLiveCaptureGaps
+      # A capture whose follow never saw the log's end: its last lines may be missing where the
+      # service keeps no logs after the end.
+      expr: increase(archiver_live_captures_total{ {{- $s }}, state="gap"}[{{ .window }}]) > {{ int64 .threshold }}
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverLiveCaptureGaps" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Live log captures ended with a gap (`}}{{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: about {{ $value | humanize }} live log captures ended in the last`}}
+          {{ .window }} {{`without seeing the end of the log. Where the service drops a session's
+          log at its end, the lines after the gap are lost.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverLiveCaptureWriteFailed }}{{ if .enabled }}
+
+    - alert: ArchiverLiveCaptureWriteFailed
+      expr: increase(archiver_live_reconnects_total{ {{- $s }}, reason="write_failed"}[{{ .window }}]) > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverLiveCaptureWriteFailed" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Live log captures cannot be written to the volume (`}}{{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: a capture file could not be written about {{ $value | humanize }} times in
+          the last`}} {{ .window }}{{` (a full or failing state volume). Lines that arrive meanwhile are
+          not kept.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverCreateOnceEmulated }}{{ if .enabled }}
+
+    - alert: ArchiverCreateOnceEmulated
+      # Probed at start-up: without If-None-Match the archiver HEADs first, which a concurrent
+      # writer (another replica, another tool) can still race.
+      expr: archiver_store_guarantee{ {{- $s }}, guarantee=~"create_once_put|create_once_complete"} == 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverCreateOnceEmulated" "rule" .) | trim | nindent 6 }}
+        summary: {{`"The archive store ignores create-once writes ({{ $labels.guarantee }},`}} {{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: the store ignores If-None-Match ({{ $labels.guarantee }}); every write
+          checks first instead, and a concurrent writer could still overwrite an archived object.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverErrors }}{{ if .enabled }}
+
+    - alert: ArchiverErrors
+      expr: increase(archiver_errors_total{ {{- $s }}}[{{ .window }}]) > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverErrors" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Unexpected errors in the archiver ({{ $labels.where }},`}} {{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: about {{ $value | humanize }} unexpected errors were caught at the
+          "{{ $labels.where }}" edge in the last`}} {{ .window }}{{`. The loop went on, but the work it
+          was doing may be retried late or not at all: read the pod's log.`}}
     {{- end }}{{ end }}
 
     {{- with $r.ArchiverUploadBacklog }}{{ if .enabled }}
