@@ -500,6 +500,22 @@ def test_all_features_wire_web_config_servicemonitor_and_irsa(chart: helm.Chart)
     assert rendered_toml(docs)["images"] == ALL_FEATURES["config"]["images"]
 
 
+def test_service_monitor_and_prometheus_rule_take_labels_under_one_name(chart: helm.Chart) -> None:
+    """`additionalLabels` on both objects; the ServiceMonitor's 1.0 spelling `labels` still applies
+    (deprecated), and the new key wins on a clash."""
+    release = {"release": "kube-prometheus-stack"}
+    both = {"enabled": True, "additionalLabels": release}
+    docs = render(chart, {**MINIMAL, "serviceMonitor": both, "prometheusRule": {**both, "selector": 'job="a"'}})
+    for kind in ("ServiceMonitor", "PrometheusRule"):
+        assert one(docs, kind)["metadata"]["labels"].items() >= release.items(), kind
+    old = render(chart, {**MINIMAL, "serviceMonitor": {"enabled": True, "labels": release}})
+    assert one(old, "ServiceMonitor")["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    clash = {"enabled": True, "labels": {"release": "old", "team": "games"}, "additionalLabels": release}
+    labels = one(render(chart, {**MINIMAL, "serviceMonitor": clash}), "ServiceMonitor")["metadata"]["labels"]
+    assert labels["release"] == "kube-prometheus-stack" and labels["team"] == "games"
+    validate_manifests(docs)
+
+
 def test_basic_auth_switches_probes_to_tcp(chart: helm.Chart) -> None:
     """kubelet cannot authenticate, so a basic-auth web config turns the probes into TCP checks."""
     values = {**MINIMAL, "webConfig": {"basic_auth_users": {"prometheus": "$2y$10$abcdefghijklmnopqrstuv"}}}
