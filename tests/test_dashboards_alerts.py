@@ -647,3 +647,87 @@ def test_chart_rules_with_custom_settings_pass_promtool_check(promtool: str, tmp
         rules["ArchiverFetchDeadlineNear"]["expr"].endswith("< 2700")
         and "for" not in rules["ArchiverFetchDeadlineNear"]
     )
+
+
+#: What a pipeline dashboard panel counts per archive (sessions, items, captures, captured lines):
+#: every replica of a shard counts the same ones, so a panel adding them up over pods double counts.
+PER_ARCHIVE_METRICS = frozenset(
+    {
+        "archiver_items_total",
+        "archiver_pending_items",
+        "archiver_sessions_ended_total",
+        "archiver_live_captures_total",
+        "archiver_live_lines_total",
+        "archiver_live_bytes_total",
+    }
+)
+
+
+def _fleet_series(job: str, pods: list[tuple[int, int]], total_shards: int) -> list[dict[str, str]]:
+    """Series of one fleet: pods as (shard, replica); shard s's counters grow by s + 2 per minute
+    (each item kind and outcome, stage, capture state), and its replicas export the same values.
+    A 1-shard fleet (`single`) gets the sum of both shards of the 2-shard one."""
+    series = []
+    for number, (shard, replica) in enumerate(pods):
+        where = f'job="{job}", namespace="games", instance="{job}-{number}:9877"'
+        series.append(
+            {
+                "series": f'archiver_shard_info{{{where}, shard="{shard}", total_shards="{total_shards}", '
+                f'replica="{replica}"}}',
+                "values": "1x60",
+            }
+        )
+        step = 5 if total_shards == 1 else shard + 2  # 5 = 2 + 3: both shards' sessions
+        items = [(kind, outcome) for kind in ("logs", "artifact") for outcome in ("archived", "expired")]
+        counters = [
+            *(f'archiver_items_total{{{where}, kind="{k}", outcome="{o}"}}' for k, o in items),
+            f"archiver_sessions_ended_total{{{where}}}",
+            *(f'archiver_live_captures_total{{{where}, state="{s}"}}' for s in ("complete", "gap")),
+            f"archiver_live_lines_total{{{where}}}",
+            f"archiver_live_bytes_total{{{where}}}",
+        ]
+        series += [{"series": name, "values": f"0+{step}x60"} for name in counters]
+        series += [
+            {"series": f'archiver_pending_items{{{where}, stage="{s}"}}', "values": f"{step * 3}x60"}
+            for s in ("fetch", "upload")
+        ]
+    return series
+
+
+def test_pipeline_dashboard_counts_each_archive_once_whatever_the_replica_count(promtool: str, tmp_path: Path) -> None:
+    """Every pipeline panel that counts sessions, items or captures reads the same for one pod as for
+    2 shards x 2 redundant replicas of the same sessions (Prometheus' engine evaluates each panel's
+    query for both fleets); summing over pods, as before, shows the redundant fleet twice."""
+    board = json.loads((REPO / "grafana" / "dashboards" / "archiver.json").read_text())
+    queries = [e for e in dashboard_exprs(board) if metric_names(e) & PER_ARCHIVE_METRICS]
+    assert len(queries) >= 10, queries
+    rules, checks = [], []
+    for number, expr in enumerate(queries):
+        for var, duration in GRAFANA_DURATIONS.items():
+            expr = expr.replace(var, duration)
+        for fleet in ("single", "redundant"):
+            query = re.sub(r"\$\{?\w+\}?", ".*", expr.replace("$job", fleet))
+            rules.append({"record": f"panel:q{number}:{fleet}", "expr": query})
+        single, redundant = f"panel:q{number}:single", f"panel:q{number}:redundant"
+        # 1 when both fleets give the same series with the same values (and some is not 0).
+        same = (
+            f"count(abs({single} - {redundant}) < 1e-9) / count({single})"
+            f" * count({single}) / count({redundant}) * (max({single}) > bool 0)"
+        )
+        checks.append({"expr": same, "eval_time": "40m", "exp_samples": [{"labels": "{}", "value": 1}]})
+    (tmp_path / "panels.rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
+    redundant_pods = [(0, 0), (0, 1), (1, 0), (1, 1)]
+    tests = {
+        "rule_files": ["panels.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": _fleet_series("single", [(0, 0)], 1) + _fleet_series("redundant", redundant_pods, 2),
+                "promql_expr_test": checks,
+            }
+        ],
+    }
+    (tmp_path / "panels.test.yml").write_text(yaml.safe_dump(tests))
+    result = run_promtool(promtool, "test", "rules", tmp_path / "panels.test.yml")
+    assert result.returncode == 0, result.stdout + result.stderr
