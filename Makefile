@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The one version, pyproject.toml's: the image build passes it to the Dockerfile.
 VERSION := $(shell $(PYTHON) -c "import tomllib; print(tomllib.load(open('pyproject.toml', 'rb'))['project']['version'])")
 
-.PHONY: test test-slow test-image test-browser test-newest rules demo bench lint lock image fake-service clean
+.PHONY: test test-slow test-image test-browser test-newest rules demo dist bench lint lock image fake-service clean
 
 # Installs are reproducible: the locked versions with their hashes (requirements/, `make lock`),
 # then the project itself without dependencies, built by the locked setuptools.
@@ -93,8 +93,39 @@ image:
 rules: $(STAMP)
 	$(BIN)/python -m tests.render_rules
 
-demo: $(STAMP)
-	$(BIN)/archiver demo $(DEMO_ARGS)
+# The locked build tools (pip, setuptools: requirements/build.txt) in a venv of their own: `make
+# dist` builds with them, and their pip installs the demo's venv from outside it.
+BUILD_VENV := .venv-build
+$(BUILD_VENV)/.installed: requirements/build.txt
+	test -x $(BUILD_VENV)/bin/python || $(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip install -q --require-hashes -r requirements/build.txt
+	touch $@
+
+# dist/: the sdist and the wheel, built by the locked setuptools without build isolation (nothing
+# downloaded at build time), as the image's build stage does. Install the wheel with the runtime
+# lock: README, "Install". The in-tree build's leftovers (build/, *.egg-info) are removed: an
+# egg-info in the source tree would shadow the dev venv's installed version.
+WHEEL := dist/session_archiver-$(VERSION)-py3-none-any.whl
+PACKAGE_SOURCES := pyproject.toml MANIFEST.in README.md LICENSE $(shell find archiver -type f ! -name '*.py[cod]' ! -path '*/__pycache__/*')
+dist: $(WHEEL)
+$(WHEEL): $(BUILD_VENV)/.installed $(PACKAGE_SOURCES)
+	rm -rf dist build session_archiver.egg-info
+	$(BUILD_VENV)/bin/python -m pip wheel -q --no-deps --no-build-isolation --wheel-dir dist .
+	$(BUILD_VENV)/bin/python -c "from setuptools import build_meta; build_meta.build_sdist('dist')" >/dev/null
+	rm -rf build session_archiver.egg-info
+	@ls dist
+
+# The demo's venv holds what a user installs and nothing else: the runtime lock and the wheel (no
+# test tools, no pip of its own; the demo needs nothing more: its fake service is in the package).
+DEMO_VENV := .venv-demo
+$(DEMO_VENV)/.installed: requirements/runtime.txt $(WHEEL)
+	test -x $(DEMO_VENV)/bin/python || $(PYTHON) -m venv --without-pip $(DEMO_VENV)
+	$(BUILD_VENV)/bin/python -m pip --python $(DEMO_VENV)/bin/python install -q --require-hashes -r requirements/runtime.txt
+	$(BUILD_VENV)/bin/python -m pip --python $(DEMO_VENV)/bin/python install -q --no-deps --force-reinstall $(WHEEL)
+	touch $@
+
+demo: $(DEMO_VENV)/.installed
+	$(DEMO_VENV)/bin/archiver demo $(DEMO_ARGS)
 
 fake-service: $(STAMP)
 	$(BIN)/archiver fake-service $(FAKE_ARGS)
@@ -110,4 +141,5 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) $(BROWSER_VENV) $(NEWEST_VENV) $(TOOLS_VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BROWSER_VENV) $(NEWEST_VENV) $(TOOLS_VENV) $(BUILD_VENV) $(DEMO_VENV) dist build \
+		.pytest_cache .mypy_cache .ruff_cache
