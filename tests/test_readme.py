@@ -101,4 +101,7 @@ def test_every_self_metric_is_documented_with_its_type_and_labels() -> None:
         sampled = {label for sample in family.samples for label in sample.labels} - {"le"}
         assert sampled <= labels, (name, sampled - labels)
     snapshot = {f.full_name() for f in FAMILIES if not f.prefixed}
-    assert {name for name in rows if name.startswith("archiver_")} == names | snapshot
+    own = {name for name in names if name.startswith("archiver_")}
+    assert {name for name in rows if name.startswith("archiver_")} == own | snapshot
+    # The rest is the process's own (process_*, python_*): exactly those rows.
+    assert {name for name in rows if name.startswith(("process_", "python_"))} == names - own

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote_to_bytes, urlsplit
 
 import jinja2
+from prometheus_client import CollectorRegistry
 
 from archiver import __version__, inputs
 from archiver.browse import params as p
@@ -34,6 +35,8 @@ from archiver.errors import (
     SessionNotArchivedError,
     StoreError,
 )
+from archiver.exporter.processmetrics import register_process_collectors
+from archiver.exporter.processmetrics import render as render_metrics
 from archiver.layout.manifest import IndexEntry, ManifestItem
 from archiver.retrieval import logformat
 
@@ -124,8 +127,11 @@ class BrowseApp:
         clock: Callable[[], float] = time.time,
         mount: Mount | None = None,
         max_searches: int = MAX_SEARCHES,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.store = store
+        #: What its /metrics serves: the process_* and python_* families (the browser has no others).
+        self.registry = registry or register_process_collectors(CollectorRegistry())
         self.page_size = page_size
         self.log_page_lines = log_page_lines
         self.clock = clock
@@ -160,8 +166,10 @@ class BrowseApp:
     def _redirect(self, location: str) -> Response:
         return _page(302, b"", _TEXT, {"Location": location})
 
-    def handle(self, raw_path: str) -> Response:
-        """The response to ``GET raw_path`` (path and query as the client sent them)."""
+    def handle(self, raw_path: str, headers: Mapping[str, str] | None = None) -> Response:
+        """The response to ``GET raw_path`` (path and query as the client sent them; ``headers``
+        the request's, looked up by their lower-case names)."""
+        headers = headers or {}
         parts = urlsplit(raw_path)
         path = self.mount.strip(parts.path)
         if path is None:
@@ -181,7 +189,7 @@ class BrowseApp:
         if any(len(s) > p.MAX_VALUE for s in segments):
             return self._error(400, "Bad request", f"a path segment is too long (at most {p.MAX_VALUE} characters)")
         try:
-            return self._route(segments, params)
+            return self._route(segments, params, headers)
         except InputError as exc:  # an id or number out of archiver.inputs' bounds
             return self._error(400, "Bad request", str(exc))
         except SessionNotArchivedError as exc:
@@ -193,7 +201,7 @@ class BrowseApp:
         except StoreError as exc:
             return self._error(503, "Store unavailable", str(exc))
 
-    def _route(self, segments: list[str], params: Mapping[str, list[str]]) -> Response:
+    def _route(self, segments: list[str], params: Mapping[str, list[str]], headers: Mapping[str, str]) -> Response:
         try:
             instance = p.one(params, "instance") or None
             if segments[:1] == ["session"]:
@@ -210,6 +218,9 @@ class BrowseApp:
                 # Ready as soon as it serves: a store outage shows on the pages, it must not take
                 # every replica out of the Service exactly when someone looks for evidence.
                 return _page(200, b"ok\n", _TEXT)
+            case ["metrics"]:
+                body, content_type = render_metrics(self.registry, headers.get("accept"))
+                return _page(200, body, content_type)
             case ["sessions"] | ["sessions", ""]:
                 return self.sessions(params)
             case ["search"] | ["search", ""]:

@@ -40,7 +40,8 @@ class _Handler(ReadOnlyHandler):
                     head=head,
                 )
                 return
-            self._send(owner.app.handle(self.path), head=head)
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            self._send(owner.app.handle(self.path, headers), head=head)
         except (ConnectionError, TimeoutError):
             self.close_connection = True  # the client went away mid-response
         except Exception:  # the request edge: one bad request must not take the server down
