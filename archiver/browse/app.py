@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from archiver import __version__, inputs
 from archiver.browse import params as p
-from archiver.browse import views
+from archiver.browse import ranges, views
 from archiver.browse.listing import ListQuery, cursor_of, page_sessions, parse_list_query
 from archiver.browse.search import SearchRun, ShownHit, parse_search_query
 from archiver.browse.urls import Mount, quote_segment, with_query
@@ -230,7 +230,8 @@ class BrowseApp:
             case ["sessions", sid, "logs"] if sid:
                 return self.logs(sid, instance, params)
             case ["sessions", sid, "items", number] if sid and number.isascii() and number.isdigit():
-                return self.download(sid, instance, inputs.count(number, "item number", low=0, high=MAX_COUNT))
+                item_number = inputs.count(number, "item number", low=0, high=MAX_COUNT)
+                return self.download(sid, instance, item_number, headers)
         return self._error(404, "Not found", "no such page")
 
     # --- pages ------------------------------------------------------------------------------------
@@ -426,8 +427,13 @@ class BrowseApp:
             "line_url": line_url,
         }
 
-    def download(self, sid: str, instance: str | None, number: int) -> Response:
-        """The stored object of item ``number``, streamed as is (gzip bytes: its sha256 is the manifest's)."""
+    def download(
+        self, sid: str, instance: str | None, number: int, headers: Mapping[str, str] | None = None
+    ) -> Response:
+        """The stored object of item ``number``, streamed as is (gzip bytes: its sha256 is the
+        manifest's), resumable: its sha256 is a strong ETag, If-None-Match answers 304, one byte
+        Range 206 read from the store as a ranged GET (`archiver.browse.ranges` decides)."""
+        headers = headers or {}
         loaded = load_archive(self.store, sid, instance, note=quiet)
         items = loaded.manifest.items
         if number >= len(items) or items[number].outcome != "archived":
@@ -437,16 +443,34 @@ class BrowseApp:
         info = self.store.head(key)
         if info is None:
             raise ObjectNotFoundError(key)
+        tag = ranges.etag(item.sha256) if item.sha256 else None
         name = views.download_name(sid, loaded.ref.instance, relative)
-        headers = {
+        extra = {
             "Content-Disposition": f"attachment; filename=\"{name}\"; filename*=UTF-8''{quote(name)}",
             "X-Content-Type-Options": "nosniff",
             "Cache-Control": "private, max-age=3600",
+            "Accept-Ranges": "bytes",
         }
-        if item.sha256:
-            headers["X-Archive-Sha256"] = item.sha256
+        if tag is not None:
+            extra["ETag"] = tag
+            extra["X-Archive-Sha256"] = item.sha256 or ""
+        decided = ranges.answer(
+            size=info.size,
+            tag=tag,
+            range_header=headers.get("range"),
+            if_range=headers.get("if-range"),
+            if_none_match=headers.get("if-none-match"),
+        )
+        content_range = decided.content_range(info.size)
+        if content_range is not None:
+            extra["Content-Range"] = content_range
         # application/octet-stream whatever the manifest says: a browser must never render stored bytes.
-        return Response(200, "application/octet-stream", _stream(self.store, key), info.size, headers)
+        if decided.status in (304, 416):
+            return Response(decided.status, "application/octet-stream", (), 0, extra)
+        if decided.status == 206:
+            body = _stream(self.store, key, (decided.first, decided.last))
+            return Response(206, "application/octet-stream", body, decided.length, extra)
+        return Response(200, "application/octet-stream", _stream(self.store, key), info.size, extra)
 
 
 def _capture_view(logs_link: str, capture: int) -> str:
@@ -454,10 +478,10 @@ def _capture_view(logs_link: str, capture: int) -> str:
     return with_query(logs_link, [("capture", str(capture) if capture else "")])
 
 
-def _stream(store: ObjectStore, key: str) -> Iterator[bytes]:
+def _stream(store: ObjectStore, key: str, byte_range: tuple[int, int] | None = None) -> Iterator[bytes]:
     # Opened only when the server starts sending (a HEAD never opens it); closing this generator,
     # as the server does when the client leaves, closes the store's file or HTTP stream.
-    chunks = store.iter_bytes(key)
+    chunks = store.iter_bytes(key) if byte_range is None else store.iter_range(key, *byte_range)
     try:
         yield from chunks
     finally:
