@@ -142,6 +142,15 @@ FAKE_SERVICE_OPTIONS: tuple[Option, ...] = check_options(
             aliases=(Alias("listen", env=None, key=None),),
         ),
         Option(
+            "web.config.file",
+            "Exporter-toolkit web config: its tls_server_config serves HTTPS (no basic_auth_users: "
+            "the fake takes bearer tokens).",
+            None,
+            as_optional_path,
+            metavar="PATH",
+            scope="fake-service",
+        ),
+        Option(
             "api-token-file",
             "File of the tokens the fake accepts, one per line, one organisation each (else the "
             "ARCHIVER_API_TOKEN env var, else test-token; never a plain flag).",

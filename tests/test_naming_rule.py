@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import ssl
 import subprocess
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from archiver.cli import main
 from archiver.cli.base import read_command
 from archiver.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
 from archiver.options import DAEMON_SCOPES, OPTIONS, STATUS_SCOPES, STORE_SCOPES, Option
+from tests.fixtures_http import TLSFiles
 from tests.support import ARCHIVER, free_port, wait_until
 
 #: Arguments of one invocation (what to show, where to write it): not configuration, so no env var
@@ -271,3 +273,52 @@ def test_fake_service_old_spellings_work_with_a_deprecation_line_each(tmp_path: 
     assert len(said) == 2, said
     assert any("--listen is deprecated" in line and "use --web.listen-address" in line for line in said)
     assert any("--token is deprecated" in line and "--api-token-file" in line for line in said)
+
+
+def test_fake_service_serves_https_from_the_same_web_config_file(tmp_path: Path, self_signed_cert: TLSFiles) -> None:
+    """`--web.config.file` as for `run`: its tls_server_config makes the fake an HTTPS upstream."""
+    port = free_port()
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {self_signed_cert.cert}\n  key_file: {self_signed_cert.key}\n")
+    log = tmp_path / "fake.log"
+    out = tmp_path / "fake.out"
+    process = subprocess.Popen(
+        [ARCHIVER, "fake-service", "--web.listen-address", f"127.0.0.1:{port}", "--web.config.file", str(web)],
+        env=_fake_env(ARCHIVER_API_TOKEN="tls-token"),
+        stdout=out.open("wb"),
+        stderr=log.open("wb"),
+    )
+    verify = ssl.create_default_context(cafile=str(self_signed_cert.cert))
+    try:
+
+        def status() -> int | None:
+            if process.poll() is not None:
+                raise AssertionError(log.read_text())
+            try:
+                auth = {"Authorization": "Bearer tls-token"}
+                return httpx.get(
+                    f"https://127.0.0.1:{port}/session", headers=auth, verify=verify, timeout=5
+                ).status_code
+            except httpx.TransportError:
+                return None
+
+        wait_until(lambda: status() == 200, message="the fake service over TLS")
+        with pytest.raises(httpx.TransportError):  # plain HTTP to a TLS port: no answer
+            httpx.get(f"http://127.0.0.1:{port}/session", timeout=5)
+        assert status() == 200  # a failed handshake did not take the server down
+    finally:
+        process.terminate()
+        process.wait(15)
+    assert f"https://127.0.0.1:{port}" in out.read_text()
+    assert "Traceback" not in log.read_text()
+
+
+def test_fake_service_refuses_basic_auth_users_in_one_line(tmp_path: Path) -> None:
+    web = tmp_path / "web.yml"
+    web.write_text("basic_auth_users:\n  alice: $2y$10$abcdefghijklmnopqrstuuJ2Q6GhY4vZrWjO2X3pV6lE5Yk5W6a1K\n")
+    result = subprocess.run(
+        [ARCHIVER, "fake-service", "--web.config.file", str(web)], env=_fake_env(), capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 2 and "basic_auth_users is not for the fake service" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr

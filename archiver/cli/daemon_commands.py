@@ -50,6 +50,7 @@ def run(**kwargs: Any) -> None:
 def fake_service(tokens: tuple[str, ...], **kwargs: Any) -> None:
     """The fake session hosting service alone (for trying things out and for your own CI)."""
     from archiver import logs as logsetup
+    from archiver.exporter.webconfig import load_web_config
     from archiver.fake.main import options_from_values, serve_forever
 
     settings, values, early = read_command(kwargs, "fake-service")
@@ -59,7 +60,15 @@ def fake_service(tokens: tuple[str, ...], **kwargs: Any) -> None:
             "--token is deprecated and will be removed in a future release: "
             "use --api-token-file (or ARCHIVER_API_TOKEN) instead"
         )
-    serve_forever(options_from_values(values, tokens=tokens, env=os.environ))
+    tls = None
+    if values["web_config_file"] is not None:
+        web_config = load_web_config(values["web_config_file"])
+        if web_config.basic_auth_users:
+            raise ConfigError(
+                "--web.config.file: basic_auth_users is not for the fake service (it takes bearer tokens)"
+            )
+        tls = web_config.ssl_context()
+    serve_forever(options_from_values(values, tokens=tokens, env=os.environ, tls=tls))
 
 
 @main.command()

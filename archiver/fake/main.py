@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType, MappingProxyType
 from typing import Any, TextIO
@@ -42,6 +43,8 @@ class FakeServiceOptions:
     capacity: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     start_rate_per_min: int | None = None
     log_lines: int = DEFAULT_BODY_LINES
+    #: Serve HTTPS with this context (from `--web.config.file`'s tls_server_config); None: HTTP.
+    tls: ssl.SSLContext | None = None
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -120,7 +123,11 @@ def tokens_from_file(path: Path) -> tuple[str, ...]:
 
 
 def options_from_values(
-    values: Mapping[str, Any], *, tokens: Iterable[str] = (), env: Mapping[str, str] | None = None
+    values: Mapping[str, Any],
+    *,
+    tokens: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> FakeServiceOptions:
     """Options from the converted values of `archiver.command_options.FAKE_SERVICE_OPTIONS` (by key).
     The tokens: the token file's, else ``tokens`` (the deprecated ``--token``), else the
@@ -131,7 +138,7 @@ def options_from_values(
         accepted = tokens_from_file(Path(token_file))
     else:
         accepted = tuple(tokens) or ((env_token,) if env_token else ())
-    return options_from_cli(
+    options = options_from_cli(
         listen=values["web_listen_address"],
         tokens=accepted,
         time_scale=values["time_scale"],
@@ -143,6 +150,7 @@ def options_from_values(
         capacity=values["capacity"],
         start_rate=values["start_rate"],
     )
+    return replace(options, tls=tls)
 
 
 def build_service(options: FakeServiceOptions) -> FakeService:
@@ -157,6 +165,7 @@ def build_service(options: FakeServiceOptions) -> FakeService:
         start_rate_per_min=options.start_rate_per_min,
         log_lines=options.log_lines,
         quirks=options.quirks,
+        tls=options.tls,
     )
     for endpoint, spec in options.faults:
         svc.state.faults.set(endpoint, spec)
