@@ -322,3 +322,39 @@ def test_fake_service_refuses_basic_auth_users_in_one_line(tmp_path: Path) -> No
     )  # fmt: skip
     assert result.returncode == 2 and "basic_auth_users is not for the fake service" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+
+
+def test_demo_takes_the_web_config_file_and_the_log_options(tmp_path: Path, self_signed_cert: TLSFiles) -> None:
+    """`demo --web.config.file` serves its /metrics and its browser over TLS; `--log.level` is checked
+    like `run`'s (its default stays warn: the status line is the demo's output)."""
+    bad = subprocess.run(
+        [ARCHIVER, "demo", "--log.level", "verbose"], cwd=tmp_path, env=_fake_env(), capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "--log.level: expected one of debug, info, warn, error" in bad.stderr
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {self_signed_cert.cert}\n  key_file: {self_signed_cert.key}\n")
+    process = subprocess.Popen(
+        [ARCHIVER, "demo", "--web.listen-address", "127.0.0.1:0", "--log.format", "json"],
+        cwd=tmp_path,
+        env=_fake_env(ARCHIVER_WEB_CONFIG_FILE=str(web), ARCHIVER_DURATION="60"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    verify = ssl.create_default_context(cafile=str(self_signed_cert.cert))
+    try:
+        assert process.stdout is not None
+        urls = {}
+        for line in process.stdout:
+            name, _, url = line.partition(":")
+            if name in ("metrics", "browser"):
+                urls[name] = url.strip()
+            if len(urls) == 2:
+                break
+        assert urls["metrics"].startswith("https://") and urls["browser"].startswith("https://"), urls
+        assert "archiver_build_info" in httpx.get(urls["metrics"], verify=verify, timeout=10).text
+        assert httpx.get(urls["browser"], verify=verify, timeout=10).status_code == 200
+    finally:
+        process.terminate()
+        process.wait(30)
