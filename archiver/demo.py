@@ -18,6 +18,7 @@ from archiver.browse.server import BrowseServer
 from archiver.credentials import Token
 from archiver.daemon import Daemon
 from archiver.errors import ArchiverError
+from archiver.exporter.webconfig import load_web_config
 from archiver.fake import FakeService
 from archiver.layout.manifest import parse_manifest
 from archiver.settings import Settings
@@ -43,6 +44,11 @@ class DemoOptions:
     status_every: float = 5.0
     #: How to invoke this program again in the printed hints (`.venv/bin/archiver` under make).
     program: str = "archiver"
+    #: Exporter-toolkit web config (TLS, basic auth) of the /metrics server and the browser.
+    web_config_file: Path | None = None
+    #: Only warnings by default: the status line is the demo's output.
+    log_format: str = "logfmt"
+    log_level: str = "warn"
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +118,9 @@ def demo_settings(options: DemoOptions, api_url: str) -> Settings:
         max_sessions=10000,
         fetch_workers=4,
         upload_workers=2,
+        web_config_file=options.web_config_file,
+        log_format=options.log_format,
+        log_level=options.log_level,
     )
 
 
@@ -129,10 +138,9 @@ def run_demo(
     ``early``: log records kept while the command line was read (deprecated option names), written
     once logging is set up."""
     stop = stop or threading.Event()
+    web_config = load_web_config(options.web_config_file) if options.web_config_file else None
     options.archive_dir.mkdir(parents=True, exist_ok=True)
-    # Only warnings reach the terminal: the status line is the demo's output.
-    logsetup.configure("logfmt", "warn", secrets=[DEMO_TOKEN], stream=out, early=early)
-    logging.getLogger("archiver").setLevel(logging.WARNING)
+    logsetup.configure(options.log_format, options.log_level, secrets=[DEMO_TOKEN], stream=out, early=early)
 
     with FakeService([DEMO_TOKEN], retention=DEMO_RETENTION) as fake:
         # A few short matches so the first archives appear within seconds, one of them a crash.
@@ -158,7 +166,7 @@ def run_demo(
         host, port = options.listen
         browse_port = port + 1 if port and port < 65535 and _port_free(host, port + 1) else 0
         browse_store = open_store(options.archive_dir.resolve().as_uri())
-        browser = BrowseServer((host, browse_port), BrowseApp(browse_store))
+        browser = BrowseServer((host, browse_port), BrowseApp(browse_store), web_config=web_config)
         browser.start()
         started = clock()
         out.write(

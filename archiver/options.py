@@ -13,6 +13,7 @@ is unchanged: flag > env var > file > default, the option's own name before an a
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,16 +49,18 @@ def _key_of(name: str) -> str:
 class Alias:
     """A deprecated spelling of an option, accepted for one more release. Each of flag (``--name``),
     env var (``ARCHIVER_NAME``) and TOML key (``name`` with underscores) is derived from the name
-    unless given; None for ``env`` or ``key``: that spelling is not accepted."""
+    unless given; None for ``flag``, ``env`` or ``key``: that spelling is not accepted (a former env
+    var alone, such as ``ARCHIVER_BROWSE_LISTEN``, is an alias with neither flag nor key)."""
 
     name: str
-    flag: str = ""
+    flag: str | None = ""
     env: str | None = ""
     key: str | None = ""
 
     def __post_init__(self) -> None:
         key = _key_of(self.name)
-        object.__setattr__(self, "flag", self.flag or "--" + self.name)
+        if self.flag == "":
+            object.__setattr__(self, "flag", "--" + self.name)
         if self.env == "":
             object.__setattr__(self, "env", ENV_PREFIX + key.upper())
         if self.key == "":
@@ -71,8 +74,9 @@ class Alias:
 
 @dataclass(frozen=True, slots=True)
 class Option:
-    """One setting. Flag ``--name``, env var ``ARCHIVER_NAME`` and TOML key ``name`` (with underscores)
-    are derived from the name unless given."""
+    """One setting. Its flag ``--name``, env var ``ARCHIVER_NAME`` and TOML key ``name`` (``.`` and
+    ``-`` as ``_``) always follow from the name: the one naming rule of every command (former
+    spellings are aliases)."""
 
     name: str
     help: str
@@ -83,25 +87,26 @@ class Option:
     multiple: bool = False
     metavar: str = "TEXT"
     #: Which commands take it: "store" (every command that reads the store), "state" (`status` too),
-    #: "daemon" (`run`, `archive`, `check` only), "log" (those and `browse`); "browse" and "demo":
-    #: the own options of `browse` and `demo` (BROWSE_OPTIONS, DEMO_OPTIONS).
+    #: "daemon" (`run`, `archive`, `check` only), "log" (those, `browse`, `demo` and `fake-service`);
+    #: a command's name: that command's own options (`archiver.command_options`).
     scope: str = "daemon"
     #: The Settings field its converted value fills (default: the key). Several options fill one
     #: field where `archiver.settings.COMPOSED` builds that field from them (evidence, shard, token).
     field: str = ""
-    flag: str = ""
-    env: str = ""
-    key: str = ""
+    #: Derived from the name (see the class docstring), never given.
+    flag: str = dataclasses.field(default="", init=False)
+    env: str = dataclasses.field(default="", init=False)
+    key: str = dataclasses.field(default="", init=False)
     #: Former spellings, still accepted with a deprecation line (see the module docstring).
     aliases: tuple[Alias, ...] = ()
     #: An on/off option: the flag turns it on, ``--no-`` + the name turns it off.
     switch: bool = False
 
     def __post_init__(self) -> None:
-        key = self.key or _key_of(self.name)
+        key = _key_of(self.name)
         object.__setattr__(self, "key", key)
-        object.__setattr__(self, "flag", self.flag or "--" + self.name)
-        object.__setattr__(self, "env", self.env or ENV_PREFIX + key.upper())
+        object.__setattr__(self, "flag", "--" + self.name)
+        object.__setattr__(self, "env", ENV_PREFIX + key.upper())
         object.__setattr__(self, "field", self.field or key)
 
     @property
@@ -398,8 +403,11 @@ def check_options(options: Iterable[Option]) -> tuple[Option, ...]:
         if opt.switch:
             spellings.append(opt.off_flag)
         for alias in opt.aliases:
-            spellings += [alias.flag, "param " + alias.param]
-            spellings += [s for s in (alias.env, alias.key and "key " + alias.key) if s]
+            if alias.key and not alias.flag:
+                raise ValueError(f"option {opt.name}: alias {alias.name} has a TOML key but no flag")
+            spellings += [s for s in (alias.flag, alias.env, alias.key and "key " + alias.key) if s]
+            if alias.flag:
+                spellings.append("param " + alias.param)
         for spelling in spellings:
             if spelling in seen:
                 raise ValueError(f"option {opt.name}: {spelling} is also {seen[spelling]}")
@@ -420,79 +428,14 @@ def by_key(options: Iterable[Option]) -> dict[str, tuple[Option, Alias | None]]:
 
 OPTIONS = check_options(OPTIONS)
 
-#: `archiver browse`'s own options, besides the store and log ones of OPTIONS. Never read from the
-#: config file (a file shared with the daemon names the daemon's address): their keys are only names.
-BROWSE_OPTIONS: tuple[Option, ...] = check_options(
-    (
-        Option(
-            "web.listen-address",
-            "Address the browser serves its pages on.",
-            "127.0.0.1:9878",
-            as_listen,
-            metavar="HOST:PORT",
-            env="ARCHIVER_BROWSE_LISTEN",
-            key="browse_listen_address",
-            scope="browse",
-            aliases=(Alias("listen", env=None, key=None),),
-        ),
-        Option(
-            "web.config.file",
-            "Exporter-toolkit web config (TLS, basic auth), the same file as for /metrics.",
-            None,
-            as_optional_path,
-            metavar="PATH",
-            env="ARCHIVER_WEB_CONFIG_FILE",
-            key="browse_web_config_file",
-            scope="browse",
-            aliases=(Alias("web-config-file", env=None, key=None),),
-        ),
-        Option(
-            "web.external-url",
-            "The URL users reach the browser at (behind a proxy or an Ingress); its path prefixes "
-            "every link and is the route prefix.",
-            None,
-            as_str,
-            metavar="URL",
-            env="ARCHIVER_BROWSE_EXTERNAL_URL",
-            key="browse_external_url",
-            scope="browse",
-        ),
-        Option(
-            "web.route-prefix",
-            "Path the pages are served under (default: the path of --web.external-url).",
-            None,
-            as_str,
-            metavar="PATH",
-            env="ARCHIVER_BROWSE_ROUTE_PREFIX",
-            key="browse_route_prefix",
-            scope="browse",
-        ),
-    )
-)
-
-#: `archiver demo`'s address option (the browser gets the port after it).
-DEMO_OPTIONS: tuple[Option, ...] = check_options(
-    (
-        Option(
-            "web.listen-address",
-            "Address of the demo's /metrics server; the browser takes the next port.",
-            "127.0.0.1:9877",
-            as_listen,
-            metavar="HOST:PORT",
-            env="ARCHIVER_DEMO_LISTEN_ADDRESS",
-            key="demo_listen_address",
-            scope="demo",
-            aliases=(Alias("listen", env=None, key=None),),
-        ),
-    )
-)
 OPTIONS_BY_KEY: Mapping[str, Option] = {opt.key: opt for opt in OPTIONS}
 #: Option scopes per kind of command: retrieval (ls/show/logs/get/verify), `status`, the daemon's,
-#: the evidence browser's (the store and how it logs).
+#: the evidence browser's (the store and how it logs), the demo's and the fake service's (how they log).
 STORE_SCOPES = frozenset({"store"})
 STATUS_SCOPES = frozenset({"state"})
 DAEMON_SCOPES = frozenset({"store", "state", "daemon", "log"})
 BROWSE_SCOPES = frozenset({"store", "log"})
+LOG_SCOPES = frozenset({"log"})
 
 
 def option_table(options: Iterable[Option] = OPTIONS) -> list[tuple[str, str, str, str]]:

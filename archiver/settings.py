@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from archiver import inputs
+from archiver.command_options import COMMAND_OPTIONS
 from archiver.credentials import Token
 from archiver.errors import ConfigError
 from archiver.evidence import LOCK_MODES, SSE_MODES, Evidence
@@ -65,7 +66,7 @@ class Given:
         """The flag, env var or ``file: key`` the value was given as (what errors name)."""
         spelling = self.alias or opt
         if self.origin is Origin.FLAG:
-            return spelling.flag
+            return str(spelling.flag)
         if self.origin is Origin.ENV:
             return str(spelling.env)
         return f"{file_name}: {spelling.key}"
@@ -302,10 +303,22 @@ def read_config_file(path: Path, options: Iterable[Option] = OPTIONS) -> dict[st
     if "api_token" in data:
         raise ConfigError(f"config file {path}: the token never goes in the config file; use api_token_file")
     known = by_key(options)
-    for key in data:
-        if key not in known and key not in _FILE_TABLES:
+    for key, value in data.items():
+        if key in COMMAND_OPTIONS:
+            _check_command_table(path, key, value)
+        elif key not in known and key not in _FILE_TABLES:
             raise ConfigError(f"config file {path}: unknown key {key!r}")
     return data
+
+
+def _check_command_table(path: Path, command: str, table: Any) -> None:
+    """A ``[command]`` table of the file holds only that command's own options' keys."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: [{command}] must be a table of {command}'s options")
+    known = by_key(COMMAND_OPTIONS[command])
+    for key in table:
+        if key not in known:
+            raise ConfigError(f"config file {path}: unknown key {key!r} in [{command}]")
 
 
 def load_settings(

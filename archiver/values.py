@@ -109,6 +109,31 @@ def as_list(value: Any) -> tuple[str, ...]:
     raise ValueError(f"expected a list of strings, got {value!r}")
 
 
+def as_items(value: Any) -> tuple[str, ...]:
+    """A list from a TOML array or a repeated flag, each item whole (items that may hold commas,
+    such as a fault spec); a single string (an env var) is one item."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,) if value.strip() else ()
+    if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+        return tuple(item for item in value if item.strip())
+    raise ValueError(f"expected a list of strings, got {value!r}")
+
+
+def as_float(value: Any) -> float:
+    """A finite number (an int or float of the file, or a flag's or env var's text)."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {value!r}")
+    try:
+        number = float(value.strip()) if isinstance(value, str) and len(value) <= 40 else float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"expected a finite number, got {value!r}")
+    return number
+
+
 def as_int(value: Any) -> int:
     if isinstance(value, bool):
         raise ValueError(f"expected an integer, got {value!r}")

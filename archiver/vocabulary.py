@@ -7,6 +7,7 @@ statements spell the same values as literals (see archiver.archive.state.schema)
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 
@@ -60,3 +61,43 @@ OPEN_ITEM_STATUSES: tuple[ItemStatus, ...] = (
 )
 #: Every outcome's value, in the order manifests and `ls` list them (plain strings: error messages show them).
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+
+
+class Standing(StrEnum):
+    """How an item's outcome stands for the evidence, as every reader shows it (`ls`, `show`, the
+    browser): kept; absent (an artifact path that simply was not in that container, e.g. no crash
+    folder in a match that did not crash); not kept by policy (too large); or evidence lost."""
+
+    KEPT = "kept"
+    ABSENT = "absent"
+    POLICY = "policy"
+    LOST = "lost"
+
+
+def standing(outcome: str, item_kind: str | None = None) -> Standing:
+    """The one decision of how an outcome reads. ``source_gone`` of the logs is lost evidence (the
+    service no longer had them); of an artifact path, an absent optional path. ``item_kind`` None
+    (an index entry's counts, which do not say the kind): source_gone reads as an absent path, the
+    common case (the manifest tells logs apart)."""
+    if outcome == Outcome.ARCHIVED:
+        return Standing.KEPT
+    if outcome == Outcome.SOURCE_GONE and item_kind != "logs":
+        return Standing.ABSENT
+    return Standing.POLICY if outcome == Outcome.TOO_LARGE else Standing.LOST
+
+
+def outcome_words(outcome: str, item_kind: str | None) -> str:
+    """An item's outcome in words, as `show` and the browser's session page say it."""
+    match standing(outcome, item_kind):
+        case Standing.ABSENT:
+            return "not present in this container (source_gone)"
+        case Standing.LOST if outcome == Outcome.SOURCE_GONE:
+            return "source_gone: the service no longer had the logs"
+    return str(outcome)
+
+
+def standings(counts: Mapping[str, int]) -> list[tuple[str, Standing, int]]:
+    """An index entry's item counts as (outcome, standing, count), in OUTCOMES order, zeros left
+    out. The entry does not say an item's kind, so source_gone reads as an absent path, the common
+    case (the manifest, which `show` and the session page read, tells lost logs apart)."""
+    return [(outcome, standing(outcome), counts[outcome]) for outcome in OUTCOMES if counts.get(outcome)]

@@ -29,6 +29,7 @@ from archiver import inputs
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
 from archiver.cli import main
+from archiver.command_options import COMMAND_OPTIONS
 from archiver.errors import ApiRequestError
 from archiver.fake import FakeService
 from archiver.layout import keys
@@ -57,7 +58,9 @@ class World:
 
     def env(self) -> dict[str, str | None]:
         """Every ARCHIVER_* variable unset but the ones naming this world."""
-        clean: dict[str, str | None] = {opt.env: None for opt in OPTIONS}
+        clean: dict[str, str | None] = {
+            opt.env: None for table in (OPTIONS, *COMMAND_OPTIONS.values()) for opt in table
+        }
         clean |= {"ARCHIVER_CONFIG": None, "ARCHIVER_CRASH_AT": None, "ARCHIVER_BROWSE_LISTEN": None}
         return clean | {
             "ARCHIVER_API_TOKEN": TEST_TOKEN,

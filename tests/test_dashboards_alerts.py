@@ -71,6 +71,8 @@ NOT_CHARTED = frozenset(
         "archiver_retries_total",
         "archiver_store_conditional_writes_supported",
         "archiver_store_guarantee",
+        # The process's own families (prometheus_client's process_* and python_*): sizing, not the pipeline.
+        *(name for name in exposed_names(self_metrics_registry()) if name.startswith(("process_", "python_"))),
     }
 )
 EXPECTED_ALERTS = {

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
 from archiver.cli import main
+from archiver.command_options import COMMAND_OPTIONS
 from archiver.exporter.exposition import FAMILIES
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.settings import option_table
@@ -34,6 +35,20 @@ def test_configuration_table_matches_the_option_table() -> None:
         r"^\| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$", section("Configuration"), re.M
     )
     assert rows == [(flag, env, default, text) for flag, env, default, text in option_table()]
+
+
+def test_command_options_table_matches_the_command_tables() -> None:
+    """The README's table of `browse`, `demo` and `fake-service` options is their option tables."""
+    rows = re.findall(
+        r"^\| `([a-z-]+)` \| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$",
+        section("Configuration"),
+        re.M,
+    )
+    assert rows == [
+        (command, opt.flag, opt.env, opt.shown_default, opt.help)
+        for command, table in COMMAND_OPTIONS.items()
+        for opt in table
+    ]
 
 
 def test_every_run_option_in_help_is_documented_and_vice_versa() -> None:
@@ -86,4 +101,7 @@ def test_every_self_metric_is_documented_with_its_type_and_labels() -> None:
         sampled = {label for sample in family.samples for label in sample.labels} - {"le"}
         assert sampled <= labels, (name, sampled - labels)
     snapshot = {f.full_name() for f in FAMILIES if not f.prefixed}
-    assert {name for name in rows if name.startswith("archiver_")} == names | snapshot
+    own = {name for name in names if name.startswith("archiver_")}
+    assert {name for name in rows if name.startswith("archiver_")} == own | snapshot
+    # The rest is the process's own (process_*, python_*): exactly those rows.
+    assert {name for name in rows if name.startswith(("process_", "python_"))} == names - own

@@ -188,7 +188,8 @@ def test_ls_table_and_json_output(listed: ObjectStore) -> None:
     assert [d["session_id"] for d in doc] == _ids(entries)
     assert set(doc[0]) == {
         "session_id", "ended_at", "ended_at_iso", "archived_at", "archived_at_iso", "image", "tag",
-        "location", "labels", "items_archived", "items_total", "counts", "total_bytes", "manifest_key", "instance",
+        "location", "labels", "items_archived", "items_total", "items_lost", "items_not_present", "counts",
+        "total_bytes", "manifest_key", "instance",
     }  # fmt: skip
     assert doc[0]["instance"] is None  # legacy-layout archives have no instance
     s30 = next(d for d in doc if d["session_id"] == "s-30h")

@@ -333,8 +333,8 @@ def test_old_names_are_accepted_but_not_shown_in_help() -> None:
     [
         Option("a", "A.", None, as_int, aliases=(Alias("other"),)),
         Option("a", "A.", None, as_int, aliases=(Alias("b", env="ARCHIVER_OTHER"),)),
-        Option("a", "A.", None, as_int, key="other"),
-        Option("a", "A.", None, as_int, key="not-an-identifier"),
+        Option("a", "A.", None, as_int, aliases=(Alias("b", env=None, key="other"),)),
+        Option("a/b", "A.", None, as_int),
     ],
     ids=["alias name", "alias env", "key", "bad key"],
 )

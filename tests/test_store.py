@@ -1124,3 +1124,17 @@ def test_store_errors_are_typed() -> None:
         InvalidKeyError,
     ):
         assert issubclass(cls, StoreError)
+
+
+def test_ranged_reads_give_exactly_those_bytes(store: ObjectStore, tmp_path: Path) -> None:
+    """iter_range (a ranged GetObject on S3, a seek on a directory): the bytes first..last, in
+    chunks no larger than chunk_size, whatever the chunk boundaries; missing: ObjectNotFoundError at once."""
+    path, sha, size = write_file(tmp_path / "f", 3 * MIB)
+    data = path.read_bytes()
+    store.put_file("arch/f", path, sha256=sha, size=size, content_type="x/y")
+    for first, last in [(0, 0), (1, 256 * 1024), (MIB - 3, 2 * MIB + 7), (size - 10, size - 1), (0, size - 1)]:
+        chunks = list(store.iter_range("arch/f", first, last, chunk_size=256 * 1024))
+        assert b"".join(chunks) == data[first : last + 1], (first, last)
+        assert max(map(len, chunks)) <= 256 * 1024
+    with pytest.raises(ObjectNotFoundError):
+        store.iter_range("arch/missing", 0, 10)

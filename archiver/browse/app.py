@@ -19,10 +19,11 @@ from typing import Any
 from urllib.parse import parse_qs, quote, unquote_to_bytes, urlsplit
 
 import jinja2
+from prometheus_client import CollectorRegistry
 
 from archiver import __version__, inputs
 from archiver.browse import params as p
-from archiver.browse import views
+from archiver.browse import ranges, views
 from archiver.browse.listing import ListQuery, cursor_of, page_sessions, parse_list_query
 from archiver.browse.search import SearchRun, ShownHit, parse_search_query
 from archiver.browse.urls import Mount, quote_segment, with_query
@@ -34,6 +35,8 @@ from archiver.errors import (
     SessionNotArchivedError,
     StoreError,
 )
+from archiver.exporter.processmetrics import register_process_collectors
+from archiver.exporter.processmetrics import render as render_metrics
 from archiver.layout.manifest import IndexEntry, ManifestItem
 from archiver.retrieval import logformat
 
@@ -124,8 +127,11 @@ class BrowseApp:
         clock: Callable[[], float] = time.time,
         mount: Mount | None = None,
         max_searches: int = MAX_SEARCHES,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self.store = store
+        #: What its /metrics serves: the process_* and python_* families (the browser has no others).
+        self.registry = registry or register_process_collectors(CollectorRegistry())
         self.page_size = page_size
         self.log_page_lines = log_page_lines
         self.clock = clock
@@ -160,8 +166,10 @@ class BrowseApp:
     def _redirect(self, location: str) -> Response:
         return _page(302, b"", _TEXT, {"Location": location})
 
-    def handle(self, raw_path: str) -> Response:
-        """The response to ``GET raw_path`` (path and query as the client sent them)."""
+    def handle(self, raw_path: str, headers: Mapping[str, str] | None = None) -> Response:
+        """The response to ``GET raw_path`` (path and query as the client sent them; ``headers``
+        the request's, looked up by their lower-case names)."""
+        headers = headers or {}
         parts = urlsplit(raw_path)
         path = self.mount.strip(parts.path)
         if path is None:
@@ -181,7 +189,7 @@ class BrowseApp:
         if any(len(s) > p.MAX_VALUE for s in segments):
             return self._error(400, "Bad request", f"a path segment is too long (at most {p.MAX_VALUE} characters)")
         try:
-            return self._route(segments, params)
+            return self._route(segments, params, headers)
         except InputError as exc:  # an id or number out of archiver.inputs' bounds
             return self._error(400, "Bad request", str(exc))
         except SessionNotArchivedError as exc:
@@ -193,7 +201,7 @@ class BrowseApp:
         except StoreError as exc:
             return self._error(503, "Store unavailable", str(exc))
 
-    def _route(self, segments: list[str], params: Mapping[str, list[str]]) -> Response:
+    def _route(self, segments: list[str], params: Mapping[str, list[str]], headers: Mapping[str, str]) -> Response:
         try:
             instance = p.one(params, "instance") or None
             if segments[:1] == ["session"]:
@@ -210,6 +218,9 @@ class BrowseApp:
                 # Ready as soon as it serves: a store outage shows on the pages, it must not take
                 # every replica out of the Service exactly when someone looks for evidence.
                 return _page(200, b"ok\n", _TEXT)
+            case ["metrics"]:
+                body, content_type = render_metrics(self.registry, headers.get("accept"))
+                return _page(200, body, content_type)
             case ["sessions"] | ["sessions", ""]:
                 return self.sessions(params)
             case ["search"] | ["search", ""]:
@@ -219,7 +230,8 @@ class BrowseApp:
             case ["sessions", sid, "logs"] if sid:
                 return self.logs(sid, instance, params)
             case ["sessions", sid, "items", number] if sid and number.isascii() and number.isdigit():
-                return self.download(sid, instance, inputs.count(number, "item number", low=0, high=MAX_COUNT))
+                item_number = inputs.count(number, "item number", low=0, high=MAX_COUNT)
+                return self.download(sid, instance, item_number, headers)
         return self._error(404, "Not found", "no such page")
 
     # --- pages ------------------------------------------------------------------------------------
@@ -415,8 +427,13 @@ class BrowseApp:
             "line_url": line_url,
         }
 
-    def download(self, sid: str, instance: str | None, number: int) -> Response:
-        """The stored object of item ``number``, streamed as is (gzip bytes: its sha256 is the manifest's)."""
+    def download(
+        self, sid: str, instance: str | None, number: int, headers: Mapping[str, str] | None = None
+    ) -> Response:
+        """The stored object of item ``number``, streamed as is (gzip bytes: its sha256 is the
+        manifest's), resumable: its sha256 is a strong ETag, If-None-Match answers 304, one byte
+        Range 206 read from the store as a ranged GET (`archiver.browse.ranges` decides)."""
+        headers = headers or {}
         loaded = load_archive(self.store, sid, instance, note=quiet)
         items = loaded.manifest.items
         if number >= len(items) or items[number].outcome != "archived":
@@ -426,16 +443,34 @@ class BrowseApp:
         info = self.store.head(key)
         if info is None:
             raise ObjectNotFoundError(key)
+        tag = ranges.etag(item.sha256) if item.sha256 else None
         name = views.download_name(sid, loaded.ref.instance, relative)
-        headers = {
+        extra = {
             "Content-Disposition": f"attachment; filename=\"{name}\"; filename*=UTF-8''{quote(name)}",
             "X-Content-Type-Options": "nosniff",
             "Cache-Control": "private, max-age=3600",
+            "Accept-Ranges": "bytes",
         }
-        if item.sha256:
-            headers["X-Archive-Sha256"] = item.sha256
+        if tag is not None:
+            extra["ETag"] = tag
+            extra["X-Archive-Sha256"] = item.sha256 or ""
+        decided = ranges.answer(
+            size=info.size,
+            tag=tag,
+            range_header=headers.get("range"),
+            if_range=headers.get("if-range"),
+            if_none_match=headers.get("if-none-match"),
+        )
+        content_range = decided.content_range(info.size)
+        if content_range is not None:
+            extra["Content-Range"] = content_range
         # application/octet-stream whatever the manifest says: a browser must never render stored bytes.
-        return Response(200, "application/octet-stream", _stream(self.store, key), info.size, headers)
+        if decided.status in (304, 416):
+            return Response(decided.status, "application/octet-stream", (), 0, extra)
+        if decided.status == 206:
+            body = _stream(self.store, key, (decided.first, decided.last))
+            return Response(206, "application/octet-stream", body, decided.length, extra)
+        return Response(200, "application/octet-stream", _stream(self.store, key), info.size, extra)
 
 
 def _capture_view(logs_link: str, capture: int) -> str:
@@ -443,10 +478,10 @@ def _capture_view(logs_link: str, capture: int) -> str:
     return with_query(logs_link, [("capture", str(capture) if capture else "")])
 
 
-def _stream(store: ObjectStore, key: str) -> Iterator[bytes]:
+def _stream(store: ObjectStore, key: str, byte_range: tuple[int, int] | None = None) -> Iterator[bytes]:
     # Opened only when the server starts sending (a HEAD never opens it); closing this generator,
     # as the server does when the client leaves, closes the store's file or HTTP stream.
-    chunks = store.iter_bytes(key)
+    chunks = store.iter_bytes(key) if byte_range is None else store.iter_range(key, *byte_range)
     try:
         yield from chunks
     finally:

@@ -40,7 +40,8 @@ class _Handler(ReadOnlyHandler):
                     head=head,
                 )
                 return
-            self._send(owner.app.handle(self.path), head=head)
+            headers = {name.lower(): value for name, value in self.headers.items()}
+            self._send(owner.app.handle(self.path, headers), head=head)
         except (ConnectionError, TimeoutError):
             self.close_connection = True  # the client went away mid-response
         except Exception:  # the request edge: one bad request must not take the server down
@@ -55,7 +56,9 @@ class _Handler(ReadOnlyHandler):
     def _send(self, response: Response, *, head: bool = False) -> None:
         self.send_response(response.status)
         self.send_header("Content-Type", response.content_type)
-        if response.length is not None:
+        if response.status == 304:
+            pass  # no body, and no Content-Length (it would have to be the whole object's)
+        elif response.length is not None:
             self.send_header("Content-Length", str(response.length))
         else:
             self.close_connection = True  # the end of the body is the end of the connection

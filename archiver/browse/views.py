@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, ManifestItem
 from archiver.textsafe import printable
-from archiver.vocabulary import OUTCOMES, Outcome
+from archiver.vocabulary import Outcome, Standing, outcome_words, standing, standings
 
 _SAFE_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -47,14 +47,12 @@ def download_name(sid: str, instance: str | None, relative: str) -> str:
     return _SAFE_NAME.sub("_", f"{base}-{name}").lstrip(".") or "download"
 
 
+#: How each standing (`vocabulary.standing`, the decision `ls` and `show` share) is styled.
+_CSS = {Standing.KEPT: KEPT, Standing.ABSENT: EXPECTED, Standing.POLICY: POLICY, Standing.LOST: LOST}
+
+
 def _kind(outcome: str, item_kind: str | None) -> str:
-    if outcome == Outcome.ARCHIVED:
-        return KEPT
-    if outcome == Outcome.SOURCE_GONE and item_kind != "logs":
-        # The index counts outcomes, not kinds (item_kind None): the list reads source_gone as an
-        # absent artifact path, the common case; the session page tells logs apart.
-        return EXPECTED
-    return POLICY if outcome == Outcome.TOO_LARGE else LOST
+    return _CSS[standing(outcome, item_kind)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +66,7 @@ class OutcomeView:
 def item_outcome(item: ManifestItem) -> OutcomeView:
     """How the session page shows one item's outcome (with the archiver's error, if any)."""
     css = _kind(item.outcome, item.kind)
-    if css == EXPECTED:
-        words = "not present in this container (source_gone)"
-    elif item.outcome == Outcome.SOURCE_GONE:
-        words = "source_gone: the service no longer had the logs"
-    else:
-        words = str(item.outcome)
+    words = outcome_words(item.outcome, item.kind)
     if item.error and css != KEPT:
         words += f": {item.error}"
     return OutcomeView(css, words)
@@ -90,16 +83,15 @@ class ItemsView:
 
 
 def items_summary(counts: Mapping[str, int]) -> ItemsView:
-    """The Items cell of an index entry: lost evidence is red, an absent optional path only a grey note."""
+    """The Items cell of an index entry: lost evidence is red, an absent optional path only a grey
+    note (`vocabulary.standings`, as `ls` reads them)."""
     notes = []
     worst = KEPT
-    for outcome in OUTCOMES:
-        n = counts.get(outcome, 0)
-        if outcome == Outcome.ARCHIVED or not n:
+    for outcome, kind, n in standings(counts):
+        if kind is Standing.KEPT:
             continue
-        css = _kind(outcome, None)
-        words = {EXPECTED: "not present", POLICY: "too large"}.get(css, outcome)
-        notes.append(OutcomeView(css, f"{n} {words}"))
+        css = _CSS[kind]
+        notes.append(OutcomeView(css, f"{n} {({EXPECTED: 'not present', POLICY: 'too large'}).get(css, outcome)}"))
         worst = max(worst, css, key=[KEPT, EXPECTED, POLICY, LOST].index)
     return ItemsView(counts.get(Outcome.ARCHIVED, 0), sum(counts.values()), worst, tuple(notes))
 

@@ -7,7 +7,7 @@ import functools
 import logging
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -17,8 +17,9 @@ from click.core import ParameterSource
 from archiver import __version__
 from archiver import logs as logsetup
 from archiver.cli.params import INSTANCE, ArchiverGroup, LocalPath
+from archiver.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
 from archiver.errors import ArchiverError, ConfigError, InputError
-from archiver.options import DAEMON_SCOPES, OPTIONS, Option, by_key
+from archiver.options import DAEMON_SCOPES, OPTIONS, Alias, Option, by_key
 from archiver.settings import (
     SETTINGS_LOGGER,
     Given,
@@ -42,13 +43,15 @@ _CONFIG_META = "archiver.config"
 def _read_config(
     options: Sequence[Option],
     scopes: frozenset[str],
+    command: str | None,
     ctx: click.Context,
     _param: click.Parameter,
     value: str | None,
 ) -> str | None:
     """Eager `--config` callback: the TOML file becomes click's `default_map` (each key of an option
     the command takes, for the parameter of its spelling), so every option resolves flag > env var >
-    file > default by click's own rules. Keys of the command's other options are known, not used."""
+    file > default by click's own rules. Keys of the command's other options are known, not used;
+    a command's own options (`archiver.command_options`) come from its table (``[browse]``)."""
     if value is None:
         return None
     try:
@@ -57,17 +60,27 @@ def _read_config(
         # Raised while click parses, before friendly_errors runs: the same one line and exit 2.
         click.echo(f"error: configuration: {one_line(str(exc))}", err=True)
         ctx.exit(2)
-    spelled = by_key(options)
-    defaults: dict[str, Any] = {}
-    for key, raw in data.items():
-        if key not in spelled or spelled[key][0].scope not in scopes:
-            continue  # [images]: read by archiver.settings from the stashed file data
-        opt, alias = spelled[key]
-        # A multiple option's default must be a list for click; a TOML string is one item.
-        defaults[alias.param if alias else opt.param] = [raw] if opt.multiple and isinstance(raw, str) else raw
+    defaults = _file_defaults(data, by_key(options), scopes)
+    if command is not None:
+        own = COMMAND_OPTIONS[command]
+        defaults.update(_file_defaults(data.get(command, {}), by_key(own), frozenset({command})))
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     ctx.meta[_CONFIG_META] = (data, value)
     return value
+
+
+def _file_defaults(
+    data: Mapping[str, Any], spelled: Mapping[str, tuple[Option, Alias | None]], scopes: frozenset[str]
+) -> dict[str, Any]:
+    """click parameter → the file's raw value, for the keys of options of `scopes`."""
+    defaults: dict[str, Any] = {}
+    for key, raw in data.items():
+        if key not in spelled or spelled[key][0].scope not in scopes:
+            continue  # [images], [browse]: read elsewhere; another command's option: known, not used
+        opt, alias = spelled[key]
+        # A multiple option's default must be a list for click; a TOML string is one item.
+        defaults[alias.param if alias else opt.param] = [raw] if opt.multiple and isinstance(raw, str) else raw
+    return defaults
 
 
 def table_options(scopes: frozenset[str], options: Sequence[Option]) -> Callable[[F], F]:
@@ -79,6 +92,8 @@ def table_options(scopes: frozenset[str], options: Sequence[Option]) -> Callable
             if opt.scope not in scopes:
                 continue
             for alias in opt.aliases:
+                if alias.flag is None:
+                    continue  # a former env var alone: read by `_given`
                 func = click.option(
                     alias.flag,
                     alias.param,
@@ -118,11 +133,18 @@ def table_options(scopes: frozenset[str], options: Sequence[Option]) -> Callable
     return decorate
 
 
-def settings_options(scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[Option] = OPTIONS) -> Callable[[F], F]:
-    """Adds the configuration options of `scopes` (`table_options`) and --config; click resolves each
-    value from the flag, its env var or the file, and `resolve` converts them."""
+def settings_options(
+    scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[Option] = OPTIONS, *, command: str | None = None
+) -> Callable[[F], F]:
+    """Adds the configuration options of `scopes` (`table_options`), the own options of `command`
+    (`archiver.command_options`; its scopes too when `scopes` is not given) and --config; click
+    resolves each value from the flag, its env var or the file, and `resolve` converts them."""
+    if command is not None and scopes is DAEMON_SCOPES:
+        scopes = COMMAND_SCOPES[command]
 
     def decorate(func: F) -> F:
+        if command is not None:
+            func = table_options(frozenset({command}), COMMAND_OPTIONS[command])(func)
         func = table_options(scopes, options)(func)
         return click.option(
             "--config",
@@ -133,9 +155,10 @@ def settings_options(scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[O
             show_envvar=True,
             is_eager=True,
             expose_value=True,
-            callback=functools.partial(_read_config, options, scopes),
+            callback=functools.partial(_read_config, options, scopes, command),
             metavar="FILE.toml",
-            help="TOML configuration file (keys are option names with underscores).",
+            help="TOML configuration file (keys are option names with underscores; "
+            "a command's own options in its [command] table).",
         )(func)
 
     return decorate
@@ -158,6 +181,10 @@ def _given(kwargs: dict[str, Any], options: Sequence[Option]) -> dict[str, list[
         if opt.param not in kwargs:
             continue  # not an option of this command
         for param, alias in [(opt.param, None), *((a.param, a) for a in opt.aliases)]:
+            if alias is not None and alias.flag is None:  # a former env var alone: no click parameter
+                if alias.env and os.environ.get(alias.env):
+                    raw.setdefault(opt.key, []).append(Given(os.environ[alias.env], Origin.ENV, alias))
+                continue
             value = kwargs.pop(param)
             origin = _ORIGINS.get(ctx.get_parameter_source(param))
             if origin is not None:
@@ -184,6 +211,16 @@ def resolve(kwargs: dict[str, Any]) -> Settings:
     (options the command does not take keep their defaults)."""
     file_data, file_name = _file(kwargs)
     return build_settings(_given(kwargs, OPTIONS), file_data=file_data, file_name=file_name, env=os.environ)
+
+
+def read_command(kwargs: dict[str, Any], command: str) -> tuple[Settings, dict[str, Any], list[logging.LogRecord]]:
+    """The settings and the own options' values of a command declared with
+    `settings_options(command=...)`, and the deprecation lines to write once logging is configured.
+    The own options are taken first: they share parameter names with the daemon's (web.*)."""
+    with logsetup.held(SETTINGS_LOGGER) as early:
+        values = resolve_values(kwargs, COMMAND_OPTIONS[command])
+        settings = resolve(kwargs)
+    return settings, values, early
 
 
 def resolve_values(kwargs: dict[str, Any], options: Sequence[Option]) -> dict[str, Any]:

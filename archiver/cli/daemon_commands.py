@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 import sys
 import time
@@ -17,15 +19,13 @@ from archiver.cli.base import (
     format_option,
     friendly_errors,
     main,
+    read_command,
     read_settings,
     resolve,
-    resolve_values,
     settings_options,
-    table_options,
 )
-from archiver.cli.params import SENDABLE_ID, LocalPath
+from archiver.cli.params import SENDABLE_ID
 from archiver.errors import ConfigError
-from archiver.options import DEMO_OPTIONS
 from archiver.settings import DAEMON_SCOPES, SETTINGS_LOGGER, STATUS_SCOPES
 from archiver.textsafe import printable
 
@@ -42,40 +42,33 @@ def run(**kwargs: Any) -> None:
 
 
 @main.command("fake-service")
-@click.option("--listen", default="127.0.0.1:8080", show_default=True, metavar="HOST:PORT", help="Address to serve on.")
-@click.option(
-    "--token",
-    "tokens",
-    multiple=True,
-    metavar="TOKEN",
-    help="Accepted token (repeat: one organisation each). [default: test-token]",
-)
-@click.option("--traffic/--no-traffic", default=False, help="Start, fill and end sessions continuously.")
-@click.option("--traffic-rate", type=float, default=6.0, show_default=True, help="Sessions started per virtual minute.")
-@click.option("--time-scale", type=float, default=1.0, show_default=True, help="Virtual seconds per real second.")
-@click.option("--retention", default="4h", show_default=True, metavar="DURATION", help="Kept after termination.")
-@click.option(
-    "--quirk",
-    "quirks",
-    multiple=True,
-    metavar="NAME[=VALUE]",
-    help="Behave like a quirk of the real service.",
-)
-@click.option(
-    "--fault",
-    "faults",
-    multiple=True,
-    metavar="SPEC",
-    help='Inject faults, e.g. "GET /session:status=502,count=3".',
-)
-@click.option("--capacity", multiple=True, metavar="LOCATION=N", help="Active sessions a location can hold.")
-@click.option("--start-rate", type=int, default=None, metavar="N", help="Starts per organisation per virtual minute.")
+@settings_options(command="fake-service")
+# The 0.x plain token flag: still accepted for a release, with a deprecation line (a token is never a
+# plain flag elsewhere; it has no table entry, since its value is a token, not a file).
+@click.option("--token", "tokens", multiple=True, hidden=True)
 @friendly_errors
-def fake_service(**kwargs: Any) -> None:
+def fake_service(tokens: tuple[str, ...], **kwargs: Any) -> None:
     """The fake session hosting service alone (for trying things out and for your own CI)."""
-    from archiver.fake.main import options_from_cli, serve_forever
+    from archiver import logs as logsetup
+    from archiver.exporter.webconfig import load_web_config
+    from archiver.fake.main import options_from_values, serve_forever
 
-    serve_forever(options_from_cli(**kwargs))
+    settings, values, early = read_command(kwargs, "fake-service")
+    logsetup.configure(settings.log_format, settings.log_level, early=early)
+    if tokens:
+        logging.getLogger(SETTINGS_LOGGER).warning(
+            "--token is deprecated and will be removed in a future release: "
+            "use --api-token-file (or ARCHIVER_API_TOKEN) instead"
+        )
+    tls = None
+    if values["web_config_file"] is not None:
+        web_config = load_web_config(values["web_config_file"])
+        if web_config.basic_auth_users:
+            raise ConfigError(
+                "--web.config.file: basic_auth_users is not for the fake service (it takes bearer tokens)"
+            )
+        tls = web_config.ssl_context()
+    serve_forever(options_from_values(values, tokens=tokens, env=os.environ, tls=tls))
 
 
 @main.command()
@@ -131,21 +124,16 @@ def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
 
 
 @main.command()
-@click.option("--archive-dir", type=LocalPath(file_okay=False), default="demo-archive", show_default=True)
-@click.option("--state-dir", type=LocalPath(file_okay=False), default=".archiver-demo-state", show_default=True)
-@table_options(frozenset({"demo"}), DEMO_OPTIONS)
-@click.option("--duration", type=float, default=None, metavar="SECONDS", help="Stop by itself after this long.")
+@settings_options(command="demo")
 @friendly_errors
-def demo(archive_dir: str, state_dir: str, duration: float | None, **kwargs: Any) -> None:
+def demo(**kwargs: Any) -> None:
     """Fake service with traffic + local archive + daemon: watch sessions being exported and archived."""
     import signal
     import threading
 
-    from archiver import logs as logsetup
     from archiver.demo import DemoOptions, run_demo
 
-    with logsetup.held(SETTINGS_LOGGER) as early:
-        address = resolve_values(kwargs, DEMO_OPTIONS)["demo_listen_address"]
+    _, values, early = read_command(kwargs, "demo")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
@@ -154,7 +142,14 @@ def demo(archive_dir: str, state_dir: str, duration: float | None, **kwargs: Any
     on_path = shutil.which("archiver")
     program = "archiver" if on_path and Path(on_path).resolve() == Path(invoked).resolve() else invoked
     options = DemoOptions(
-        archive_dir=Path(archive_dir), state_dir=Path(state_dir), listen=address, duration=duration, program=program
+        archive_dir=values["archive_dir"],
+        state_dir=values["state_dir"],
+        listen=values["web_listen_address"],
+        duration=values["duration"],
+        program=program,
+        web_config_file=values["web_config_file"],
+        log_format=values["log_format"],
+        log_level=values["log_level"],
     )
     run_demo(options, sys.stdout, stop=stop, is_tty=sys.stdout.isatty(), early=early)
 

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from archiver import __version__
 from archiver.exporter.livemetrics import LiveMetrics
+from archiver.exporter.processmetrics import register_process_collectors
 from archiver.live.report import LiveStats
 
 #: Label values of archiver_items_total / archiver_pending_items (ARCHITECTURE.md §6); pre-created at 0 so
@@ -163,8 +164,12 @@ class SelfMetrics:
         *,
         version: str = __version__,
         endpoints: Iterable[str] = ("sessions", "metrics"),
+        process_metrics: bool = True,
     ) -> None:
         self.registry = registry
+        if process_metrics:
+            # Rendered with the rest (see `render`): as fresh as the last event, at least every poll.
+            register_process_collectors(registry)
         #: Bumped after every event method (see `_event`); `render` reuses its bytes while it stays.
         self._generation = 0
         self._generation_lock = threading.Lock()

@@ -8,6 +8,7 @@ reachable over HTTP under ``/_fake/`` (see ``archiver.fake.control``).
 from __future__ import annotations
 
 import dataclasses
+import ssl
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
@@ -80,6 +81,7 @@ class FakeService:
         log_lines: int = DEFAULT_BODY_LINES,
         quirks: Mapping[str, bool | str] | None = None,
         seed: int = 0,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         tokens = list(dict.fromkeys(tokens))
         if not tokens or not all(isinstance(t, str) and t and t.strip() == t and " " not in t for t in tokens):
@@ -97,6 +99,7 @@ class FakeService:
         if quirks:
             self.state.quirks = with_flags(self.state.quirks, quirks)
         self._address = (host, port)
+        self._tls = tls
         self._stopping = threading.Event()
         self.traffic = TrafficGenerator(self.state, self._stopping, seed=seed)
         self._server: FakeHTTPServer | None = None
@@ -108,7 +111,7 @@ class FakeService:
         """Bind and serve in a background thread; returns self."""
         if self._server is not None:
             raise FakeServiceError("the fake service is already started")
-        self._server = FakeHTTPServer(self._address, Context(self.state, self.traffic, self._stopping))
+        self._server = FakeHTTPServer(self._address, Context(self.state, self.traffic, self._stopping), tls=self._tls)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -143,13 +146,13 @@ class FakeService:
 
     @property
     def base_url(self) -> str:
-        """``http://HOST:PORT`` of the running service."""
+        """``http://HOST:PORT`` of the running service (``https://`` when it serves TLS)."""
         if self._server is None:
             raise FakeServiceError("the fake service is not started")
         host, port = self._server.server_address[:2]
         host = host.decode() if isinstance(host, bytes) else host
         shown = f"[{host}]" if ":" in host else host
-        return f"http://{shown}:{port}"
+        return f"{'https' if self._tls is not None else 'http'}://{shown}:{port}"
 
     # --- sessions -----------------------------------------------------------------------------
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import signal
+import ssl
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import FrameType, MappingProxyType
-from typing import TextIO
+from typing import Any, TextIO
 
 from archiver import settings
 from archiver.fake import FakeService
@@ -18,6 +20,7 @@ from archiver.fake.errors import FakeConfigError
 from archiver.fake.faults import FaultSpec, parse_fault_spec
 from archiver.fake.logs import DEFAULT_BODY_LINES
 from archiver.fake.quirks import Quirks, parse_quirk, with_flags
+from archiver.settings import TOKEN_ENV
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,8 @@ class FakeServiceOptions:
     capacity: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     start_rate_per_min: int | None = None
     log_lines: int = DEFAULT_BODY_LINES
+    #: Serve HTTPS with this context (from `--web.config.file`'s tls_server_config); None: HTTP.
+    tls: ssl.SSLContext | None = None
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -47,7 +52,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     try:
         return settings.parse_listen(text)
     except ValueError as exc:
-        raise FakeConfigError(f"--listen: {exc}") from None
+        raise FakeConfigError(f"--web.listen-address: {exc}") from None
 
 
 def parse_duration(text: str) -> float:
@@ -68,10 +73,10 @@ def parse_capacity(text: str) -> tuple[str, int]:
 
 def options_from_cli(
     *,
-    listen: str = "127.0.0.1:8080",
+    listen: str | tuple[str, int] = "127.0.0.1:8080",
     tokens: Iterable[str] = (),
     time_scale: float = 1.0,
-    retention: str = "4h",
+    retention: str | float = "4h",
     traffic: bool = False,
     traffic_rate: float = 6.0,
     quirks: Iterable[str] = (),
@@ -79,8 +84,9 @@ def options_from_cli(
     capacity: Iterable[str] = (),
     start_rate: int | None = None,
 ) -> FakeServiceOptions:
-    """Options from the command line's raw strings, every one validated (FakeConfigError says which)."""
-    host, port = parse_listen(listen)
+    """Options from the command line's raw strings (or the address and retention already parsed),
+    every one validated (FakeConfigError says which)."""
+    host, port = parse_listen(listen) if isinstance(listen, str) else listen
     token_list = tuple(tokens) or ("test-token",)
     if not 0 <= time_scale < math.inf:  # NaN fails too
         raise FakeConfigError(f"--time-scale must be >= 0 and finite, got {time_scale}")
@@ -93,7 +99,7 @@ def options_from_cli(
         port=port,
         tokens=token_list,
         time_scale=time_scale,
-        retention=parse_duration(retention),
+        retention=parse_duration(retention) if isinstance(retention, str) else float(retention),
         traffic=traffic,
         traffic_rate_per_min=traffic_rate,
         quirks=MappingProxyType(quirk_map),
@@ -101,6 +107,50 @@ def options_from_cli(
         capacity=MappingProxyType(dict(parse_capacity(c) for c in capacity)),
         start_rate_per_min=start_rate,
     )
+
+
+def tokens_from_file(path: Path) -> tuple[str, ...]:
+    """The accepted tokens of a token file: one per line (blank lines ignored)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+        raise FakeConfigError(f"--api-token-file {path}: {reason}") from None
+    tokens = tuple(line.strip() for line in text.splitlines() if line.strip())
+    if not tokens:
+        raise FakeConfigError(f"--api-token-file {path}: no token in it")
+    return tokens
+
+
+def options_from_values(
+    values: Mapping[str, Any],
+    *,
+    tokens: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
+) -> FakeServiceOptions:
+    """Options from the converted values of `archiver.command_options.FAKE_SERVICE_OPTIONS` (by key).
+    The tokens: the token file's, else ``tokens`` (the deprecated ``--token``), else the
+    ARCHIVER_API_TOKEN variable of ``env``, else test-token."""
+    token_file = values["api_token_file"]
+    env_token = (env or {}).get(TOKEN_ENV, "").strip()
+    if token_file is not None:
+        accepted = tokens_from_file(Path(token_file))
+    else:
+        accepted = tuple(tokens) or ((env_token,) if env_token else ())
+    options = options_from_cli(
+        listen=values["web_listen_address"],
+        tokens=accepted,
+        time_scale=values["time_scale"],
+        retention=values["retention"],
+        traffic=values["traffic"],
+        traffic_rate=values["traffic_rate"],
+        quirks=values["quirk"],
+        faults=values["fault"],
+        capacity=values["capacity"],
+        start_rate=values["start_rate"],
+    )
+    return replace(options, tls=tls)
 
 
 def build_service(options: FakeServiceOptions) -> FakeService:
@@ -115,6 +165,7 @@ def build_service(options: FakeServiceOptions) -> FakeService:
         start_rate_per_min=options.start_rate_per_min,
         log_lines=options.log_lines,
         quirks=options.quirks,
+        tls=options.tls,
     )
     for endpoint, spec in options.faults:
         svc.state.faults.set(endpoint, spec)

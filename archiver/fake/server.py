@@ -6,6 +6,7 @@ import contextlib
 import logging
 import math
 import socket
+import ssl
 import struct
 import sys
 import threading
@@ -36,8 +37,10 @@ class FakeHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], context: Context) -> None:
+    def __init__(self, address: tuple[str, int], context: Context, tls: ssl.SSLContext | None = None) -> None:
         self.context = context
+        #: Serve HTTPS with this context (`archiver fake-service --web.config.file`); None: plain HTTP.
+        self.tls = tls
         self._lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._handler_threads: set[threading.Thread] = set()
@@ -45,6 +48,13 @@ class FakeHTTPServer(ThreadingHTTPServer):
         if ":" in address[0]:  # an IPv6 literal such as ::1
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        request, client_address = super().get_request()
+        if self.tls is not None:
+            # The handshake runs at the connection's first read, on its own thread, never in the accept loop.
+            request = self.tls.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
+        return request, client_address
 
     def process_request(self, request: Any, client_address: Any) -> None:
         thread = threading.Thread(target=self._serve_one, args=(request, client_address), name="fake-http", daemon=True)
@@ -64,7 +74,7 @@ class FakeHTTPServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-request (a killed daemon, a reset) is what the fake is
         there to survive, not an error to print with a traceback; anything else still is."""
-        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError | ssl.SSLError):  # a failed handshake too
             return
         super().handle_error(request, client_address)
 

@@ -16,7 +16,7 @@ from archiver.layout.manifest import (
 from archiver.retrieval.query import Warn, load_manifest, stderr_note
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
-from archiver.vocabulary import OUTCOMES, Outcome
+from archiver.vocabulary import Outcome, Standing, standing, standings
 
 
 def escape_line(text: str) -> str:
@@ -54,12 +54,22 @@ def _when(epoch: float | None, suffix: str = "") -> str:
 # --- ls ---------------------------------------------------------------------------------------
 
 
-def _items_cell(counts: Mapping[str, int]) -> str:
-    total = sum(counts.values())
-    archived = counts.get(Outcome.ARCHIVED, 0)
-    flagged = [o for o in OUTCOMES if o != Outcome.ARCHIVED and counts.get(o)]
-    cell = f"{archived}/{total}"
-    return f"{cell} !{','.join(flagged)}" if flagged else cell
+def _items_cell(entry: IndexEntry) -> str:
+    """``archived/total``, then ``!`` and the outcomes that lost evidence or were not kept by policy,
+    then how many configured paths were simply not in the container (no ``!``: nothing was lost).
+    The decision is `vocabulary.standings`', the browser's list's too: the index entry does not say
+    an item's kind, so a source_gone there reads as an absent path (`show` tells lost logs apart)."""
+    parts = standings(entry.counts)
+    flagged = dict.fromkeys(o for o, kind, _ in parts if kind in (Standing.LOST, Standing.POLICY))
+    absent = sum(n for _, kind, n in parts if kind is Standing.ABSENT)
+    cell = f"{entry.counts.get(Outcome.ARCHIVED, 0)}/{sum(entry.counts.values())}"
+    if flagged:
+        cell += f" !{','.join(flagged)}"
+    return f"{cell} ({absent} not present)" if absent else cell
+
+
+def _standing_total(entry: IndexEntry, kind: Standing) -> int:
+    return sum(n for _, each, n in standings(entry.counts) if each is kind)
 
 
 def _labels_cell(labels: Mapping[str, str]) -> str:
@@ -86,7 +96,7 @@ def entry_row(entry: IndexEntry) -> list[str]:
         printable(entry.session_id),
         printable(f"{entry.image}:{entry.tag}"),
         printable(entry.location),
-        _items_cell(entry.counts),
+        _items_cell(entry),
         human_size(entry.total_bytes),
         _labels_cell(entry.labels),
     ]
@@ -110,6 +120,9 @@ def entry_json(entry: IndexEntry) -> dict[str, Any]:
         "labels": dict(entry.labels),
         "items_archived": counts.get(Outcome.ARCHIVED, 0),
         "items_total": sum(counts.values()),
+        # Lost evidence apart from configured paths that were not in the container (`vocabulary.standing`).
+        "items_lost": _standing_total(entry, Standing.LOST),
+        "items_not_present": _standing_total(entry, Standing.ABSENT),
         "counts": counts,
         "total_bytes": entry.total_bytes,
         "manifest_key": entry.manifest_key,
@@ -136,6 +149,15 @@ def render_sessions(entries: Sequence[IndexEntry], out: TextIO, *, fmt: str = "t
 
 
 # --- show -------------------------------------------------------------------------------------
+
+
+#: What an item's outcome means for the evidence (`show`'s "meaning" line; none for a kept item).
+_MEANING: Mapping[Standing, str | None] = {
+    Standing.KEPT: None,
+    Standing.ABSENT: "not present in this container: an optional path, no evidence lost",
+    Standing.POLICY: "not kept by policy (larger than --max-artifact-size)",
+    Standing.LOST: "evidence lost",
+}
 
 
 def render_manifest(m: Manifest, out: TextIO) -> None:
@@ -176,6 +198,7 @@ def render_manifest(m: Manifest, out: TextIO) -> None:
             ("type", item.content_type),
             ("source", item.source),
             ("error", item.error),
+            ("meaning", _MEANING[standing(item.outcome, item.kind)]),
         ]
         for label, detail in details:
             if detail:

@@ -220,6 +220,11 @@ class ObjectStore(Protocol):
         """The object's bytes, streamed; ``ObjectNotFoundError`` at once when absent."""
         ...
 
+    def iter_range(self, key: str, first: int, last: int, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
+        """The object's bytes ``first..last`` (inclusive, within its size), streamed: a ranged GET or a
+        seek, never a read of the whole object; ``ObjectNotFoundError`` at once when absent."""
+        ...
+
     def list_keys(self, prefix: str, *, start_after: str = "") -> Iterator[str]:
         """Every key starting with ``prefix`` (and greater than ``start_after``, when given: S3's
         ``StartAfter``), in lexicographic order, paginated lazily."""

@@ -155,9 +155,30 @@ class FileStore:
             raise self._os_error(exc, "open", key) from exc
         return self._stream(f, key, chunk_size)
 
-    def _stream(self, f: BinaryIO, key: str, chunk_size: int) -> Iterator[bytes]:
+    def iter_range(self, key: str, first: int, last: int, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
+        path = self._path(key)
+        self.requests_made.add("GetObject")
         try:
-            while chunk := f.read(chunk_size):
+            f = path.open("rb")
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFoundError(key) from None
+        except OSError as exc:
+            raise self._os_error(exc, "open", key) from exc
+        return self._stream(f, key, chunk_size, first=first, length=last - first + 1)
+
+    def _stream(
+        self, f: BinaryIO, key: str, chunk_size: int, *, first: int = 0, length: int | None = None
+    ) -> Iterator[bytes]:
+        try:
+            if first:
+                f.seek(first)
+            left = length
+            while left is None or left > 0:
+                chunk = f.read(chunk_size if left is None else min(chunk_size, left))
+                if not chunk:
+                    return
+                if left is not None:
+                    left -= len(chunk)
                 yield chunk
         except OSError as exc:
             raise self._os_error(exc, "read", key) from exc

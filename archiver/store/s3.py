@@ -255,6 +255,11 @@ class S3Store(MultipartUploads):
         response = self.call("GetObject", key, Key=key)
         return self._stream(response["Body"], key, chunk_size)
 
+    def iter_range(self, key: str, first: int, last: int, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
+        validate_key(key)
+        response = self.call("GetObject", key, Key=key, Range=f"bytes={first}-{last}")
+        return self._stream(response["Body"], key, chunk_size)
+
     def _stream(self, body: Any, key: str, chunk_size: int) -> Iterator[bytes]:
         try:
             yield from body.iter_chunks(chunk_size)
