@@ -22,7 +22,7 @@ import pytest
 from archiver.layout import keys
 from archiver.layout.manifest import ManifestItem
 from archiver.retrieval import logformat, retrieve
-from archiver.retrieval.grep import Matcher, grep_sessions, search_chunks
+from archiver.retrieval.grep import WINDOW, Matcher, grep_sessions, search_chunks
 from archiver.store import ObjectStore
 from archiver.store.file import FileStore
 from tests import fixtures_retrieval
@@ -272,24 +272,37 @@ def _split(data: bytes, rng: random.Random) -> Iterator[bytes]:
 
 @pytest.mark.parametrize(
     "pattern",
-    ["speedhack", r"a\sb", "$", "^$", "", r"^\[1", r"\d$", r"(?<=\n)x", r"(?s)a.b", r"\Aab", r"é+", "b\r"],
+    ["speedhack", r"a\sb", "$", "^$", "", r"^\[1", r"\d$", r"\bx\b", r"(?s)a.b", r"\Aab", r"b\z", r"é+", "b\r"],
 )
 def test_searching_whole_chunks_finds_what_searching_each_line_finds(pattern: str) -> None:
-    """The chunked search is exactly `re.search` on each line (lines without their CR), however the
-    bytes are cut, for patterns that span lines, anchor, look behind or match the empty string."""
+    """The chunked search is exactly the pattern searched in each line (lines without their CR), however
+    the bytes are cut, for patterns that span lines, anchor, test word boundaries or match the empty string."""
     rng = random.Random(pattern)
     words = ["a", "b", "x", "é", "speedhack", "[1]", "7", "", " ", "\r"]
     lines = ["".join(rng.choice(words) for _ in range(rng.randint(0, 6))) for _ in range(400)]
     data = "".join(line + "\n" for line in lines).encode()
     matcher = Matcher(pattern)
-    expected = [line.rstrip("\r") for line in lines if matcher.regex.search(line.rstrip("\r"))]
+    expected = [line.rstrip("\r") for line in lines if matcher.matches(line.rstrip("\r"))]
     found = [line for _stream, line in search_chunks(_split(data, rng), logformat.TEXT, matcher, [0])]
     assert found == expected
     # NDJSON: the same lines as entries; a plain pattern takes the chunked path, any other the per-line one.
     body = _ndjson([("stdout", line) for line in lines])
     found = [line for _stream, line in search_chunks(_split(body, rng), logformat.NDJSON, matcher, [0])]
     entries = [e.text for raw in body.decode().splitlines() if (e := logformat.ndjson_line(raw)) is not None]
-    assert found == [text for text in entries if matcher.regex.search(text)]
+    assert found == [text for text in entries if matcher.matches(text)]
+
+
+@pytest.mark.parametrize("pattern", ["speedhack", r"^\[\d+\] speedhack$", r"speedhack\s+\[", "$", r"\d{5}$"])
+def test_windows_of_whole_lines_find_every_line_a_search_of_each_line_finds(pattern: str) -> None:
+    """A megabyte of lines is searched many windows at a time: no hit is lost or doubled at a window's edge."""
+    rng = random.Random(pattern)
+    lines = [f"[{i}] " + rng.choice(["speedhack", "tick " + str(rng.randint(0, 10**6)), "x" * rng.randint(0, 300)])
+             for i in range(40_000)]  # fmt: skip
+    data = "".join(line + "\n" for line in lines).encode()
+    assert len(data) > 8 * WINDOW
+    matcher = Matcher(pattern)
+    found = [line for _stream, line in search_chunks(_split(data, rng), logformat.TEXT, matcher, [0])]
+    assert found == [line for line in lines if re.search(pattern, line)]
 
 
 def test_a_log_without_newlines_is_searched_in_bounded_pieces() -> None:
