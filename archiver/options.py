@@ -83,8 +83,8 @@ class Option:
     multiple: bool = False
     metavar: str = "TEXT"
     #: Which commands take it: "store" (every command that reads the store), "state" (`status` too),
-    #: "daemon" (`run`, `archive`, `check` only), "log" (those and `browse`); "browse" and "demo":
-    #: the own options of `browse` and `demo` (BROWSE_OPTIONS, DEMO_OPTIONS).
+    #: "daemon" (`run`, `archive`, `check` only), "log" (those and `browse`); "browse", "demo" and
+    #: "grep": the own options of `browse`, `demo` and `grep` (BROWSE_OPTIONS, DEMO_OPTIONS, GREP_OPTIONS).
     scope: str = "daemon"
     #: The Settings field its converted value fills (default: the key). Several options fill one
     #: field where `archiver.settings.COMPOSED` builds that field from them (evidence, shard, token).
@@ -466,6 +466,48 @@ BROWSE_OPTIONS: tuple[Option, ...] = check_options(
             env="ARCHIVER_BROWSE_ROUTE_PREFIX",
             key="browse_route_prefix",
             scope="browse",
+        ),
+        Option(
+            "search.max-seconds",
+            "A log search stops after this long and says so on its page (0: no limit).",
+            "30s",
+            parse_duration,
+            metavar="DURATION",
+            env="ARCHIVER_BROWSE_SEARCH_MAX_SECONDS",
+            key="browse_search_max_seconds",
+            scope="browse",
+        ),
+        Option(
+            "search.max-bytes",
+            "A log search stops after reading this much log text (decompressed) and says so (0: no limit).",
+            "4GB",
+            parse_size,
+            metavar="SIZE",
+            env="ARCHIVER_BROWSE_SEARCH_MAX_BYTES",
+            key="browse_search_max_bytes",
+            scope="browse",
+        ),
+    )
+)
+
+#: `archiver grep`'s own options: how far one search may go (never read from the config file).
+GREP_OPTIONS: tuple[Option, ...] = check_options(
+    (
+        Option(
+            "grep.max-seconds",
+            "Stop the search after this long, say so and exit 3 (0: no limit).",
+            "10m",
+            parse_duration,
+            metavar="DURATION",
+            scope="grep",
+        ),
+        Option(
+            "grep.max-bytes",
+            "Stop the search after reading this much log text (decompressed), say so and exit 3 (0: no limit).",
+            "0",
+            parse_size,
+            metavar="SIZE",
+            scope="grep",
         ),
     )
 )

@@ -14,6 +14,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,6 +138,70 @@ def test_grep_cli_exit_status_like_grep(seeded: tuple[ObjectStore, list[Line]]) 
     assert "do not match the manifest" in tampered.stderr
     others = {json.loads(line)["session"] for line in tampered.stdout.splitlines()}
     assert others == {s for s, _t, _l in planted} - {sid}  # the other sessions were still searched
+
+
+#: Python's ``re`` backtracks for ever on such a pattern against a long line that does not match.
+CATASTROPHIC = r"^(\S+\s*)*QQQ$"
+
+
+def _long_lines(store: ObjectStore, sessions: int) -> int:
+    """``sessions`` archives of 1 MB of 10 KB lines, a ``hit N`` line before each 100 KB; the hits in each."""
+    line = b"word " * 2000 + b"\n"
+    hits = 10
+    for n in range(sessions):
+        body = b"".join(b"hit %d\n" % i + line * 10 for i in range(hits))
+        put_session(store, f"long-{n:02d}", ended_at=NOW - 60 - n, logs=body)
+    return hits
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["grep", r"(\w+) \1"], r"uses a backreference \1"),
+        (["grep", "error(?=: fatal)"], "uses a lookahead (?=…)"),
+        (["grep", "a++"], "uses a possessive quantifier ++"),
+        (["logs", "s1", "--grep", "(?<!not )found"], "uses a negative lookbehind (?<!…)"),
+    ],
+)
+def test_a_pattern_re2_cannot_run_exits_2_with_one_line_naming_the_construct(
+    file_store: ObjectStore, args: list[str], says: str
+) -> None:
+    put_session(file_store, "s1", ended_at=NOW - 60)
+    result = run_cli(file_store, [*args, "--since", SINCE] if args[0] == "grep" else args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "pattern not supported" in result.stderr and says in result.stderr
+    assert 'see "Search patterns" in the README' in result.stderr
+
+
+def test_a_catastrophic_pattern_is_searched_in_linear_time_within_the_budget(file_store: ObjectStore) -> None:
+    """The issue's pattern over 4 MB of 10 KB lines: with ``re`` it never ends; with RE2 the search
+    ends (nothing matches: exit 1) or stops at its 5 s budget (exit 3), well within the budget."""
+    hits = _long_lines(file_store, 4)
+    began = time.monotonic()
+    result = run_cli(file_store, ["grep", CATASTROPHIC, "--since", SINCE, "--grep.max-seconds", "5"])
+    elapsed = time.monotonic() - began
+    assert result.exit_code in (1, 3), result.output
+    assert elapsed < 5 + 5, elapsed  # the budget, and slack for a loaded machine: never "until killed"
+    found = run_cli(file_store, ["grep", r"^(\S+\s*)*\d$", "--since", SINCE, "--format", "json"])
+    assert found.exit_code == 0 and len(found.stdout.splitlines()) == 4 * hits
+
+
+def test_a_search_past_its_budget_stops_prints_what_it_found_and_exits_3(file_store: ObjectStore) -> None:
+    """--grep.max-bytes: the hits found before the budget ran out are printed, then one line on
+    stderr saying it stopped and how far it went; exit 3. --grep.max-seconds likewise."""
+    hits = _long_lines(file_store, 6)
+    whole = run_cli(file_store, ["grep", "^hit", "--since", SINCE])
+    assert whole.exit_code == 0 and len(whole.stdout.splitlines()) == 6 * hits
+    cut = run_cli(file_store, ["grep", "^hit", "--since", SINCE, "--workers", "1", "--grep.max-bytes", "2.5MB"])
+    assert cut.exit_code == 3, cut.output
+    printed = cut.stdout.splitlines()
+    assert hits <= len(printed) < 6 * hits and printed == whole.stdout.splitlines()[: len(printed)]
+    assert re.fullmatch(
+        r"archiver grep: stopped after budget: \d+ s / \d+ MB read; narrow --since or the pattern\n", cut.stderr
+    )
+    timed = run_cli(file_store, ["grep", "^hit", "--since", SINCE, "--grep.max-seconds", "0.001"])
+    assert timed.exit_code == 3 and "stopped after budget" in timed.stderr
+    assert run_cli(file_store, ["grep", "^hit", "--since", SINCE, "--grep.max-bytes", "x"]).exit_code == 2
 
 
 def test_grep_skips_sessions_without_logs_and_searches_the_one_asked_for(file_store: ObjectStore) -> None:

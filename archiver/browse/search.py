@@ -25,7 +25,9 @@ from archiver.browse import params as p
 from archiver.browse.listing import ListQuery, parse_list_query
 from archiver.errors import ArchiverError
 from archiver.layout.manifest import iso_utc
+from archiver.options import BROWSE_OPTIONS
 from archiver.retrieval import logformat
+from archiver.retrieval.budget import SearchBudget
 from archiver.retrieval.grep import DEFAULT_GREP_WORKERS, GrepReport, Matcher, grep_sessions
 from archiver.retrieval.query import LEGACY, list_sessions, load_archive, quiet
 from archiver.retrieval.reading import logs_index, open_logs
@@ -39,8 +41,15 @@ MAX_LIMIT = 1000
 #: Longest pattern accepted (a regular expression is compiled once per search).
 MAX_PATTERN = 1000
 #: Seconds without a hit after which the page is sent a few bytes: a proxy keeps the response
-#: open, and a reader who left is noticed (the write fails) and the search stopped.
-HEARTBEAT = 5.0
+#: open, and a reader who left is noticed (the write fails) and the search stopped within a
+#: couple of these (the first write after the reader left may still succeed).
+HEARTBEAT = 1.0
+_OPTION_DEFAULTS = {opt.key: opt.converted_default for opt in BROWSE_OPTIONS}
+#: A search's budget unless the browser is given another: the defaults of `--search.max-seconds`
+#: and `--search.max-bytes`.
+DEFAULT_BUDGET = SearchBudget(
+    _OPTION_DEFAULTS["browse_search_max_seconds"], _OPTION_DEFAULTS["browse_search_max_bytes"]
+)
 
 
 @dataclass(frozen=True)
@@ -206,8 +215,17 @@ class _Numberer:
 class SearchRun:
     """One search on its own thread; ``batches()`` yields the page's hits as they come, then ``summary`` is final."""
 
-    def __init__(self, store: ObjectStore, query: SearchQuery, *, now: float, workers: int = DEFAULT_GREP_WORKERS):
+    def __init__(
+        self,
+        store: ObjectStore,
+        query: SearchQuery,
+        *,
+        now: float,
+        workers: int = DEFAULT_GREP_WORKERS,
+        budget: SearchBudget = DEFAULT_BUDGET,
+    ):
         self.query = query
+        self._budget = budget
         self.summary = SearchSummary(start=query.start)
         self._store = store
         self._now = now
@@ -234,6 +252,7 @@ class SearchRun:
             report = grep_sessions(
                 self._store, entries, q.matcher(), cast(TextIO, sink), fmt="json", workers=self._workers,
                 progress=searched, warn=lambda problem: self._events.put(("problem", problem)),
+                budget=self._budget, cancel=self._stop,
             )  # fmt: skip
             self._events.put(("done", report))
         except BrokenPipeError:

@@ -1,8 +1,9 @@
 """`archiver browse`: the evidence browser's command, with the exporter conventions' web flags.
 
 Its own options (`archiver.options.BROWSE_OPTIONS`: ``--web.listen-address``, ``--web.config.file``,
-``--web.external-url``, ``--web.route-prefix``), the store options and the log options; the former
-``--listen`` and ``--web-config-file`` still work for this release and log one deprecation line.
+``--web.external-url``, ``--web.route-prefix``, ``--search.max-seconds``, ``--search.max-bytes``),
+the store options and the log options; the former ``--listen`` and ``--web-config-file`` still
+work for this release and log one deprecation line.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def browse(**kwargs: Any) -> None:
     from archiver.browse.server import BrowseServer
     from archiver.browse.urls import mount
     from archiver.exporter.webconfig import load_web_config
+    from archiver.retrieval.budget import SearchBudget
     from archiver.settings import SETTINGS_LOGGER
 
     with logsetup.held(SETTINGS_LOGGER) as early:  # a deprecated option name's line, written once configured
@@ -59,7 +61,8 @@ def browse(**kwargs: Any) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        app = BrowseApp(store, mount=where)
+        budget = SearchBudget(values["browse_search_max_seconds"], values["browse_search_max_bytes"])
+        app = BrowseApp(store, mount=where, search_budget=budget)
         with BrowseServer(values["browse_listen_address"], app, web_config=web_config) as server:
             public = f" (public URL {external_url.rstrip('/')}/sessions)" if external_url else ""
             click.echo(f"evidence browser: {server.url}{where.route}/sessions{public} (store {store.url})", err=True)

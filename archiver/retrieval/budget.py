@@ -28,27 +28,34 @@ def _megabytes(count: int) -> str:
 
 
 def over_budget(budget: SearchBudget, elapsed: float, read: int) -> str | None:
-    """The line saying a search stopped, once ``elapsed`` seconds or ``read`` bytes passed its budget; else None."""
+    """What a search that stopped says (how far it went), once ``elapsed`` seconds or ``read`` bytes
+    passed its budget; else None. Each front end adds how to narrow the search in its own terms."""
     if not (budget.seconds and elapsed >= budget.seconds) and not (budget.bytes and read >= budget.bytes):
         return None
-    return f"{STOPPED}: {elapsed:.0f} s / {_megabytes(read)} read; narrow --since or the pattern"
+    return f"{STOPPED}: {elapsed:.0f} s / {_megabytes(read)} read"
 
 
 class SearchMeter:
     """Bytes read and time spent by the threads of one search, against its budget; thread-safe.
 
     ``spent()`` turns true, and stays so, once the budget is passed (``reason`` says how) or
-    ``stop()`` was called (the reader left, an interrupt: ``reason`` stays None).
+    ``stop()`` was called or ``cancel`` set (the reader left, an interrupt: ``reason`` stays None).
     """
 
-    def __init__(self, budget: SearchBudget = UNLIMITED, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        budget: SearchBudget = UNLIMITED,
+        *,
+        cancel: threading.Event | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.budget = budget
         self.read = 0
         self.reason: str | None = None
         self._clock = clock
         self._started = clock()
         self._lock = threading.Lock()
-        self._stopped = threading.Event()
+        self._stopped = cancel if cancel is not None else threading.Event()
 
     def add(self, count: int) -> None:
         """``count`` more bytes read."""

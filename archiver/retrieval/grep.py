@@ -19,6 +19,7 @@ import codecs
 import json
 import queue
 import re
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -333,6 +334,7 @@ def grep_sessions(
     progress: Callable[[int], None] | None = None,
     warn: Warn = stderr_warn,
     budget: SearchBudget = UNLIMITED,
+    cancel: threading.Event | None = None,
 ) -> GrepReport:
     """Search the logs of ``entries`` (in this order) and write every matching line to ``out``.
 
@@ -343,10 +345,11 @@ def grep_sessions(
     reported through ``warn`` (its hits, printed already, are suspect) and counted as a problem.
     ``progress(1)`` after each session. ``BrokenPipeError`` from ``out`` ends the search at once
     and propagates. Once ``budget`` is spent the search stops: what was found is written (the
-    sessions under way may have been searched in part) and ``report.stopped`` says so.
+    sessions under way may have been searched in part) and ``report.stopped`` says so. Setting
+    ``cancel`` (the caller's reader left) stops every search thread within a window of text.
     """
     report = GrepReport()
-    meter = SearchMeter(budget)
+    meter = SearchMeter(budget, cancel=cancel)
     pending: deque[tuple[_Outbox, Future[_Searched]]] = deque()
     todo = iter(entries)
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="grep") as pool:
