@@ -28,7 +28,7 @@ from archiver.layout.manifest import iso_utc
 from archiver.options import BROWSE_OPTIONS
 from archiver.retrieval import logformat
 from archiver.retrieval.budget import SearchBudget
-from archiver.retrieval.grep import DEFAULT_GREP_WORKERS, GrepReport, Matcher, grep_sessions
+from archiver.retrieval.grep import GrepReport, Matcher, grep_sessions, lower_priority
 from archiver.retrieval.query import LEGACY, list_sessions, load_archive, quiet
 from archiver.retrieval.reading import logs_index, open_logs
 from archiver.store.base import ObjectStore
@@ -38,6 +38,10 @@ log = logging.getLogger("archiver.browse")
 #: Hits on one results page unless the query asks for another number, and the most it may ask.
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+#: Sessions one search reads at once: four searches at a time must leave the request threads the GIL.
+SEARCH_WORKERS = 2
+#: How much lower than the request threads' the CPU priority of a search's threads is (nice).
+SEARCH_NICE = 10
 #: Longest pattern accepted (a regular expression is compiled once per search).
 MAX_PATTERN = 1000
 #: Seconds without a hit after which the page is sent a few bytes: a proxy keeps the response
@@ -221,7 +225,7 @@ class SearchRun:
         query: SearchQuery,
         *,
         now: float,
-        workers: int = DEFAULT_GREP_WORKERS,
+        workers: int = SEARCH_WORKERS,
         budget: SearchBudget = DEFAULT_BUDGET,
     ):
         self.query = query
@@ -236,6 +240,7 @@ class SearchRun:
 
     def _run(self) -> None:
         q, f = self.query, self.query.filters
+        lower_priority(SEARCH_NICE)  # the request threads first, whatever the search costs
         try:
             entries = list_sessions(
                 self._store, since=f.since, until=f.until, image=f.image, location=f.location, labels=f.labels,
@@ -252,7 +257,7 @@ class SearchRun:
             report = grep_sessions(
                 self._store, entries, q.matcher(), cast(TextIO, sink), fmt="json", workers=self._workers,
                 progress=searched, warn=lambda problem: self._events.put(("problem", problem)),
-                budget=self._budget, cancel=self._stop,
+                budget=self._budget, cancel=self._stop, nice=SEARCH_NICE,
             )  # fmt: skip
             self._events.put(("done", report))
         except BrokenPipeError:

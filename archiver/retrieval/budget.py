@@ -55,7 +55,8 @@ class SearchMeter:
         self._clock = clock
         self._started = clock()
         self._lock = threading.Lock()
-        self._stopped = cancel if cancel is not None else threading.Event()
+        self._stopped = threading.Event()
+        self._cancel = cancel  # the caller's: read, never set here
 
     def add(self, count: int) -> None:
         """``count`` more bytes read."""
@@ -68,7 +69,7 @@ class SearchMeter:
 
     def spent(self) -> bool:
         """Whether the search must stop now: stopped, or its budget passed (then ``reason`` is set)."""
-        if self._stopped.is_set():
+        if self._stopped.is_set() or (self._cancel is not None and self._cancel.is_set()):
             return True
         if self.budget == UNLIMITED:
             return False

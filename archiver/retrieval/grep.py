@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import os
 import queue
 import re
 import threading
@@ -242,6 +243,21 @@ def search_chunks(
 # --- many sessions --------------------------------------------------------------------------------
 
 
+def lower_priority(nice: int) -> None:
+    """Make the calling thread's nice value the process's plus ``nice`` (Linux: ``setpriority`` on a
+    thread id is that thread's alone; a thread made by it inherits it); nothing where the system
+    cannot (another OS, a limit): a priority is a preference, never a reason to fail a search."""
+    if nice <= 0:
+        return
+    try:
+        tid = threading.get_native_id()
+        wanted = min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + nice)
+        if os.getpriority(os.PRIO_PROCESS, tid) < wanted:
+            os.setpriority(os.PRIO_PROCESS, tid, wanted)
+    except (AttributeError, OSError):
+        pass
+
+
 class _Outbox:
     """One session's hits on their way to the printer: batches in a bounded queue, ``None`` at the end."""
 
@@ -335,6 +351,7 @@ def grep_sessions(
     warn: Warn = stderr_warn,
     budget: SearchBudget = UNLIMITED,
     cancel: threading.Event | None = None,
+    nice: int = 0,
 ) -> GrepReport:
     """Search the logs of ``entries`` (in this order) and write every matching line to ``out``.
 
@@ -347,12 +364,16 @@ def grep_sessions(
     and propagates. Once ``budget`` is spent the search stops: what was found is written (the
     sessions under way may have been searched in part) and ``report.stopped`` says so. Setting
     ``cancel`` (the caller's reader left) stops every search thread within a window of text.
+    ``nice`` > 0 lowers the search threads' CPU priority (Linux: per thread), so that a server's
+    request threads are scheduled before them.
     """
     report = GrepReport()
     meter = SearchMeter(budget, cancel=cancel)
     pending: deque[tuple[_Outbox, Future[_Searched]]] = deque()
     todo = iter(entries)
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="grep") as pool:
+    with ThreadPoolExecutor(
+        max_workers=max(1, workers), thread_name_prefix="grep", initializer=lower_priority, initargs=(nice,)
+    ) as pool:
 
         def submit_next() -> None:
             entry = None if meter.spent() else next(todo, None)
