@@ -380,6 +380,16 @@ def test_a_log_without_newlines_is_searched_in_bounded_pieces() -> None:
     assert counted == [len(data)]
 
 
+def test_lines_are_searched_as_shown_invalid_bytes_as_u_fffd_and_long_lines_never_cut_in_a_character() -> None:
+    """Non-ASCII text is searched as `archiver logs` shows it: an invalid byte is U+FFFD (a pattern may
+    name it); a line longer than MAX_LINE is cut between characters, never inside one."""
+    data = "héllo\r\n".encode() + b"bad \xff byte\n" + "é".encode() * 600_001 + b"needle"
+    chunks = [data[i : i + 65537] for i in range(0, len(data), 65537)]  # odd cuts: inside characters
+    found = [line for _s, line in search_chunks(iter(chunks), logformat.TEXT, Matcher("\ufffd|needle|é"), [0])]
+    assert found[:2] == ["héllo", "bad \ufffd byte"] and found[-1].endswith("needle")
+    assert all("\ufffd" not in line for line in found[2:]) and "".join(found[2:]) == "é" * 600_001 + "needle"
+
+
 def test_the_report_counts_decompressed_bytes(file_store: ObjectStore) -> None:
     """The report counts decompressed bytes (what the benchmark's MB/s is made of)."""
     body = b"line\n" * 1000

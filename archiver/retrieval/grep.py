@@ -15,7 +15,6 @@ number of sessions nor with the hits.
 
 from __future__ import annotations
 
-import codecs
 import json
 import os
 import queue
@@ -52,7 +51,7 @@ WINDOW = 64 * 1024
 _META = frozenset(".^$*+?{}[]\\|()")
 #: What a JSON encoder writes as itself: a plain string of these is found verbatim in NDJSON.
 _JSON_VERBATIM = frozenset(chr(c) for c in range(0x20, 0x7F)) - frozenset('"\\/')
-_CR_RE = re.compile(r"\r+\n")
+_CR_RE = re.compile(rb"\r+\n")
 
 
 class Matcher:
@@ -110,40 +109,52 @@ class _Cancelled(Exception):
 # --- searching one session's text ---------------------------------------------------------------
 
 
-#: ``(text, start, end)``: ``text[start:end]`` is whole lines, each ending with a newline.
-_Piece = tuple[str, int, int]
+#: ``(data, start, end)``: ``data[start:end]`` is whole lines of log bytes, each ending with a newline.
+_Piece = tuple[bytes, int, int]
+
+
+def _whole_chars(data: bytes) -> int:
+    """How many leading bytes of ``data`` are whole UTF-8 characters (a sequence cut at its end is left out)."""
+    end = len(data)
+    for back in range(1, min(4, end) + 1):
+        byte = data[end - back]
+        if byte < 0x80:
+            return end
+        if byte >= 0xC0:  # the lead byte of the last sequence: complete, or cut by the end
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return end if back >= need else end - back
+    return end
 
 
 def _text_pieces(chunks: Iterable[bytes], counted: list[int]) -> Iterator[_Piece]:
-    """Decoded text in pieces of whole lines; bytes counted in ``counted[0]``.
+    """Log bytes in pieces of whole lines; bytes counted in ``counted[0]``.
 
-    A decoded chunk is searched where it lies (no copy of a megabyte per chunk): only the line
-    cut by the chunk's end is carried over and joined to the start of the next one.
+    A chunk is searched where it lies (no copy of a megabyte per chunk): only the line cut by the
+    chunk's end is carried over and joined to the start of the next one. A newline byte is never
+    inside a UTF-8 sequence, so a piece of whole lines decodes as it would in the whole stream.
     """
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    carry = ""
+    carry = b""
     for raw in chunks:
         counted[0] += len(raw)
-        text = decoder.decode(raw)
-        first = text.find("\n") + 1
+        first = raw.find(b"\n") + 1
         if not first:
-            carry += text
+            carry += raw
             if len(carry) > MAX_LINE:  # a line without end in sight: searched in pieces, memory stays bounded
-                yield carry + "\n", 0, len(carry) + 1
-                carry = ""
+                whole = _whole_chars(carry)  # never a character cut in two
+                yield carry[:whole] + b"\n", 0, whole + 1
+                carry = carry[whole:]
             continue
         start = 0
         if carry:
-            head = carry + text[:first]
+            head = carry + raw[:first]
             yield head, 0, len(head)
             start = first
-        last = text.rfind("\n") + 1
+        last = raw.rfind(b"\n") + 1
         if last > start:
-            yield text, start, last
-        carry = text[last:]
-    tail = carry + decoder.decode(b"", final=True)
-    if tail:
-        yield tail + "\n", 0, len(tail) + 1
+            yield raw, start, last
+        carry = raw[last:]
+    if carry:
+        yield carry + b"\n", 0, len(carry) + 1
 
 
 def _window_end(data: bytes, pos: int, end: int) -> int:
@@ -160,11 +171,12 @@ def _window_end(data: bytes, pos: int, end: int) -> int:
 def _piece_hits(piece: _Piece, matcher: Matcher, meter: SearchMeter | None = None) -> Iterator[str]:
     """The lines of a piece that match, found with one RE2 search per hit (not one per line), a
     window at a time; ``_Cancelled`` between windows once ``meter`` says stop."""
-    text, pos, end = piece
-    part = text[pos:end]
-    if "\r" in part:
-        part = _CR_RE.sub("\n", part)  # lines lose their CRs as `archiver logs` prints them
-    data = part.encode("utf-8", "surrogatepass")  # RE2 searches bytes: one copy per piece, not one per call
+    raw, pos, end = piece
+    data = raw[pos:end] if pos or end != len(raw) else raw
+    if b"\r" in data:
+        data = _CR_RE.sub(b"\n", data)  # lines lose their CRs as `archiver logs` prints them
+    if not data.isascii():  # searched as shown: an invalid byte is U+FFFD (ASCII, most logs, needs no copy)
+        data = data.decode("utf-8", "replace").encode("utf-8")
     pos, end = 0, len(data)
     find = matcher.pattern.find
     while pos < end:
@@ -182,7 +194,7 @@ def _piece_hits(piece: _Piece, matcher: Matcher, meter: SearchMeter | None = Non
             stop = window
         # A match may span lines (`a\sb`): the line alone decides.
         if find(data, start, stop) is not None:
-            yield data[start:stop].decode("utf-8", "surrogatepass").rstrip("\r")
+            yield data[start:stop].decode("utf-8").rstrip("\r")
         pos = stop + 1
 
 
