@@ -382,14 +382,15 @@ def grep_sessions(
     report = GrepReport()
     meter = SearchMeter(budget, cancel=cancel)
     pending: deque[tuple[_Outbox, Future[_Searched]]] = deque()
-    todo = iter(entries)
+    todo = deque(entries)
     with ThreadPoolExecutor(
         max_workers=max(1, workers), thread_name_prefix="grep", initializer=lower_priority, initargs=(nice,)
     ) as pool:
 
         def submit_next() -> None:
-            entry = None if meter.spent() else next(todo, None)
-            if entry is not None:
+            # Asked only while sessions remain: a search that read everything was not stopped.
+            if todo and not meter.spent():
+                entry = todo.popleft()
                 outbox = _Outbox(meter)
                 pending.append((outbox, pool.submit(_search_session, store, entry, matcher, outbox, meter)))
 
