@@ -58,6 +58,10 @@ def test_a_pattern_whose_program_is_too_large_is_refused_as_too_complex() -> Non
     """RE2 is linear with a factor of its program's size: nested counted repetitions are refused."""
     with pytest.raises(PatternError, match=rf"too complex \(\d+ RE2 instructions, at most {MAX_PROGRAM}\)"):
         compile_pattern(r"(?:(?:\w+\s*){30}){30}QQ")
+    with pytest.raises(PatternError, match=r"^pattern not supported: .* is too complex \(too large for RE2\)"):
+        compile_pattern(r"\pL{1000}")
+    with pytest.raises(PatternError, match=r"a repetition count above 1000, alone or nested \(\{100\}\)"):
+        compile_pattern(r"(\pL{100}){100}")
     compile_pattern(r"(?:\w+\s*){30}QQ")  # one level of the same is fine
 
 

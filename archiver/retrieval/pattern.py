@@ -68,7 +68,10 @@ def refusal(pattern: str, message: str) -> str:
     if construct is not None:
         return f"pattern not supported: {pattern!r} uses {construct}, which linear-time search (RE2) cannot run; {_SEE}"
     if what == "invalid repetition size":
-        return f"{pattern!r} is not a valid regular expression: a repetition count above 1000 ({fragment})"
+        count = f"a repetition count above 1000, alone or nested ({fragment})"
+        return f"{pattern!r} is not a valid regular expression: {count}"
+    if what.startswith("pattern too large"):
+        return f"pattern not supported: {pattern!r} is too complex (too large for RE2); {_SEE}"
     return f"{pattern!r} is not a valid regular expression: {message}"
 
 
