@@ -17,7 +17,7 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO, cast
 
@@ -27,7 +27,7 @@ from archiver.errors import ArchiverError
 from archiver.layout.manifest import iso_utc
 from archiver.options import BROWSE_OPTIONS
 from archiver.retrieval import logformat
-from archiver.retrieval.budget import SearchBudget
+from archiver.retrieval.budget import SearchBudget, SearchMeter
 from archiver.retrieval.grep import GrepReport, Matcher, grep_sessions, lower_priority
 from archiver.retrieval.query import LEGACY, list_sessions, load_archive, quiet
 from archiver.retrieval.reading import logs_index, open_logs
@@ -181,11 +181,16 @@ class _HitSink:
 
 
 class _Numberer:
-    """Finds the log viewer's number of each hit's line, reading each logs item's lines once, up to its last hit."""
+    """Finds the log viewer's number of each hit's line, reading each logs item's lines once, up to its last hit.
 
-    def __init__(self, store: ObjectStore, matcher: Matcher) -> None:
+    It reads on the page's request thread, line by line: ``meter`` (the search's budget, its reader
+    leaving) bounds it too; past it a hit is shown without its line number.
+    """
+
+    def __init__(self, store: ObjectStore, matcher: Matcher, meter: SearchMeter | None = None) -> None:
         self._store = store
         self._matcher = matcher
+        self._meter = meter or SearchMeter()
         self._archive: tuple[str, str | None, int] | None = None
         self._lines: Iterator[tuple[int, str]] = iter(())
         self._seen = 0
@@ -193,9 +198,16 @@ class _Numberer:
     def _matching(self, sid: str, instance: str | None, capture: int) -> Iterator[tuple[int, str]]:
         loaded = load_archive(self._store, sid, instance or LEGACY, note=quiet)
         opened = open_logs(self._store, loaded, capture=capture)
-        for number, line in enumerate(logformat.read_lines(opened.chunks, opened.shape), 1):
+        for number, line in enumerate(logformat.read_lines(self._metered(opened.chunks), opened.shape), 1):
             if self._matcher.matches(line.text):
                 yield number, line.text
+
+    def _metered(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            if self._meter.spent():
+                return  # the lines after here go unnumbered
+            self._meter.add(len(chunk))
+            yield chunk
 
     def number(self, sid: str, instance: str | None, capture: int, nth: int, text: str) -> int | None:
         """The number of the ``nth`` (from 0) matching line of the archive's logs item ``capture``
@@ -271,7 +283,8 @@ class SearchRun:
 
     def batches(self) -> Generator[list[ShownHit], None, None]:
         """Lists of hits as they arrive (an empty one after ``HEARTBEAT`` s without any); closing stops the search."""
-        numberer = _Numberer(self._store, self.query.matcher())
+        # Its own bytes, the search's deadline (both start now) and the search's stop.
+        numberer = _Numberer(self._store, self.query.matcher(), SearchMeter(self._budget, cancel=self._stop))
         self._thread.start()
         try:
             while True:
