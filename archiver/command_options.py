@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from archiver.options import BROWSE_SCOPES as BROWSE_SCOPES
-from archiver.options import LOG_SCOPES, OPTIONS_BY_KEY, Alias, Option, check_options
+from archiver.options import LOG_SCOPES, OPTIONS_BY_KEY, STORE_SCOPES, Alias, Option, check_options
 from archiver.values import (
     as_bool,
     as_float,
@@ -27,6 +27,7 @@ from archiver.values import (
     as_path,
     as_str,
     parse_duration,
+    parse_size,
     positive,
 )
 
@@ -69,6 +70,44 @@ BROWSE_OPTIONS: tuple[Option, ...] = check_options(
             metavar="PATH",
             scope="browse",
             aliases=(Alias("browse-route-prefix", flag=None, key=None),),
+        ),
+        Option(
+            "search.max-seconds",
+            "A log search stops after this long and says so on its page (0: no limit).",
+            "30s",
+            parse_duration,
+            metavar="DURATION",
+            scope="browse",
+        ),
+        Option(
+            "search.max-bytes",
+            "A log search stops after reading this much log text (decompressed) and says so (0: no limit).",
+            "4GB",
+            parse_size,
+            metavar="SIZE",
+            scope="browse",
+        ),
+    )
+)
+
+#: `archiver grep`'s own options: how far one search may go.
+GREP_OPTIONS: tuple[Option, ...] = check_options(
+    (
+        Option(
+            "grep.max-seconds",
+            "Stop the search after this long, say so and exit 3 (0: no limit).",
+            "10m",
+            parse_duration,
+            metavar="DURATION",
+            scope="grep",
+        ),
+        Option(
+            "grep.max-bytes",
+            "Stop the search after reading this much log text (decompressed), say so and exit 3 (0: no limit).",
+            "0",
+            parse_size,
+            metavar="SIZE",
+            scope="grep",
         ),
     )
 )
@@ -234,10 +273,12 @@ COMMAND_OPTIONS: Mapping[str, tuple[Option, ...]] = {
     "browse": BROWSE_OPTIONS,
     "demo": DEMO_OPTIONS,
     "fake-service": FAKE_SERVICE_OPTIONS,
+    "grep": GREP_OPTIONS,
 }
 #: The shared scopes each of them takes besides its own (archiver.options.Option.scope).
 COMMAND_SCOPES: Mapping[str, frozenset[str]] = {
     "browse": BROWSE_SCOPES,
     "demo": frozenset(),
     "fake-service": LOG_SCOPES,
+    "grep": STORE_SCOPES,
 }

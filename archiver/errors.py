@@ -7,6 +7,7 @@ traceback. Anything else escaping is a bug. The whole tree::
     ArchiverError
     ├── ConfigError                 invalid option, config file, web config, listen address
     ├── InputError (ValueError)     an id, instance, path or count out of bounds (archiver/inputs.py)
+    │   └── PatternError            a search pattern invalid, or one RE2 cannot run (retrieval/pattern.py)
     ├── StateError                  state DB missing (read-only open), newer schema, corrupt
     ├── TooLargeError               a download passed its size limit while streaming to the spool
     ├── SessionNotArchivedError     retrieval: no manifest for that session (or instance)
@@ -112,6 +113,11 @@ class ConfigError(ArchiverError):
 class InputError(ArchiverError, ValueError):
     """A value handed in at an edge (an id, an instance name, a path, a count) is out of the bounds
     `archiver.inputs` sets; the message says which bound. The CLI exits 2, the browser answers 400."""
+
+
+class PatternError(InputError):
+    """A search pattern is not a valid regular expression, or uses what linear-time search (RE2) cannot
+    run (a backreference, lookaround…); the message names the construct. Exit 2, or a 400 page."""
 
 
 class StateError(ArchiverError):

@@ -17,6 +17,7 @@ BENCHMARKS = [
     "browse.py",
     "sharded.py",
     "grep.py",
+    "search_isolation.py",
     "verify.py",
     "follow.py",
 ]

@@ -378,6 +378,19 @@ def put_session(
     return manifest
 
 
+#: A line a catastrophic pattern (``^(\\S+\\s*)*QQQ$``) makes Python's backtracking ``re`` run for ever on.
+LONG_LINE = b"word " * 2000 + b"\n"
+
+
+def put_long_logs(store: ObjectStore, sid: str, *, ended_at: float, megabytes: int) -> Manifest:
+    """An archive whose logs are ``megabytes`` MB of `LONG_LINE`s: one gzip member of a megabyte
+    stored that many times (a valid multi-member stream, cheap to write, as costly to search as any)."""
+    block = LONG_LINE * (1_000_000 // len(LONG_LINE))
+    key = keys.logs_key(store.prefix, sid, "txt")
+    item = _stored(store, key, gzipped(block) * megabytes, kind="logs", source=f"GET /query/log?matchKey={sid}")
+    return put_session(store, sid, ended_at=ended_at, logs=None, extra_items=[item])
+
+
 def put_capture(
     store: ObjectStore,
     sid: str,

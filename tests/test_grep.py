@@ -14,6 +14,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ import pytest
 from archiver.layout import keys
 from archiver.layout.manifest import ManifestItem
 from archiver.retrieval import logformat, retrieve
-from archiver.retrieval.grep import Matcher, grep_sessions, search_chunks
+from archiver.retrieval.grep import WINDOW, Matcher, grep_sessions, search_chunks
 from archiver.store import ObjectStore
 from archiver.store.file import FileStore
 from tests import fixtures_retrieval
@@ -137,6 +138,70 @@ def test_grep_cli_exit_status_like_grep(seeded: tuple[ObjectStore, list[Line]]) 
     assert "do not match the manifest" in tampered.stderr
     others = {json.loads(line)["session"] for line in tampered.stdout.splitlines()}
     assert others == {s for s, _t, _l in planted} - {sid}  # the other sessions were still searched
+
+
+#: Python's ``re`` backtracks for ever on such a pattern against a long line that does not match.
+CATASTROPHIC = r"^(\S+\s*)*QQQ$"
+
+
+def _long_lines(store: ObjectStore, sessions: int) -> int:
+    """``sessions`` archives of 1 MB of 10 KB lines, a ``hit N`` line before each 100 KB; the hits in each."""
+    line = b"word " * 2000 + b"\n"
+    hits = 10
+    for n in range(sessions):
+        body = b"".join(b"hit %d\n" % i + line * 10 for i in range(hits))
+        put_session(store, f"long-{n:02d}", ended_at=NOW - 60 - n, logs=body)
+    return hits
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["grep", r"(\w+) \1"], r"uses a backreference \1"),
+        (["grep", "error(?=: fatal)"], "uses a lookahead (?=…)"),
+        (["grep", "a++"], "uses a possessive quantifier ++"),
+        (["logs", "s1", "--grep", "(?<!not )found"], "uses a negative lookbehind (?<!…)"),
+    ],
+)
+def test_a_pattern_re2_cannot_run_exits_2_with_one_line_naming_the_construct(
+    file_store: ObjectStore, args: list[str], says: str
+) -> None:
+    put_session(file_store, "s1", ended_at=NOW - 60)
+    result = run_cli(file_store, [*args, "--since", SINCE] if args[0] == "grep" else args)
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "pattern not supported" in result.stderr and says in result.stderr
+    assert 'see "Search patterns" in the README' in result.stderr
+
+
+def test_a_catastrophic_pattern_is_searched_in_linear_time_within_the_budget(file_store: ObjectStore) -> None:
+    """The issue's pattern over 4 MB of 10 KB lines: with ``re`` it never ends; with RE2 the search
+    ends (nothing matches: exit 1) or stops at its 5 s budget (exit 3), well within the budget."""
+    hits = _long_lines(file_store, 4)
+    began = time.monotonic()
+    result = run_cli(file_store, ["grep", CATASTROPHIC, "--since", SINCE, "--grep.max-seconds", "5"])
+    elapsed = time.monotonic() - began
+    assert result.exit_code in (1, 3), result.output
+    assert elapsed < 5 + 5, elapsed  # the budget, and slack for a loaded machine: never "until killed"
+    found = run_cli(file_store, ["grep", r"^(\S+\s*)*\d$", "--since", SINCE, "--format", "json"])
+    assert found.exit_code == 0 and len(found.stdout.splitlines()) == 4 * hits
+
+
+def test_a_search_past_its_budget_stops_prints_what_it_found_and_exits_3(file_store: ObjectStore) -> None:
+    """--grep.max-bytes: the hits found before the budget ran out are printed, then one line on
+    stderr saying it stopped and how far it went; exit 3. --grep.max-seconds likewise."""
+    hits = _long_lines(file_store, 6)
+    whole = run_cli(file_store, ["grep", "^hit", "--since", SINCE])
+    assert whole.exit_code == 0 and len(whole.stdout.splitlines()) == 6 * hits
+    cut = run_cli(file_store, ["grep", "^hit", "--since", SINCE, "--workers", "1", "--grep.max-bytes", "2.5MB"])
+    assert cut.exit_code == 3, cut.output
+    printed = cut.stdout.splitlines()
+    assert hits <= len(printed) < 6 * hits and printed == whole.stdout.splitlines()[: len(printed)]
+    assert re.fullmatch(
+        r"archiver grep: stopped after budget: \d+ s / \d+ MB read; narrow --since or the pattern\n", cut.stderr
+    )
+    timed = run_cli(file_store, ["grep", "^hit", "--since", SINCE, "--grep.max-seconds", "0.001"])
+    assert timed.exit_code == 3 and "stopped after budget" in timed.stderr
+    assert run_cli(file_store, ["grep", "^hit", "--since", SINCE, "--grep.max-bytes", "x"]).exit_code == 2
 
 
 def test_grep_skips_sessions_without_logs_and_searches_the_one_asked_for(file_store: ObjectStore) -> None:
@@ -272,24 +337,37 @@ def _split(data: bytes, rng: random.Random) -> Iterator[bytes]:
 
 @pytest.mark.parametrize(
     "pattern",
-    ["speedhack", r"a\sb", "$", "^$", "", r"^\[1", r"\d$", r"(?<=\n)x", r"(?s)a.b", r"\Aab", r"é+", "b\r"],
+    ["speedhack", r"a\sb", "$", "^$", "", r"^\[1", r"\d$", r"\bx\b", r"(?s)a.b", r"\Aab", r"b\z", r"é+", "b\r"],
 )
 def test_searching_whole_chunks_finds_what_searching_each_line_finds(pattern: str) -> None:
-    """The chunked search is exactly `re.search` on each line (lines without their CR), however the
-    bytes are cut, for patterns that span lines, anchor, look behind or match the empty string."""
+    """The chunked search is exactly the pattern searched in each line (lines without their CR), however
+    the bytes are cut, for patterns that span lines, anchor, test word boundaries or match the empty string."""
     rng = random.Random(pattern)
     words = ["a", "b", "x", "é", "speedhack", "[1]", "7", "", " ", "\r"]
     lines = ["".join(rng.choice(words) for _ in range(rng.randint(0, 6))) for _ in range(400)]
     data = "".join(line + "\n" for line in lines).encode()
     matcher = Matcher(pattern)
-    expected = [line.rstrip("\r") for line in lines if matcher.regex.search(line.rstrip("\r"))]
+    expected = [line.rstrip("\r") for line in lines if matcher.matches(line.rstrip("\r"))]
     found = [line for _stream, line in search_chunks(_split(data, rng), logformat.TEXT, matcher, [0])]
     assert found == expected
     # NDJSON: the same lines as entries; a plain pattern takes the chunked path, any other the per-line one.
     body = _ndjson([("stdout", line) for line in lines])
     found = [line for _stream, line in search_chunks(_split(body, rng), logformat.NDJSON, matcher, [0])]
     entries = [e.text for raw in body.decode().splitlines() if (e := logformat.ndjson_line(raw)) is not None]
-    assert found == [text for text in entries if matcher.regex.search(text)]
+    assert found == [text for text in entries if matcher.matches(text)]
+
+
+@pytest.mark.parametrize("pattern", ["speedhack", r"^\[\d+\] speedhack$", r"speedhack\s+\[", "$", r"\d{5}$"])
+def test_windows_of_whole_lines_find_every_line_a_search_of_each_line_finds(pattern: str) -> None:
+    """A megabyte of lines is searched many windows at a time: no hit is lost or doubled at a window's edge."""
+    rng = random.Random(pattern)
+    lines = [f"[{i}] " + rng.choice(["speedhack", "tick " + str(rng.randint(0, 10**6)), "x" * rng.randint(0, 300)])
+             for i in range(40_000)]  # fmt: skip
+    data = "".join(line + "\n" for line in lines).encode()
+    assert len(data) > 8 * WINDOW
+    matcher = Matcher(pattern)
+    found = [line for _stream, line in search_chunks(_split(data, rng), logformat.TEXT, matcher, [0])]
+    assert found == [line for line in lines if re.search(pattern, line)]
 
 
 def test_a_log_without_newlines_is_searched_in_bounded_pieces() -> None:
@@ -300,6 +378,16 @@ def test_a_log_without_newlines_is_searched_in_bounded_pieces() -> None:
                                logformat.TEXT, Matcher("needle"), counted))  # fmt: skip
     assert len(found) == 1 and "needle" in found[0][1] and len(found[0][1]) <= 1024 * 1024 + 65536
     assert counted == [len(data)]
+
+
+def test_lines_are_searched_as_shown_invalid_bytes_as_u_fffd_and_long_lines_never_cut_in_a_character() -> None:
+    """Non-ASCII text is searched as `archiver logs` shows it: an invalid byte is U+FFFD (a pattern may
+    name it); a line longer than MAX_LINE is cut between characters, never inside one."""
+    data = "héllo\r\n".encode() + b"bad \xff byte\n" + "é".encode() * 600_001 + b"needle"
+    chunks = [data[i : i + 65537] for i in range(0, len(data), 65537)]  # odd cuts: inside characters
+    found = [line for _s, line in search_chunks(iter(chunks), logformat.TEXT, Matcher("\ufffd|needle|é"), [0])]
+    assert found[:2] == ["héllo", "bad \ufffd byte"] and found[-1].endswith("needle")
+    assert all("\ufffd" not in line for line in found[2:]) and "".join(found[2:]) == "é" * 600_001 + "needle"
 
 
 def test_the_report_counts_decompressed_bytes(file_store: ObjectStore) -> None:

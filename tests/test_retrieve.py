@@ -101,7 +101,7 @@ def test_label_and_grep_parsing() -> None:
             retrieve.parse_label(bad)
     with pytest.raises(ValueError, match="not a valid regular expression"):
         retrieve.compile_grep("(unclosed")
-    assert retrieve.compile_grep("ERROR", ignore_case=True).search("an error here")
+    assert retrieve.compile_grep("ERROR", ignore_case=True).matches("an error here")
 
 
 @pytest.mark.parametrize("text", HOSTILE_IDS)
@@ -351,7 +351,7 @@ def test_logs_stream_filter_and_grep(
     pattern = retrieve.compile_grep(r"join|JOIN", ignore_case=False)
     out = io.StringIO()
     retrieve.print_logs(store, m.session_id, out, grep=pattern)
-    expected = [line for _s, line in truth if pattern.search(line)]
+    expected = [line for _s, line in truth if re.search(r"join|JOIN", line)]
     assert expected and out.getvalue().splitlines() == expected
 
 

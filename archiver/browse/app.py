@@ -25,7 +25,7 @@ from archiver import __version__, inputs
 from archiver.browse import params as p
 from archiver.browse import ranges, views
 from archiver.browse.listing import ListQuery, cursor_of, page_sessions, parse_list_query
-from archiver.browse.search import SearchRun, ShownHit, parse_search_query
+from archiver.browse.search import DEFAULT_BUDGET, SearchRun, ShownHit, parse_search_query
 from archiver.browse.urls import Mount, quote_segment, with_query
 from archiver.errors import (
     ArchiveIntegrityError,
@@ -39,6 +39,7 @@ from archiver.exporter.processmetrics import register_process_collectors
 from archiver.exporter.processmetrics import render as render_metrics
 from archiver.layout.manifest import IndexEntry, ManifestItem
 from archiver.retrieval import logformat
+from archiver.retrieval.budget import SearchBudget
 
 # The retrieval code this package reads: queries and safe keys, log lines, human sizes.
 from archiver.retrieval.query import find_archives, item_key, load_archive, quiet
@@ -128,6 +129,7 @@ class BrowseApp:
         mount: Mount | None = None,
         max_searches: int = MAX_SEARCHES,
         registry: CollectorRegistry | None = None,
+        search_budget: SearchBudget = DEFAULT_BUDGET,
     ) -> None:
         self.store = store
         #: What its /metrics serves: the process_* and python_* families (the browser has no others).
@@ -137,6 +139,7 @@ class BrowseApp:
         self.clock = clock
         self.mount = mount or Mount()
         self._searches = threading.BoundedSemaphore(max_searches)
+        self.search_budget = search_budget
         self._env = jinja2.Environment(
             loader=jinja2.PackageLoader("archiver.browse", "templates"),
             # Every value is escaped unless a template says otherwise (none does).
@@ -381,7 +384,7 @@ class BrowseApp:
         page = self._text("search.html", query=query, form=params, error=None)
         head, rest = page.split(_HITS_MARK, 1)
         middle, tail = rest.split(_STATUS_MARK, 1)
-        run = SearchRun(self.store, query, now=now)
+        run = SearchRun(self.store, query, now=now, budget=self.search_budget)
         parts: Any = self._env.get_template("search_parts.html").module
 
         def body() -> Iterator[bytes]:

@@ -17,16 +17,18 @@ import logging
 import math
 import queue
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO, cast
 
 from archiver.browse import params as p
 from archiver.browse.listing import ListQuery, parse_list_query
+from archiver.command_options import BROWSE_OPTIONS
 from archiver.errors import ArchiverError
 from archiver.layout.manifest import iso_utc
 from archiver.retrieval import logformat
-from archiver.retrieval.grep import DEFAULT_GREP_WORKERS, GrepReport, Matcher, grep_sessions
+from archiver.retrieval.budget import SearchBudget, SearchMeter
+from archiver.retrieval.grep import GrepReport, Matcher, grep_sessions, lower_priority
 from archiver.retrieval.query import LEGACY, list_sessions, load_archive, quiet
 from archiver.retrieval.reading import logs_index, open_logs
 from archiver.store.base import ObjectStore
@@ -36,11 +38,21 @@ log = logging.getLogger("archiver.browse")
 #: Hits on one results page unless the query asks for another number, and the most it may ask.
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+#: Sessions one search reads at once. One: four searches at a time must leave the request threads
+#: the GIL (each worker takes it back after every window of text); RE2 reads ~200 MB/s on one core.
+SEARCH_WORKERS = 1
+#: How much lower than the request threads' the CPU priority of a search's threads is (nice).
+SEARCH_NICE = 10
 #: Longest pattern accepted (a regular expression is compiled once per search).
 MAX_PATTERN = 1000
 #: Seconds without a hit after which the page is sent a few bytes: a proxy keeps the response
-#: open, and a reader who left is noticed (the write fails) and the search stopped.
-HEARTBEAT = 5.0
+#: open, and a reader who left is noticed (the write fails) and the search stopped within a
+#: couple of these (the first write after the reader left may still succeed).
+HEARTBEAT = 1.0
+_OPTION_DEFAULTS = {opt.key: opt.converted_default for opt in BROWSE_OPTIONS}
+#: A search's budget unless the browser is given another: the defaults of `--search.max-seconds`
+#: and `--search.max-bytes`.
+DEFAULT_BUDGET = SearchBudget(_OPTION_DEFAULTS["search_max_seconds"], _OPTION_DEFAULTS["search_max_bytes"])
 
 
 @dataclass(frozen=True)
@@ -167,11 +179,16 @@ class _HitSink:
 
 
 class _Numberer:
-    """Finds the log viewer's number of each hit's line, reading each logs item's lines once, up to its last hit."""
+    """Finds the log viewer's number of each hit's line, reading each logs item's lines once, up to its last hit.
 
-    def __init__(self, store: ObjectStore, matcher: Matcher) -> None:
+    It reads on the page's request thread, line by line: ``meter`` (the search's budget, its reader
+    leaving) bounds it too; past it a hit is shown without its line number.
+    """
+
+    def __init__(self, store: ObjectStore, matcher: Matcher, meter: SearchMeter | None = None) -> None:
         self._store = store
         self._matcher = matcher
+        self._meter = meter or SearchMeter()
         self._archive: tuple[str, str | None, int] | None = None
         self._lines: Iterator[tuple[int, str]] = iter(())
         self._seen = 0
@@ -179,9 +196,16 @@ class _Numberer:
     def _matching(self, sid: str, instance: str | None, capture: int) -> Iterator[tuple[int, str]]:
         loaded = load_archive(self._store, sid, instance or LEGACY, note=quiet)
         opened = open_logs(self._store, loaded, capture=capture)
-        for number, line in enumerate(logformat.read_lines(opened.chunks, opened.shape), 1):
+        for number, line in enumerate(logformat.read_lines(self._metered(opened.chunks), opened.shape), 1):
             if self._matcher.matches(line.text):
                 yield number, line.text
+
+    def _metered(self, chunks: Iterable[bytes]) -> Iterator[bytes]:
+        for chunk in chunks:
+            if self._meter.spent():
+                return  # the lines after here go unnumbered
+            self._meter.add(len(chunk))
+            yield chunk
 
     def number(self, sid: str, instance: str | None, capture: int, nth: int, text: str) -> int | None:
         """The number of the ``nth`` (from 0) matching line of the archive's logs item ``capture``
@@ -206,8 +230,17 @@ class _Numberer:
 class SearchRun:
     """One search on its own thread; ``batches()`` yields the page's hits as they come, then ``summary`` is final."""
 
-    def __init__(self, store: ObjectStore, query: SearchQuery, *, now: float, workers: int = DEFAULT_GREP_WORKERS):
+    def __init__(
+        self,
+        store: ObjectStore,
+        query: SearchQuery,
+        *,
+        now: float,
+        workers: int = SEARCH_WORKERS,
+        budget: SearchBudget = DEFAULT_BUDGET,
+    ):
         self.query = query
+        self._budget = budget
         self.summary = SearchSummary(start=query.start)
         self._store = store
         self._now = now
@@ -218,6 +251,7 @@ class SearchRun:
 
     def _run(self) -> None:
         q, f = self.query, self.query.filters
+        lower_priority(SEARCH_NICE)  # the request threads first, whatever the search costs
         try:
             entries = list_sessions(
                 self._store, since=f.since, until=f.until, image=f.image, location=f.location, labels=f.labels,
@@ -234,6 +268,7 @@ class SearchRun:
             report = grep_sessions(
                 self._store, entries, q.matcher(), cast(TextIO, sink), fmt="json", workers=self._workers,
                 progress=searched, warn=lambda problem: self._events.put(("problem", problem)),
+                budget=self._budget, cancel=self._stop, nice=SEARCH_NICE,
             )  # fmt: skip
             self._events.put(("done", report))
         except BrokenPipeError:
@@ -246,7 +281,8 @@ class SearchRun:
 
     def batches(self) -> Generator[list[ShownHit], None, None]:
         """Lists of hits as they arrive (an empty one after ``HEARTBEAT`` s without any); closing stops the search."""
-        numberer = _Numberer(self._store, self.query.matcher())
+        # Its own bytes, the search's deadline (both start now) and the search's stop.
+        numberer = _Numberer(self._store, self.query.matcher(), SearchMeter(self._budget, cancel=self._stop))
         self._thread.start()
         try:
             while True:

@@ -1,12 +1,16 @@
 """Serving the browser's pages over HTTP(S): the daemon's web config (TLS, bcrypt basic auth) guards every path.
 
 Each connection runs on its own daemon thread (ThreadingHTTPServer); a response body is written chunk
-by chunk as the app yields it, so a 100 MB download never sits in memory.
+by chunk as the app yields it, so a 100 MB download never sits in memory; a streamed body (a log
+search) stops at the first chunk after its client hung up.
 """
 
 from __future__ import annotations
 
 import logging
+import select
+import socket
+import ssl
 
 from archiver import __version__
 from archiver.browse.app import BrowseApp, Response
@@ -75,6 +79,10 @@ class _Handler(ReadOnlyHandler):
             sent = 0
             for chunk in body:
                 if chunk:
+                    if response.length is None and self._peer_gone():
+                        # A streamed page (a search) whose reader hung up: the first write would still
+                        # succeed; stop now, and closing the body stops what produces it.
+                        raise ConnectionResetError("the client closed the connection")
                     self.wfile.write(chunk)
                     sent += len(chunk)
             if response.length is not None and sent != response.length:
@@ -85,6 +93,17 @@ class _Handler(ReadOnlyHandler):
             close = getattr(body, "close", None)
             if close is not None:
                 close()  # releases the store's open file or HTTP stream when the client left early
+
+    def _peer_gone(self) -> bool:
+        """Whether the client closed its end (EOF waiting on the socket); False where that cannot be told (TLS)."""
+        sock = self.connection
+        if isinstance(sock, ssl.SSLSocket):
+            return False  # no peeking under TLS: the failed write tells instead, a heartbeat later
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+            return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
 
 class BrowseServer(BackgroundHTTPServer):

@@ -1,7 +1,8 @@
 """`archiver browse`: the evidence browser's command, with the exporter conventions' web flags.
 
 Its own options (`archiver.command_options.BROWSE_OPTIONS`: ``--web.listen-address``,
-``--web.config.file``, ``--web.external-url``, ``--web.route-prefix``; in the file's ``[browse]``
+``--web.config.file``, ``--web.external-url``, ``--web.route-prefix``, ``--search.max-seconds``,
+``--search.max-bytes``; in the file's ``[browse]``
 table), the store options and the log options; the former ``--listen``, ``--web-config-file`` and
 ``ARCHIVER_BROWSE_*`` still work for this release and log one deprecation line.
 """
@@ -32,6 +33,7 @@ def browse(**kwargs: Any) -> None:
     from archiver.browse.server import BrowseServer
     from archiver.browse.urls import mount
     from archiver.exporter.webconfig import load_web_config
+    from archiver.retrieval.budget import SearchBudget
 
     settings, values, early = read_command(kwargs, "browse")  # a deprecated name's line, written once configured
     logsetup.configure(settings.log_format, settings.log_level, early=early)
@@ -47,7 +49,8 @@ def browse(**kwargs: Any) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     try:
-        app = BrowseApp(store, mount=where)
+        budget = SearchBudget(values["search_max_seconds"], values["search_max_bytes"])
+        app = BrowseApp(store, mount=where, search_budget=budget)
         with BrowseServer(values["web_listen_address"], app, web_config=web_config) as server:
             public = f" (public URL {external_url.rstrip('/')}/sessions)" if external_url else ""
             click.echo(f"evidence browser: {server.url}{where.route}/sessions{public} (store {store.url})", err=True)

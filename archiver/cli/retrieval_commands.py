@@ -19,6 +19,7 @@ from archiver.cli.base import (
     friendly_errors,
     instance_option,
     main,
+    read_command,
     resolve,
     settings_options,
     store_for,
@@ -30,6 +31,8 @@ from archiver.settings import STORE_SCOPES
 from archiver.textsafe import one_line, printable
 from archiver.values import MAX_COUNT, MAX_WORKERS
 
+#: `archiver grep`'s exit status when the search stopped at its budget (0/1/2 are grep's own).
+GREP_STOPPED = 3
 #: Parallel HEADs of a verify without download (small requests: latency-bound, not bandwidth-bound).
 VERIFY_HEAD_WORKERS = 16
 
@@ -131,7 +134,7 @@ def show(session_id: str, fmt: str, instance: str | None, **kwargs: Any) -> None
     help="Only this stream (where the upstream told them apart; else every line, with a note).",
 )  # fmt: skip
 @click.option(
-    "--grep", "pattern", metavar="REGEX", help="Only lines matching this regular expression (searched anywhere)."
+    "--grep", "pattern", metavar="REGEX", help="Only lines matching this RE2 regular expression (searched anywhere)."
 )
 @click.option("-i", "--ignore-case", is_flag=True, help="--grep ignores case.")
 @click.option(
@@ -297,7 +300,7 @@ class _BelowBar:
 )
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr. [default: when a terminal]")
 @format_option("json: one JSON object per hit (session, instance, stream, line; source where several logs).")
-@settings_options(STORE_SCOPES)
+@settings_options(STORE_SCOPES, command="grep")
 @friendly_errors
 def grep(
     pattern: str, since: str | None, until: str | None, image: str | None, location: str | None,
@@ -306,16 +309,19 @@ def grep(
 ) -> None:  # fmt: skip
     """Search the archived logs of the sessions that ended in a time range; prints `session  stream  line`.
 
-    PATTERN is a Python regular expression searched anywhere in each line (like `grep -E`). Exit
-    status as grep: 0 when a line matched, 1 when none did, 2 on an error (an archive that could
-    not be read or does not match its manifest is reported and the search goes on). A session whose
+    PATTERN is an RE2 regular expression (linear time; no backreferences or lookaround) searched
+    anywhere in each line (like `grep -E`). Exit status as grep: 0 when a line matched, 1 when none
+    did, 2 on an error (an archive that could not be read or does not match its manifest is reported
+    and the search goes on); 3 when the search stopped at its budget (--grep.max-seconds,
+    --grep.max-bytes): the hits found until then are printed, and stderr says so. A session whose
     archive keeps a live capture beside its logs has both searched, each hit saying which:
     `session  logs|capture  stream  line` (`logs --capture` prints the capture).
     """
     from archiver.errors import ArchiverError
     from archiver.retrieval import retrieve
 
-    settings = resolve(kwargs)
+    settings, limits, _ = read_command(kwargs, "grep")  # grep has no deprecated names to log
+    budget = retrieve.SearchBudget(limits["grep_max_seconds"], limits["grep_max_bytes"])
     now = time.time()
     try:
         matcher = retrieve.Matcher(pattern, fixed=fixed, ignore_case=ignore_case)
@@ -328,7 +334,7 @@ def grep(
         entries = retrieve.list_sessions(
             store, since=start, until=end, image=image, location=location, labels=wanted, now=now, player=player
         )
-        options: dict[str, Any] = {"fmt": fmt, "escape": escape, "workers": workers}
+        options: dict[str, Any] = {"fmt": fmt, "escape": escape, "workers": workers, "budget": budget}
         if sys.stderr.isatty() if progress is None else progress:
             # Hits on the bar's terminal first clear its line (the bar redraws below them).
             out = cast(TextIO, _BelowBar(sys.stdout, sys.stderr)) if escape and sys.stderr.isatty() else sys.stdout
@@ -343,7 +349,9 @@ def grep(
         sys.exit(2)
     finally:
         store.close()
-    sys.exit(2 if report.problems else 0 if report.hits else 1)
+    if report.stopped is not None:
+        click.echo(f"archiver grep: {report.stopped}; narrow --since or the pattern", err=True)
+    sys.exit(2 if report.problems else GREP_STOPPED if report.stopped else 0 if report.hits else 1)
 
 
 @main.command("index-players")

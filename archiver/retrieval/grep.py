@@ -2,18 +2,21 @@
 
 Sessions come from the index (`ls`'s filters); each one's logs are streamed from the store (every
 archived logs item: the logs and any live capture kept beside them, each hit naming its item then),
-decompressed a megabyte at a time and searched by a bounded pool of threads (ISA-L's inflate and
-the store's I/O release the GIL). Plain-text logs are searched a whole decoded chunk at a time with one
-``re`` call per hit, not per line; a hit is then confirmed on its own line, so the result is
-exactly that of searching line by line. Hits are printed in the order of the sessions (newest
-first), each session's hits together; a session's hits wait in a small bounded queue until its
-turn, so memory does not grow with the number of sessions nor with the hits.
+decompressed a megabyte at a time and searched by a bounded pool of threads (ISA-L's inflate,
+the store's I/O and RE2's matching release the GIL). The pattern is RE2's (`retrieval/pattern.py`:
+linear time whatever the pattern). Plain-text logs are searched a window of whole lines at a time
+(`WINDOW` bytes) with one RE2 call per hit, not per line; a hit is then confirmed on its own line,
+so the result is exactly that of searching line by line. A search stops at its budget (time and
+bytes read, `retrieval/budget.py`) or when its reader leaves, checked between windows and chunks.
+Hits are printed in the order of the sessions (newest first), each session's hits together; a
+session's hits wait in a small bounded queue until its turn, so memory does not grow with the
+number of sessions nor with the hits.
 """
 
 from __future__ import annotations
 
-import codecs
 import json
+import os
 import queue
 import re
 import threading
@@ -26,6 +29,8 @@ from typing import TextIO
 from archiver.errors import ArchiverError
 from archiver.layout.manifest import IndexEntry
 from archiver.retrieval import logformat
+from archiver.retrieval.budget import UNLIMITED, SearchBudget, SearchMeter
+from archiver.retrieval.pattern import compile_pattern
 from archiver.retrieval.query import Warn, load_listed_archive, stderr_warn
 from archiver.retrieval.reading import archived_logs, logs_source, open_logs_item
 from archiver.retrieval.render import escape_line
@@ -39,33 +44,30 @@ MAX_LINE = 1024 * 1024
 #: Hits handed from a search thread to the printer at once, and batches a session may hold back.
 _BATCH = 256
 _QUEUED_BATCHES = 16
+#: Bytes of whole lines searched by one RE2 call: the work between two checks of the budget
+#: stays small (a line longer than this is searched whole, up to MAX_LINE).
+WINDOW = 64 * 1024
 #: Regex metacharacters: a pattern without any is a plain string.
 _META = frozenset(".^$*+?{}[]\\|()")
 #: What a JSON encoder writes as itself: a plain string of these is found verbatim in NDJSON.
 _JSON_VERBATIM = frozenset(chr(c) for c in range(0x20, 0x7F)) - frozenset('"\\/')
-#: ``\A``, ``\Z`` and ``\z`` mean the whole text, which a chunk is not: such patterns go line by line.
-_TEXT_ANCHOR_RE = re.compile(r"\\[AZz]")
-_CR_RE = re.compile(r"\r+\n")
+_CR_RE = re.compile(rb"\r+\n")
 
 
 class Matcher:
-    """The pattern of one grep: a regular expression (``grep -E`` style) or a fixed string, compiled once."""
+    """The pattern of one grep: an RE2 regular expression (``grep -E`` style) or a fixed string, compiled
+    once; ``PatternError`` (one line) for an invalid one or one RE2 cannot run."""
 
     def __init__(self, pattern: str, *, fixed: bool = False, ignore_case: bool = False) -> None:
-        source = re.escape(pattern) if fixed else pattern
-        try:
-            # MULTILINE: in a chunk of many lines ^ and $ are a line's start and end, as for one line.
-            self.regex = re.compile(source, re.MULTILINE | (re.IGNORECASE if ignore_case else 0))
-        except re.error as exc:
-            raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+        self.pattern = compile_pattern(pattern, fixed=fixed, ignore_case=ignore_case)
         plain = fixed or not _META & set(pattern)
         #: Whole chunks of plain text may be searched at once.
-        self.chunkable = not _TEXT_ANCHOR_RE.search(source)
+        self.chunkable = not self.pattern.whole_text_anchors
         #: Whole chunks of NDJSON may be searched at once: a match in an entry's text is a match in its raw line.
         self.json_chunkable = plain and bool(pattern) and set(pattern) <= _JSON_VERBATIM
 
     def matches(self, line: str) -> bool:
-        return self.regex.search(line) is not None
+        return self.pattern.matches(line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,13 +84,15 @@ class Hit:
 
 @dataclass(slots=True)
 class GrepReport:
-    """What a grep went through: sessions searched, decompressed bytes, hits, sessions without logs, problems."""
+    """What a grep went through: sessions searched, decompressed bytes, hits, sessions without logs,
+    problems, and ``stopped`` (`budget.over_budget`'s line) when it stopped at its budget."""
 
     sessions: int = 0
     bytes: int = 0
     hits: int = 0
     without_logs: int = 0
     problems: list[str] = field(default_factory=list)
+    stopped: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,81 +103,115 @@ class _Searched:
 
 
 class _Cancelled(Exception):
-    """The printer stopped (the reader left, or an interrupt): a search thread ends early."""
+    """The printer stopped (the reader left, or an interrupt) or the budget is spent: a search thread ends early."""
 
 
 # --- searching one session's text ---------------------------------------------------------------
 
 
-#: ``(text, start, end)``: ``text[start:end]`` is whole lines, each ending with a newline.
-_Piece = tuple[str, int, int]
+#: ``(data, start, end)``: ``data[start:end]`` is whole lines of log bytes, each ending with a newline.
+_Piece = tuple[bytes, int, int]
+
+
+def _whole_chars(data: bytes) -> int:
+    """How many leading bytes of ``data`` are whole UTF-8 characters (a sequence cut at its end is left out)."""
+    end = len(data)
+    for back in range(1, min(4, end) + 1):
+        byte = data[end - back]
+        if byte < 0x80:
+            return end
+        if byte >= 0xC0:  # the lead byte of the last sequence: complete, or cut by the end
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return end if back >= need else end - back
+    return end
 
 
 def _text_pieces(chunks: Iterable[bytes], counted: list[int]) -> Iterator[_Piece]:
-    """Decoded text in pieces of whole lines; bytes counted in ``counted[0]``.
+    """Log bytes in pieces of whole lines; bytes counted in ``counted[0]``.
 
-    A decoded chunk is searched where it lies (no copy of a megabyte per chunk): only the line
-    cut by the chunk's end is carried over and joined to the start of the next one.
+    A chunk is searched where it lies (no copy of a megabyte per chunk): only the line cut by the
+    chunk's end is carried over and joined to the start of the next one. A newline byte is never
+    inside a UTF-8 sequence, so a piece of whole lines decodes as it would in the whole stream.
     """
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    carry = ""
+    carry = b""
     for raw in chunks:
         counted[0] += len(raw)
-        text = decoder.decode(raw)
-        first = text.find("\n") + 1
+        first = raw.find(b"\n") + 1
         if not first:
-            carry += text
+            carry += raw
             if len(carry) > MAX_LINE:  # a line without end in sight: searched in pieces, memory stays bounded
-                yield carry + "\n", 0, len(carry) + 1
-                carry = ""
+                whole = _whole_chars(carry)  # never a character cut in two
+                yield carry[:whole] + b"\n", 0, whole + 1
+                carry = carry[whole:]
             continue
         start = 0
         if carry:
-            head = carry + text[:first]
+            head = carry + raw[:first]
             yield head, 0, len(head)
             start = first
-        last = text.rfind("\n") + 1
+        last = raw.rfind(b"\n") + 1
         if last > start:
-            yield text, start, last
-        carry = text[last:]
-    tail = carry + decoder.decode(b"", final=True)
-    if tail:
-        yield tail + "\n", 0, len(tail) + 1
+            yield raw, start, last
+        carry = raw[last:]
+    if carry:
+        yield carry + b"\n", 0, len(carry) + 1
 
 
-def _piece_hits(piece: _Piece, matcher: Matcher) -> Iterator[str]:
-    """The lines of a piece that match, found with one search per hit, not one per line."""
-    text, pos, end = piece
-    if text.find("\r", pos, end) >= 0:
-        text = _CR_RE.sub("\n", text[pos:end])  # lines lose their CRs as `archiver logs` prints them
-        pos, end = 0, len(text)
-    search = matcher.regex.search
+def _window_end(data: bytes, pos: int, end: int) -> int:
+    """Where the window of whole lines from ``pos`` ends: at most `WINDOW` bytes on, or after its one long line."""
+    if end - pos <= WINDOW:
+        return end
+    cut = data.rfind(b"\n", pos, pos + WINDOW) + 1
+    if cut > pos:
+        return cut
+    cut = data.find(b"\n", pos + WINDOW, end) + 1
+    return cut if cut > 0 else end
+
+
+def _piece_hits(piece: _Piece, matcher: Matcher, meter: SearchMeter | None = None) -> Iterator[str]:
+    """The lines of a piece that match, found with one RE2 search per hit (not one per line), a
+    window at a time; ``_Cancelled`` between windows once ``meter`` says stop."""
+    raw, pos, end = piece
+    data = raw[pos:end] if pos or end != len(raw) else raw
+    if b"\r" in data:
+        data = _CR_RE.sub(b"\n", data)  # lines lose their CRs as `archiver logs` prints them
+    if not data.isascii():  # searched as shown: an invalid byte is U+FFFD (ASCII, most logs, needs no copy)
+        data = data.decode("utf-8", "replace").encode("utf-8")
+    pos, end = 0, len(data)
+    find = matcher.pattern.find
     while pos < end:
-        found = search(text, pos, end)
-        if found is None or found.start() == end:
-            return  # at the very end: the empty "line" after the last newline is no line
-        at = found.start()
-        start = max(pos, text.rfind("\n", pos, at) + 1)
-        stop = text.find("\n", at, end)
+        if meter is not None and meter.spent():
+            raise _Cancelled
+        window = _window_end(data, pos, end)
+        found = find(data, pos, window)
+        if found is None or found[0] >= window:
+            pos = window  # an empty match at the window's end is the next window's (or no line at the end)
+            continue
+        at = found[0]
+        start = max(pos, data.rfind(b"\n", pos, at) + 1)
+        stop = data.find(b"\n", at, window)
         if stop < 0:
-            stop = end
-        line = text[start:stop].rstrip("\r")
-        # A match may span lines (`a\sb`) or lean on the one before (lookbehind): the line decides.
-        if matcher.matches(line):
-            yield line
+            stop = window
+        # A match may span lines (`a\sb`): the line alone decides.
+        if find(data, start, stop) is not None:
+            yield data[start:stop].decode("utf-8").rstrip("\r")
         pos = stop + 1
 
 
-def _search_text(chunks: Iterable[bytes], matcher: Matcher, counted: list[int]) -> Iterator[tuple[str | None, str]]:
+def _search_text(
+    chunks: Iterable[bytes], matcher: Matcher, counted: list[int], meter: SearchMeter | None
+) -> Iterator[tuple[str | None, str]]:
     for piece in _text_pieces(chunks, counted):
-        for line in _piece_hits(piece, matcher):
+        for line in _piece_hits(piece, matcher, meter):
             yield None, line
 
 
-def _search_ndjson(chunks: Iterable[bytes], matcher: Matcher, counted: list[int]) -> Iterator[tuple[str | None, str]]:
+def _search_ndjson(
+    chunks: Iterable[bytes], matcher: Matcher, counted: list[int], meter: SearchMeter | None
+) -> Iterator[tuple[str | None, str]]:
     # Candidate raw lines first (the plain string is there verbatim), then only those are parsed.
     for piece in _text_pieces(chunks, counted):
-        for raw in _piece_hits(piece, matcher):
+        for raw in _piece_hits(piece, matcher, meter):
             entry = logformat.ndjson_line(raw)
             if entry is not None and matcher.matches(entry.text):
                 yield entry.stream, entry.text
@@ -192,26 +230,52 @@ def _search_lines(
             yield line.stream, line.text
 
 
+def _metered(chunks: Iterable[bytes], meter: SearchMeter) -> Iterator[bytes]:
+    for chunk in chunks:
+        if meter.spent():
+            raise _Cancelled
+        meter.add(len(chunk))
+        yield chunk
+
+
 def search_chunks(
-    chunks: Iterable[bytes], shape: str, matcher: Matcher, counted: list[int]
+    chunks: Iterable[bytes], shape: str, matcher: Matcher, counted: list[int], meter: SearchMeter | None = None
 ) -> Iterator[tuple[str | None, str]]:
-    """``(stream, line)`` of every matching line of decompressed log chunks of ``shape``; bytes into ``counted[0]``."""
+    """``(stream, line)`` of every matching line of decompressed log chunks of ``shape``; bytes into
+    ``counted[0]``; with a ``meter``, bytes charged to it and ``_Cancelled`` once it says stop."""
+    if meter is not None:
+        chunks = _metered(chunks, meter)
     if shape == logformat.TEXT and matcher.chunkable:
-        return _search_text(chunks, matcher, counted)
+        return _search_text(chunks, matcher, counted, meter)
     if shape == logformat.NDJSON and matcher.json_chunkable:
-        return _search_ndjson(chunks, matcher, counted)
+        return _search_ndjson(chunks, matcher, counted, meter)
     return _search_lines(chunks, shape, matcher, counted)
 
 
 # --- many sessions --------------------------------------------------------------------------------
 
 
+def lower_priority(nice: int) -> None:
+    """Make the calling thread's nice value the process's plus ``nice`` (Linux: ``setpriority`` on a
+    thread id is that thread's alone; a thread made by it inherits it); nothing where the system
+    cannot (another OS, a limit): a priority is a preference, never a reason to fail a search."""
+    if nice <= 0:
+        return
+    try:
+        tid = threading.get_native_id()
+        wanted = min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + nice)
+        if os.getpriority(os.PRIO_PROCESS, tid) < wanted:
+            os.setpriority(os.PRIO_PROCESS, tid, wanted)
+    except (AttributeError, OSError):
+        pass
+
+
 class _Outbox:
     """One session's hits on their way to the printer: batches in a bounded queue, ``None`` at the end."""
 
-    def __init__(self, stop: threading.Event) -> None:
+    def __init__(self, meter: SearchMeter) -> None:
         self._queue: queue.Queue[list[Hit] | None] = queue.Queue(maxsize=_QUEUED_BATCHES)
-        self._stop = stop
+        self._meter = meter
         self._batch: list[Hit] = []
 
     def add(self, hit: Hit) -> None:
@@ -220,10 +284,16 @@ class _Outbox:
             self.flush()
 
     def flush(self) -> None:
-        if self._stop.is_set():
+        if self._meter.spent():
             raise _Cancelled
         if self._batch:
             self._queue.put(self._batch)  # blocks while the printer is on earlier sessions
+            self._batch = []
+
+    def keep(self) -> None:
+        """Hand over the hits found before the budget ran out (the printer still takes them)."""
+        if self._batch:
+            self._queue.put(self._batch)
             self._batch = []
 
     def close(self) -> None:
@@ -234,7 +304,9 @@ class _Outbox:
             yield batch
 
 
-def _search_session(store: ObjectStore, entry: IndexEntry, matcher: Matcher, outbox: _Outbox) -> _Searched:
+def _search_session(
+    store: ObjectStore, entry: IndexEntry, matcher: Matcher, outbox: _Outbox, meter: SearchMeter
+) -> _Searched:
     counted = [0]
     problems: list[str] = []
     name = printable(entry.session_id)
@@ -248,7 +320,7 @@ def _search_session(store: ObjectStore, entry: IndexEntry, matcher: Matcher, out
             where = name if source is None else f"{name} ({source})"
             try:  # each item on its own: a damaged capture must not hide the hits of the logs
                 opened = open_logs_item(store, loaded, item)
-                for stream, text in search_chunks(opened.chunks, opened.shape, matcher, counted):
+                for stream, text in search_chunks(opened.chunks, opened.shape, matcher, counted, meter):
                     outbox.add(Hit(entry.session_id, entry.instance, stream, text, source))
                 opened.check()
             except ArchiverError as exc:  # corrupt, truncated or altered: what was found before still shows
@@ -257,7 +329,8 @@ def _search_session(store: ObjectStore, entry: IndexEntry, matcher: Matcher, out
     except ArchiverError as exc:  # one unreadable archive must not end the search of the others
         problems.append(f"{name}: {exc}")
     except _Cancelled:
-        pass
+        if meter.reason is not None:  # the budget, not the reader: what was found is still printed
+            outbox.keep()
     finally:
         outbox.close()
     return _Searched(counted[0], problems=tuple(problems))
@@ -288,6 +361,9 @@ def grep_sessions(
     workers: int = DEFAULT_GREP_WORKERS,
     progress: Callable[[int], None] | None = None,
     warn: Warn = stderr_warn,
+    budget: SearchBudget = UNLIMITED,
+    cancel: threading.Event | None = None,
+    nice: int = 0,
 ) -> GrepReport:
     """Search the logs of ``entries`` (in this order) and write every matching line to ``out``.
 
@@ -297,19 +373,26 @@ def grep_sessions(
     logs is counted and skipped; one whose logs cannot be read or do not match their manifest is
     reported through ``warn`` (its hits, printed already, are suspect) and counted as a problem.
     ``progress(1)`` after each session. ``BrokenPipeError`` from ``out`` ends the search at once
-    and propagates.
+    and propagates. Once ``budget`` is spent the search stops: what was found is written (the
+    sessions under way may have been searched in part) and ``report.stopped`` says so. Setting
+    ``cancel`` (the caller's reader left) stops every search thread within a window of text.
+    ``nice`` > 0 lowers the search threads' CPU priority (Linux: per thread), so that a server's
+    request threads are scheduled before them.
     """
     report = GrepReport()
-    stop = threading.Event()
+    meter = SearchMeter(budget, cancel=cancel)
     pending: deque[tuple[_Outbox, Future[_Searched]]] = deque()
-    todo = iter(entries)
-    with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="grep") as pool:
+    todo = deque(entries)
+    with ThreadPoolExecutor(
+        max_workers=max(1, workers), thread_name_prefix="grep", initializer=lower_priority, initargs=(nice,)
+    ) as pool:
 
         def submit_next() -> None:
-            entry = next(todo, None)
-            if entry is not None:
-                outbox = _Outbox(stop)
-                pending.append((outbox, pool.submit(_search_session, store, entry, matcher, outbox)))
+            # Asked only while sessions remain: a search that read everything was not stopped.
+            if todo and not meter.spent():
+                entry = todo.popleft()
+                outbox = _Outbox(meter)
+                pending.append((outbox, pool.submit(_search_session, store, entry, matcher, outbox, meter)))
 
         for _ in range(2 * max(1, workers)):
             submit_next()
@@ -332,10 +415,11 @@ def grep_sessions(
                 submit_next()
         except BaseException:
             # The reader left or an interrupt: stop the searches and unblock those waiting on a full queue.
-            stop.set()
+            meter.stop()
             for outbox, future in pending:
                 if not future.cancel() and not future.done():
                     for _batch in outbox.batches():
                         pass
             raise
+    report.stopped = meter.reason
     return report

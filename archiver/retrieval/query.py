@@ -26,6 +26,7 @@ from archiver.layout.manifest import (
     parse_index_entry,
     parse_manifest,
 )
+from archiver.retrieval.pattern import Pattern, compile_pattern
 from archiver.settings import parse_duration
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
@@ -115,16 +116,13 @@ def parse_label(value: str) -> tuple[str, str]:
     return key, label_value
 
 
-def compile_grep(pattern: str, *, ignore_case: bool = False) -> re.Pattern[str]:
-    """The --grep pattern: a Python regular expression searched anywhere in the line (like ``grep -E``).
+def compile_grep(pattern: str, *, ignore_case: bool = False) -> Pattern:
+    """The --grep pattern: an RE2 regular expression searched anywhere in the line (like ``grep -E``).
 
-    ``ValueError`` with the regex error for an invalid pattern. Use ``re.escape``-style quoting
-    (``\\.``) for literal dots; most plain words are their own regex.
+    ``PatternError`` (a ``ValueError``) naming the problem for an invalid pattern or one RE2 cannot
+    run (`retrieval/pattern.py`). Quote literal dots (``\\.``); most plain words are their own regex.
     """
-    try:
-        return re.compile(pattern, re.IGNORECASE if ignore_case else 0)
-    except re.error as exc:
-        raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from None
+    return compile_pattern(pattern, ignore_case=ignore_case)
 
 
 # --- safe text for terminals -------------------------------------------------------------------

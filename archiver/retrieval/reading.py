@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TextIO
@@ -17,6 +16,7 @@ from archiver.layout.manifest import (
     ManifestItem,
 )
 from archiver.retrieval import logformat
+from archiver.retrieval.pattern import Pattern
 from archiver.retrieval.query import (
     SNIFF_BYTES,
     LoadedArchive,
@@ -152,7 +152,7 @@ def print_logs(
     out: TextIO,
     *,
     stream: str | None = None,
-    grep: re.Pattern[str] | None = None,
+    grep: Pattern | None = None,
     escape: bool | None = None,
     warn: Warn = stderr_warn,
     instance: str | None = None,
@@ -189,7 +189,7 @@ def print_logs(
             if not warned:
                 warn(f"these logs do not tell stdout from stderr; printing every line, not only {stream}")
                 warned = True
-        if grep is not None and not grep.search(line.text):
+        if grep is not None and not grep.matches(line.text):
             continue
         out.write((escape_line(line.text) if escape else line.text) + "\n")
         printed += 1

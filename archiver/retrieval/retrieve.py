@@ -12,6 +12,7 @@ parameters, write to the stream they are given and return data or counts.
 
 from __future__ import annotations
 
+from archiver.retrieval.budget import SearchBudget
 from archiver.retrieval.download import DownloadResult, download_session, download_size, render_download
 from archiver.retrieval.grep import GrepReport, Matcher, grep_sessions
 from archiver.retrieval.proof import Problem
@@ -46,6 +47,7 @@ __all__ = [
     "Matcher",
     "Problem",
     "ReindexReport",
+    "SearchBudget",
     "VerifyReport",
     "compile_grep",
     "download_session",
