@@ -228,6 +228,53 @@ def test_a_browser_without_an_account_of_its_own_never_falls_back_to_the_archive
     assert "write-key" not in json.dumps(_browser_pod(named))
 
 
+def test_the_browser_mounts_only_the_archivers_volumes_its_web_config_reads(chart: helm.Chart) -> None:
+    """Of the archiver's extraVolumes (its TLS certificate, a Secret of static write keys, a CA
+    bundle), the browser gets only the certificate its inherited webConfig names; its own
+    browser.extraVolumes/extraVolumeMounts come after. With a web config of its own that reads no
+    file, it gets none of the archiver's."""
+    volumes = [
+        {"name": "tls", "secret": {"secretName": "archiver-tls"}},
+        {"name": "aws", "secret": {"secretName": "archiver-rw-keys"}},
+        {"name": "ca", "configMap": {"name": "archiver-ca"}},
+    ]
+    mounts = [
+        {"name": "tls", "mountPath": "/etc/archiver/tls/", "readOnly": True},
+        {"name": "aws", "mountPath": "/var/run/aws"},
+        {"name": "ca", "mountPath": "/etc/ssl/archiver-ca.pem", "subPath": "ca.pem"},
+    ]
+    tls = {"tls_server_config": {"cert_file": "/etc/archiver/tls/tls.crt", "key_file": "/etc/archiver/tls/tls.key"}}
+    own_ca = {"name": "store-ca", "configMap": {"name": "store-ca"}}
+    own_mount = {"name": "store-ca", "mountPath": "/etc/ssl/store"}
+    values = _with_browser(
+        {**WITH_STORE, "extraVolumes": volumes, "extraVolumeMounts": mounts, "webConfig": tls},
+        ingress=_ingress(),
+        extraVolumes=[own_ca],
+        extraVolumeMounts=[own_mount],
+    )
+    docs = render(chart, values)
+    pod = _browser_pod(docs)["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["config", "web-config", "tmp", "tls", "store-ca"]
+    assert [m["name"] for m in _browser(docs)["volumeMounts"]] == ["config", "web-config", "tmp", "tls", "store-ca"]
+    assert {"name": "tls", "secret": {"secretName": "archiver-tls"}} in pod["volumes"]
+    assert own_mount in _browser(docs)["volumeMounts"]
+    assert "archiver-rw-keys" not in json.dumps(pod) and "/var/run/aws" not in json.dumps(pod)
+    # The archiver keeps all of its own.
+    archiver_pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert {"tls", "aws", "ca"} <= {v["name"] for v in archiver_pod["volumes"]}
+    validate_manifests(docs)
+
+    # A CA file the web config names may be a single file mounted with subPath.
+    client_ca = {"tls_server_config": {**tls["tls_server_config"], "client_ca_file": "/etc/ssl/archiver-ca.pem"}}
+    with_ca = render(chart, {**values, "webConfig": client_ca})
+    assert [v["name"] for v in _browser_pod(with_ca)["spec"]["volumes"]][3:] == ["tls", "ca", "store-ca"]
+
+    # A web config of its own (basic auth, no file): nothing of the archiver's.
+    own_web = render(chart, _with_browser(values, webConfig={"basic_auth_users": BCRYPT_USERS}))
+    assert [v["name"] for v in _browser_pod(own_web)["spec"]["volumes"]] == ["config", "web-config", "tmp"]
+    assert "archiver-tls" not in json.dumps(_browser_pod(own_web))
+
+
 def test_read_only_s3_keys_are_the_browsers_only_keys(chart: helm.Chart) -> None:
     """A Secret of read-only keys: the browser takes its keys from it, never from the archiver's
     extraEnv; its own extraEnv still applies."""
