@@ -10,6 +10,9 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from archiver.browse.app import BrowseApp
+from archiver.browse.urls import mount
+from archiver.store import open_store
 from tests.support import (
     ALL_FEATURES,
     BROWSER_INGRESS,
@@ -137,8 +140,8 @@ def test_the_browser_is_its_own_deployment_and_no_longer_a_sidecar(chart: helm.C
 def test_archiver_and_browser_selectors_never_cross(chart: helm.Chart) -> None:
     """The browser pods share the name and instance labels, so every selector of archiver pods adds
     the component: the metrics Service, PDB, NetworkPolicy and spread never pick a browser pod, the
-    browser's Service and policy never an archiver pod, and the ServiceMonitor scrapes the metrics
-    Service only."""
+    browser's Service and policy never an archiver pod, and the archiver's ServiceMonitor scrapes the
+    metrics Service only (the browser's, its own Service only)."""
     values = _with_browser({**ALL_FEATURES, "shards": 2}, ingressFrom=[{"podSelector": {}}])
     docs = render(chart, values)
     archiver_pod = one(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
@@ -159,11 +162,16 @@ def test_archiver_and_browser_selectors_never_cross(chart: helm.Chart) -> None:
         one(docs, "Deployment")["spec"]["selector"]["matchLabels"],
     ):
         assert _selects(selector, browser_pod) and not _selects(selector, archiver_pod), selector
-    monitor = one(docs, "ServiceMonitor")["spec"]
+    monitor = one(docs, "ServiceMonitor", "arch-archiver")["spec"]
     assert [e["port"] for e in monitor["endpoints"]] == ["http-metrics"]
-    assert _selects(monitor["selector"]["matchLabels"], one(docs, "Service", "arch-archiver")["metadata"]["labels"])
+    archiver_service = one(docs, "Service", "arch-archiver")["metadata"]["labels"]
+    assert _selects(monitor["selector"]["matchLabels"], archiver_service)
     browser_service = one(docs, "Service", "arch-archiver-browser")["metadata"]["labels"]
     assert not _selects(monitor["selector"]["matchLabels"], browser_service)
+    browser_monitor = one(docs, "ServiceMonitor", "arch-archiver-browser")["spec"]
+    assert [e["port"] for e in browser_monitor["endpoints"]] == ["http-browser"]
+    assert _selects(browser_monitor["selector"]["matchLabels"], browser_service)
+    assert not _selects(browser_monitor["selector"]["matchLabels"], archiver_service)
 
 
 def test_the_browser_needs_a_store(chart: helm.Chart) -> None:
@@ -521,6 +529,77 @@ def test_network_policy_opens_the_browser_port_to_its_own_peers(chart: helm.Char
     (archiver_rule,) = one(docs, "NetworkPolicy", "arch-archiver")["spec"]["ingress"]
     assert archiver_rule["ports"] == [{"port": "http-metrics", "protocol": "TCP"}]
     validate_manifests(docs)
+
+
+def test_the_browsers_metrics_are_scraped_by_a_service_monitor_of_its_own(chart: helm.Chart, tmp_path: Path) -> None:
+    """With the ServiceMonitor and the browser on: a second ServiceMonitor selects the browser's
+    Service only (its own job, apart from the archiver's the rules select), on its port, at
+    ``{prefix}/metrics``, the path the browser started with these arguments really serves."""
+    monitor = {"enabled": True, "additionalLabels": {"release": "kube-prometheus-stack"}, "interval": "1m"}
+    values = _with_browser({**WITH_STORE, "serviceMonitor": monitor}, ingress=_ingress(path="/archive"))
+    docs = render(chart, values)
+    archiver_monitor = one(docs, "ServiceMonitor", "arch-archiver")["spec"]
+    browser_monitor = one(docs, "ServiceMonitor", "arch-archiver-browser")
+    assert browser_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    spec = browser_monitor["spec"]
+    selector = spec["selector"]["matchLabels"]
+    browser_service = one(docs, "Service", "arch-archiver-browser")
+    assert _selects(selector, browser_service["metadata"]["labels"])
+    assert not _selects(selector, one(docs, "Service", "arch-archiver")["metadata"]["labels"])
+    assert not _selects(archiver_monitor["selector"]["matchLabels"], browser_service["metadata"]["labels"])
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["port"] in {port["name"] for port in browser_service["spec"]["ports"]}
+    assert (endpoint["path"], endpoint["scheme"], endpoint["interval"]) == ("/archive/metrics", "http", "1m")
+    # The browser started with the Deployment's arguments serves its process metrics at that path.
+    args = _browser(docs)["args"]
+    app = BrowseApp(open_store(tmp_path.as_uri()), mount=mount(_flag(args, "--web.external-url")))
+    response = app.handle(endpoint["path"], {})
+    assert response.status == 200 and b"process_cpu_seconds_total" in b"".join(response.body)
+    validate_manifests(docs)
+
+    # Optional: off with serviceMonitor.browser.enabled, and never without the browser.
+    off = render(chart, {**values, "serviceMonitor": {**monitor, "browser": {"enabled": False}}})
+    assert [d["metadata"]["name"] for d in off if d["kind"] == "ServiceMonitor"] == ["arch-archiver"]
+    alone = render(chart, {**WITH_STORE, "serviceMonitor": monitor})
+    assert [d["metadata"]["name"] for d in alone if d["kind"] == "ServiceMonitor"] == ["arch-archiver"]
+
+
+def test_the_browsers_scrape_follows_its_own_web_config_and_network_policy(chart: helm.Chart) -> None:
+    """HTTPS and basic auth from serviceMonitor.browser.* for a browser with a web config of its own;
+    Prometheus' peers (networkPolicy.ingressFrom) may reach the browser port beside browser.ingressFrom."""
+    auth = {"username": {"name": "scrape", "key": "user"}, "password": {"name": "scrape", "key": "password"}}
+    prometheus = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    ingress = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}]
+    values = _with_browser(
+        {
+            **WITH_STORE,
+            "serviceMonitor": {
+                "enabled": True,
+                "tlsConfig": {"insecureSkipVerify": True},
+                "browser": {"basicAuth": auth},
+            },
+            "networkPolicy": {"enabled": True, "ingressFrom": prometheus},
+        },
+        webConfig={"tls_server_config": {}, "basic_auth_users": BCRYPT_USERS},
+        ingressFrom=ingress,
+    )
+    docs = render(chart, values)
+    (endpoint,) = one(docs, "ServiceMonitor", "arch-archiver-browser")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["basicAuth"] == auth
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}  # the archiver's, none of its own given
+    (archiver_endpoint,) = one(docs, "ServiceMonitor", "arch-archiver")["spec"]["endpoints"]
+    assert archiver_endpoint["scheme"] == "http" and "basicAuth" not in archiver_endpoint
+    port = [{"port": "http-browser", "protocol": "TCP"}]
+    assert one(docs, "NetworkPolicy", "arch-archiver-browser")["spec"]["ingress"] == [
+        {"ports": port, "from": ingress},
+        {"ports": port, "from": prometheus},
+    ]
+    validate_manifests(docs)
+    # Not scraped: the browser port stays closed to Prometheus.
+    unscraped = render(chart, {**values, "serviceMonitor": {"enabled": True, "browser": {"enabled": False}}})
+    assert one(unscraped, "NetworkPolicy", "arch-archiver-browser")["spec"]["ingress"] == [
+        {"ports": port, "from": ingress}
+    ]
 
 
 def test_a_misspelt_browser_key_is_refused(chart: helm.Chart) -> None:
