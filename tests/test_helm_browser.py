@@ -614,3 +614,19 @@ def test_notes_show_the_browser_url(chart: helm.Chart, tmp_path: Path) -> None:
     text = next(body for path, body in notes.items() if path.endswith("NOTES.txt"))
     assert "https://evidence.example.com/archive/sessions" in text
     assert "exec arch-archiver-0 -- archiver check" in text
+    assert "NOTE: the browser runs as" not in text  # its role is annotated
+
+
+def test_notes_say_when_the_browser_has_no_credential_to_read_with(chart: helm.Chart) -> None:
+    """Least privilege by default leaves a browser of an S3 store with no credential at all until it
+    is given a read-only one: the notes say so, and stop once it has a role, keys or env of its own."""
+
+    def notes(**browser: Any) -> str:
+        rendered = chart.render(_with_browser(WITH_STORE, **browser), name="arch", namespace="observability")
+        return next(body for path, body in rendered.items() if path.endswith("NOTES.txt"))
+
+    assert "NOTE: the browser runs as ServiceAccount arch-archiver-browser" in notes()
+    role = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/evidence-read-only"}
+    assert "NOTE: the browser" not in notes(serviceAccount={"create": True, "annotations": role})
+    assert "NOTE: the browser" not in notes(s3Credentials={"existingSecret": "archive-ro"})
+    assert "NOTE: the browser" not in notes(serviceAccount={"create": False, "name": "evidence-reader"})
