@@ -61,6 +61,10 @@ KNOWN_METRICS = frozenset(
         "up",  # Prometheus' own scrape health, for ArchiverDown
     }
 )
+#: What sizes a pod and tells an OOMKill or a descriptor leak coming (README, Metrics): charted per pod.
+PROCESS_CHARTED = frozenset(
+    {"process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds", "process_max_fds"}
+)
 #: Known series no dashboard charts: per-session labels, Prometheus' `up` (an alert's) and
 #: diagnostics read from /metrics when something is already wrong.
 NOT_CHARTED = frozenset(
@@ -71,8 +75,13 @@ NOT_CHARTED = frozenset(
         "archiver_retries_total",
         "archiver_store_conditional_writes_supported",
         "archiver_store_guarantee",
-        # The process's own families (prometheus_client's process_* and python_*): sizing, not the pipeline.
-        *(name for name in exposed_names(self_metrics_registry()) if name.startswith(("process_", "python_"))),
+        # The process's own families (prometheus_client's process_* and python_*) but those the
+        # pipeline dashboard's "Process (per pod)" row charts (PROCESS_CHARTED).
+        *(
+            name
+            for name in exposed_names(self_metrics_registry())
+            if name.startswith(("process_", "python_")) and name not in PROCESS_CHARTED
+        ),
     }
 )
 EXPECTED_ALERTS = {

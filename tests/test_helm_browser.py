@@ -10,6 +10,9 @@ from typing import Any
 import helm_python as helm
 import pytest
 
+from archiver.browse.app import BrowseApp
+from archiver.browse.urls import mount
+from archiver.store import open_store
 from tests.support import (
     ALL_FEATURES,
     BROWSER_INGRESS,
@@ -137,8 +140,8 @@ def test_the_browser_is_its_own_deployment_and_no_longer_a_sidecar(chart: helm.C
 def test_archiver_and_browser_selectors_never_cross(chart: helm.Chart) -> None:
     """The browser pods share the name and instance labels, so every selector of archiver pods adds
     the component: the metrics Service, PDB, NetworkPolicy and spread never pick a browser pod, the
-    browser's Service and policy never an archiver pod, and the ServiceMonitor scrapes the metrics
-    Service only."""
+    browser's Service and policy never an archiver pod, and the archiver's ServiceMonitor scrapes the
+    metrics Service only (the browser's, its own Service only)."""
     values = _with_browser({**ALL_FEATURES, "shards": 2}, ingressFrom=[{"podSelector": {}}])
     docs = render(chart, values)
     archiver_pod = one(docs, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
@@ -159,11 +162,16 @@ def test_archiver_and_browser_selectors_never_cross(chart: helm.Chart) -> None:
         one(docs, "Deployment")["spec"]["selector"]["matchLabels"],
     ):
         assert _selects(selector, browser_pod) and not _selects(selector, archiver_pod), selector
-    monitor = one(docs, "ServiceMonitor")["spec"]
+    monitor = one(docs, "ServiceMonitor", "arch-archiver")["spec"]
     assert [e["port"] for e in monitor["endpoints"]] == ["http-metrics"]
-    assert _selects(monitor["selector"]["matchLabels"], one(docs, "Service", "arch-archiver")["metadata"]["labels"])
+    archiver_service = one(docs, "Service", "arch-archiver")["metadata"]["labels"]
+    assert _selects(monitor["selector"]["matchLabels"], archiver_service)
     browser_service = one(docs, "Service", "arch-archiver-browser")["metadata"]["labels"]
     assert not _selects(monitor["selector"]["matchLabels"], browser_service)
+    browser_monitor = one(docs, "ServiceMonitor", "arch-archiver-browser")["spec"]
+    assert [e["port"] for e in browser_monitor["endpoints"]] == ["http-browser"]
+    assert _selects(browser_monitor["selector"]["matchLabels"], browser_service)
+    assert not _selects(browser_monitor["selector"]["matchLabels"], archiver_service)
 
 
 def test_the_browser_needs_a_store(chart: helm.Chart) -> None:
@@ -226,6 +234,53 @@ def test_a_browser_without_an_account_of_its_own_never_falls_back_to_the_archive
     named = render(chart, _with_browser(values, serviceAccount={"create": False, "name": "arch-archiver"}))
     assert _browser_pod(named)["spec"]["serviceAccountName"] == "arch-archiver"
     assert "write-key" not in json.dumps(_browser_pod(named))
+
+
+def test_the_browser_mounts_only_the_archivers_volumes_its_web_config_reads(chart: helm.Chart) -> None:
+    """Of the archiver's extraVolumes (its TLS certificate, a Secret of static write keys, a CA
+    bundle), the browser gets only the certificate its inherited webConfig names; its own
+    browser.extraVolumes/extraVolumeMounts come after. With a web config of its own that reads no
+    file, it gets none of the archiver's."""
+    volumes = [
+        {"name": "tls", "secret": {"secretName": "archiver-tls"}},
+        {"name": "aws", "secret": {"secretName": "archiver-rw-keys"}},
+        {"name": "ca", "configMap": {"name": "archiver-ca"}},
+    ]
+    mounts = [
+        {"name": "tls", "mountPath": "/etc/archiver/tls/", "readOnly": True},
+        {"name": "aws", "mountPath": "/var/run/aws"},
+        {"name": "ca", "mountPath": "/etc/ssl/archiver-ca.pem", "subPath": "ca.pem"},
+    ]
+    tls = {"tls_server_config": {"cert_file": "/etc/archiver/tls/tls.crt", "key_file": "/etc/archiver/tls/tls.key"}}
+    own_ca = {"name": "store-ca", "configMap": {"name": "store-ca"}}
+    own_mount = {"name": "store-ca", "mountPath": "/etc/ssl/store"}
+    values = _with_browser(
+        {**WITH_STORE, "extraVolumes": volumes, "extraVolumeMounts": mounts, "webConfig": tls},
+        ingress=_ingress(),
+        extraVolumes=[own_ca],
+        extraVolumeMounts=[own_mount],
+    )
+    docs = render(chart, values)
+    pod = _browser_pod(docs)["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["config", "web-config", "tmp", "tls", "store-ca"]
+    assert [m["name"] for m in _browser(docs)["volumeMounts"]] == ["config", "web-config", "tmp", "tls", "store-ca"]
+    assert {"name": "tls", "secret": {"secretName": "archiver-tls"}} in pod["volumes"]
+    assert own_mount in _browser(docs)["volumeMounts"]
+    assert "archiver-rw-keys" not in json.dumps(pod) and "/var/run/aws" not in json.dumps(pod)
+    # The archiver keeps all of its own.
+    archiver_pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert {"tls", "aws", "ca"} <= {v["name"] for v in archiver_pod["volumes"]}
+    validate_manifests(docs)
+
+    # A CA file the web config names may be a single file mounted with subPath.
+    client_ca = {"tls_server_config": {**tls["tls_server_config"], "client_ca_file": "/etc/ssl/archiver-ca.pem"}}
+    with_ca = render(chart, {**values, "webConfig": client_ca})
+    assert [v["name"] for v in _browser_pod(with_ca)["spec"]["volumes"]][3:] == ["tls", "ca", "store-ca"]
+
+    # A web config of its own (basic auth, no file): nothing of the archiver's.
+    own_web = render(chart, _with_browser(values, webConfig={"basic_auth_users": BCRYPT_USERS}))
+    assert [v["name"] for v in _browser_pod(own_web)["spec"]["volumes"]] == ["config", "web-config", "tmp"]
+    assert "archiver-tls" not in json.dumps(_browser_pod(own_web))
 
 
 def test_read_only_s3_keys_are_the_browsers_only_keys(chart: helm.Chart) -> None:
@@ -476,6 +531,77 @@ def test_network_policy_opens_the_browser_port_to_its_own_peers(chart: helm.Char
     validate_manifests(docs)
 
 
+def test_the_browsers_metrics_are_scraped_by_a_service_monitor_of_its_own(chart: helm.Chart, tmp_path: Path) -> None:
+    """With the ServiceMonitor and the browser on: a second ServiceMonitor selects the browser's
+    Service only (its own job, apart from the archiver's the rules select), on its port, at
+    ``{prefix}/metrics``, the path the browser started with these arguments really serves."""
+    monitor = {"enabled": True, "additionalLabels": {"release": "kube-prometheus-stack"}, "interval": "1m"}
+    values = _with_browser({**WITH_STORE, "serviceMonitor": monitor}, ingress=_ingress(path="/archive"))
+    docs = render(chart, values)
+    archiver_monitor = one(docs, "ServiceMonitor", "arch-archiver")["spec"]
+    browser_monitor = one(docs, "ServiceMonitor", "arch-archiver-browser")
+    assert browser_monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    spec = browser_monitor["spec"]
+    selector = spec["selector"]["matchLabels"]
+    browser_service = one(docs, "Service", "arch-archiver-browser")
+    assert _selects(selector, browser_service["metadata"]["labels"])
+    assert not _selects(selector, one(docs, "Service", "arch-archiver")["metadata"]["labels"])
+    assert not _selects(archiver_monitor["selector"]["matchLabels"], browser_service["metadata"]["labels"])
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["port"] in {port["name"] for port in browser_service["spec"]["ports"]}
+    assert (endpoint["path"], endpoint["scheme"], endpoint["interval"]) == ("/archive/metrics", "http", "1m")
+    # The browser started with the Deployment's arguments serves its process metrics at that path.
+    args = _browser(docs)["args"]
+    app = BrowseApp(open_store(tmp_path.as_uri()), mount=mount(_flag(args, "--web.external-url")))
+    response = app.handle(endpoint["path"], {})
+    assert response.status == 200 and b"process_cpu_seconds_total" in b"".join(response.body)
+    validate_manifests(docs)
+
+    # Optional: off with serviceMonitor.browser.enabled, and never without the browser.
+    off = render(chart, {**values, "serviceMonitor": {**monitor, "browser": {"enabled": False}}})
+    assert [d["metadata"]["name"] for d in off if d["kind"] == "ServiceMonitor"] == ["arch-archiver"]
+    alone = render(chart, {**WITH_STORE, "serviceMonitor": monitor})
+    assert [d["metadata"]["name"] for d in alone if d["kind"] == "ServiceMonitor"] == ["arch-archiver"]
+
+
+def test_the_browsers_scrape_follows_its_own_web_config_and_network_policy(chart: helm.Chart) -> None:
+    """HTTPS and basic auth from serviceMonitor.browser.* for a browser with a web config of its own;
+    Prometheus' peers (networkPolicy.ingressFrom) may reach the browser port beside browser.ingressFrom."""
+    auth = {"username": {"name": "scrape", "key": "user"}, "password": {"name": "scrape", "key": "password"}}
+    prometheus = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    ingress = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress"}}}]
+    values = _with_browser(
+        {
+            **WITH_STORE,
+            "serviceMonitor": {
+                "enabled": True,
+                "tlsConfig": {"insecureSkipVerify": True},
+                "browser": {"basicAuth": auth},
+            },
+            "networkPolicy": {"enabled": True, "ingressFrom": prometheus},
+        },
+        webConfig={"tls_server_config": {}, "basic_auth_users": BCRYPT_USERS},
+        ingressFrom=ingress,
+    )
+    docs = render(chart, values)
+    (endpoint,) = one(docs, "ServiceMonitor", "arch-archiver-browser")["spec"]["endpoints"]
+    assert endpoint["scheme"] == "https" and endpoint["basicAuth"] == auth
+    assert endpoint["tlsConfig"] == {"insecureSkipVerify": True}  # the archiver's, none of its own given
+    (archiver_endpoint,) = one(docs, "ServiceMonitor", "arch-archiver")["spec"]["endpoints"]
+    assert archiver_endpoint["scheme"] == "http" and "basicAuth" not in archiver_endpoint
+    port = [{"port": "http-browser", "protocol": "TCP"}]
+    assert one(docs, "NetworkPolicy", "arch-archiver-browser")["spec"]["ingress"] == [
+        {"ports": port, "from": ingress},
+        {"ports": port, "from": prometheus},
+    ]
+    validate_manifests(docs)
+    # Not scraped: the browser port stays closed to Prometheus.
+    unscraped = render(chart, {**values, "serviceMonitor": {"enabled": True, "browser": {"enabled": False}}})
+    assert one(unscraped, "NetworkPolicy", "arch-archiver-browser")["spec"]["ingress"] == [
+        {"ports": port, "from": ingress}
+    ]
+
+
 def test_a_misspelt_browser_key_is_refused(chart: helm.Chart) -> None:
     with pytest.raises(helm.HelmError, match="additional properties 'enabeld' not allowed"):
         render(chart, {**MINIMAL, "browser": {"enabeld": True}})
@@ -488,3 +614,19 @@ def test_notes_show_the_browser_url(chart: helm.Chart, tmp_path: Path) -> None:
     text = next(body for path, body in notes.items() if path.endswith("NOTES.txt"))
     assert "https://evidence.example.com/archive/sessions" in text
     assert "exec arch-archiver-0 -- archiver check" in text
+    assert "NOTE: the browser runs as" not in text  # its role is annotated
+
+
+def test_notes_say_when_the_browser_has_no_credential_to_read_with(chart: helm.Chart) -> None:
+    """Least privilege by default leaves a browser of an S3 store with no credential at all until it
+    is given a read-only one: the notes say so, and stop once it has a role, keys or env of its own."""
+
+    def notes(**browser: Any) -> str:
+        rendered = chart.render(_with_browser(WITH_STORE, **browser), name="arch", namespace="observability")
+        return next(body for path, body in rendered.items() if path.endswith("NOTES.txt"))
+
+    assert "NOTE: the browser runs as ServiceAccount arch-archiver-browser" in notes()
+    role = {"eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/evidence-read-only"}
+    assert "NOTE: the browser" not in notes(serviceAccount={"create": True, "annotations": role})
+    assert "NOTE: the browser" not in notes(s3Credentials={"existingSecret": "archive-ro"})
+    assert "NOTE: the browser" not in notes(serviceAccount={"create": False, "name": "evidence-reader"})

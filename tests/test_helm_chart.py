@@ -514,6 +514,11 @@ def test_service_monitor_and_prometheus_rule_take_labels_under_one_name(chart: h
     labels = one(render(chart, {**MINIMAL, "serviceMonitor": clash}), "ServiceMonitor")["metadata"]["labels"]
     assert labels["release"] == "kube-prometheus-stack" and labels["team"] == "games"
     validate_manifests(docs)
+    # The chart's deprecation line: in the notes of a release that still uses the old name only.
+    for monitor, deprecated in ((both, False), ({"enabled": True, "labels": release}, True)):
+        rendered = chart.render({**MINIMAL, "serviceMonitor": monitor}, name="arch", namespace="observability")
+        notes = next(body for path, body in rendered.items() if path.endswith("NOTES.txt"))
+        assert ("DEPRECATED: serviceMonitor.labels" in notes) is deprecated
 
 
 def test_basic_auth_switches_probes_to_tcp(chart: helm.Chart) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
@@ -105,3 +106,20 @@ def test_every_self_metric_is_documented_with_its_type_and_labels() -> None:
     assert {name for name in rows if name.startswith("archiver_")} == own | snapshot
     # The rest is the process's own (process_*, python_*): exactly those rows.
     assert {name for name in rows if name.startswith(("process_", "python_"))} == names - own
+
+
+def test_the_alert_table_states_each_alerts_default_severity_and_every_alert_is_named() -> None:
+    """The README's alert table says what the chart's defaults do (severity, the `for` it names),
+    and the section names every alert the chart can render."""
+    text = section("Dashboards and alerts")
+    values = yaml.safe_load((Path(__file__).resolve().parents[1] / "helm/archiver/values.yaml").read_text())
+    rules = values["prometheusRule"]["rules"]
+    rows = re.findall(r"^\| `(Archiver\w+)` \| (.*?) \| (critical|warning) \|$", text, re.M)
+    assert len(rows) >= 10
+    for name, meaning, severity in rows:
+        assert name in rules, name
+        assert severity == rules[name]["severity"], name
+        if rules[name].get("for") == "15m":
+            assert "15 min" in meaning, name
+    named = set(re.findall(r"`(Archiver[A-Z]\w+)`", text))
+    assert named == set(rules), set(rules) ^ named

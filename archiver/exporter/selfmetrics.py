@@ -34,6 +34,24 @@ PENDING_STAGES = ("fetch", "upload")
 #: Label values of archiver_retries_total: the operations archiver.retry retries (S3's retries are
 #: botocore's own and not seen here).
 RETRY_OPERATIONS = ("upstream_request", "upstream_poll", "fetch_item")
+#: Label values of archiver_errors_total: every loop and request edge that counts what it caught.
+#: Pre-created at 0: `increase()` reads a series born at 1 as no increase, so without them the first
+#: error of an edge in a process's life would never fire ArchiverErrors.
+ERROR_EDGES = (
+    "poll",
+    "render",
+    "http",
+    "confirm",
+    "reconcile",
+    "fetch",
+    "spool",
+    "store",
+    "store_probe",
+    "upload",
+    "finalize",
+    "manifest",
+    "live",
+)
 
 #: One `endpoint` vocabulary on every archiver_upstream_* metric: the API client names a request by
 #: method and path template, the poll metrics by the polled resource ("sessions", "metrics"); the
@@ -333,6 +351,8 @@ class SelfMetrics:
         )
         for operation in RETRY_OPERATIONS:
             self._retries.labels(operation)
+        for where in ERROR_EDGES:
+            self._errors.labels(where)
         self._live = LiveMetrics(registry)
 
     # --- poller ---------------------------------------------------------------------------------

@@ -81,6 +81,63 @@ extraEnv. Never the archiver's extraEnv, which may hold static write keys.
 {{- end -}}
 
 {{/*
+The archiver's extraVolumeMounts the browser needs, least privilege: only those a file of its web
+config lives in (tls_server_config's cert_file, key_file, client_ca_file), and none the browser
+mounts itself (same name or path in browser.extraVolumeMounts). A YAML list.
+*/}}
+{{- define "archiver.browser.inheritedMounts" -}}
+{{- $web := include "archiver.browser.webConfig" . | fromYaml -}}
+{{- $tls := $web.tls_server_config | default dict -}}
+{{- $files := list -}}
+{{- range $key := list "cert_file" "key_file" "client_ca_file" -}}
+{{- with index $tls $key }}{{ $files = append $files (toString .) }}{{ end -}}
+{{- end -}}
+{{- $ownNames := list -}}
+{{- $ownPaths := list -}}
+{{- range .Values.browser.extraVolumeMounts -}}
+{{- $ownNames = append $ownNames .name -}}
+{{- $ownPaths = append $ownPaths (trimSuffix "/" .mountPath) -}}
+{{- end -}}
+{{- $mounts := list -}}
+{{- range $mount := .Values.extraVolumeMounts -}}
+{{- $dir := trimSuffix "/" $mount.mountPath -}}
+{{- $needed := false -}}
+{{- range $files -}}
+{{- if or (eq . $dir) (hasPrefix (printf "%s/" $dir) .) }}{{ $needed = true }}{{ end -}}
+{{- end -}}
+{{- if and $needed (not (has $mount.name $ownNames)) (not (has $dir $ownPaths)) -}}
+{{- $mounts = append $mounts $mount -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $mounts -}}
+{{- end -}}
+
+{{/*
+The browser container's extra volume mounts: those inherited for its web config, then its own.
+*/}}
+{{- define "archiver.browser.extraVolumeMounts" -}}
+{{- $mounts := concat (include "archiver.browser.inheritedMounts" . | fromYamlArray) .Values.browser.extraVolumeMounts -}}
+{{- if $mounts }}{{ toYaml $mounts }}{{ end -}}
+{{- end -}}
+
+{{/*
+The browser pod's extra volumes: the archiver's extraVolumes its inherited mounts read, then
+browser.extraVolumes (which wins on a name both have).
+*/}}
+{{- define "archiver.browser.extraVolumes" -}}
+{{- $names := list -}}
+{{- range (include "archiver.browser.inheritedMounts" . | fromYamlArray) }}{{ $names = append $names .name }}{{ end -}}
+{{- $own := list -}}
+{{- range .Values.browser.extraVolumes }}{{ $own = append $own .name }}{{ end -}}
+{{- $volumes := list -}}
+{{- range .Values.extraVolumes -}}
+{{- if and (has .name $names) (not (has .name $own)) }}{{ $volumes = append $volumes . }}{{ end -}}
+{{- end -}}
+{{- $volumes = concat $volumes .Values.browser.extraVolumes -}}
+{{- if $volumes }}{{ toYaml $volumes }}{{ end -}}
+{{- end -}}
+
+{{/*
 The browser's public URL, without a trailing slash; its path is the route prefix. In order:
 the Ingress (first host, path, https when a tls entry covers that host; browser.externalUrl may
 replace scheme and host, e.g. TLS terminated by a load balancer, never the path), then
