@@ -13,6 +13,8 @@ traceback. Anything else escaping is a bug. The whole tree::
     ├── ArchiveIntegrityError       retrieval: stored bytes differ from the manifest / bad gzip
     ├── LocalFileError              retrieval: the download target cannot be written
     ├── ManifestError               a manifest or index entry is not of the expected schema
+    ├── LogError (ValueError)       transparency log: a malformed key, note, checkpoint, tile or bundle
+    │   └── LogVerificationError    a signature, inclusion or consistency proof that does not verify
     ├── PayloadError (ValueError)   an upstream payload has the wrong shape (pure parsers)
     ├── ApiError                    talking to the session hosting service; ``transient`` says retry
     │   ├── ApiTransportError       no usable response (refused, reset, timeout, truncated)
@@ -323,6 +325,14 @@ class ManifestError(ArchiverError):
     def __init__(self, message: str, *, body: bytes | str = b"") -> None:
         self.excerpt = excerpt(body) if body else ""
         super().__init__(f"{message} (starts: {self.excerpt!r})" if self.excerpt else message)
+
+
+class LogError(ArchiverError, ValueError):
+    """A transparency log key, signed note, checkpoint, tile or proof bundle that is malformed."""
+
+
+class LogVerificationError(LogError):
+    """Evidence that does not verify: a bad signature, an inclusion or consistency proof that fails."""
 
 
 class PayloadError(ArchiverError, ValueError):

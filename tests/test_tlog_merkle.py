@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from archiver.errors import LogVerificationError
 from archiver.tlog import merkle
-from archiver.tlog.merkle import ProofError
 
 VECTORS = Path(__file__).parent / "data" / "rfc6962"
 
@@ -40,7 +40,7 @@ def test_inclusion_vectors_verify_exactly_when_published_valid(case: dict[str, A
         )
 
     if case["wantErr"]:
-        with pytest.raises(ProofError):
+        with pytest.raises(LogVerificationError):
             verify()
     else:
         verify()
@@ -54,7 +54,7 @@ def test_consistency_vectors_verify_exactly_when_published_valid(case: dict[str,
         )
 
     if case["wantErr"]:
-        with pytest.raises(ProofError):
+        with pytest.raises(LogVerificationError):
             verify()
     else:
         verify()
@@ -160,7 +160,7 @@ def test_a_mutated_inclusion_proof_fails(n: int, data: st.DataObject) -> None:
         proof.append(hashes[0])
     else:
         i = data.draw(st.integers(0, n - 1).filter(lambda x: x != index))
-    with pytest.raises(ProofError):
+    with pytest.raises(LogVerificationError):
         merkle.verify_inclusion(i, n, leaf, proof, root)
 
 
@@ -185,12 +185,12 @@ def test_a_mutated_consistency_proof_fails(n: int, data: st.DataObject) -> None:
         old = merkle.leaf_hash(old)
     else:
         new = merkle.leaf_hash(new)
-    with pytest.raises(ProofError):
+    with pytest.raises(LogVerificationError):
         merkle.verify_consistency(m, n, old, new, proof)
 
 
 def test_a_proof_for_a_leaf_outside_the_tree_is_refused() -> None:
-    with pytest.raises(ProofError):
+    with pytest.raises(LogVerificationError):
         merkle.inclusion_proof(5, 5, merkle.list_mth(_leaves(5)))
-    with pytest.raises(ProofError):
+    with pytest.raises(LogVerificationError):
         merkle.consistency_proof(6, 5, merkle.list_mth(_leaves(5)))

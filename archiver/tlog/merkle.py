@@ -11,16 +11,14 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Sequence
 
+from archiver.errors import LogVerificationError
+
 HASH_SIZE = 32
 #: SHA-256 of nothing: the root of the empty tree.
 EMPTY_ROOT = hashlib.sha256(b"").digest()
 
 #: The Merkle Tree Hash of leaves [lo, hi).
 SubtreeHash = Callable[[int, int], bytes]
-
-
-class ProofError(ValueError):
-    """A proof that does not verify, or a request for one that cannot exist (pure: no ArchiverError)."""
 
 
 def leaf_hash(data: bytes) -> bytes:
@@ -69,7 +67,7 @@ def list_mth(hashes: Sequence[bytes]) -> SubtreeHash:
 def inclusion_proof(index: int, size: int, mth: SubtreeHash) -> list[bytes]:
     """PATH(index, D[0:size]) of RFC 6962 §2.1.1, bottom-up."""
     if not 0 <= index < size:
-        raise ProofError(f"leaf {index} is not in a tree of size {size}")
+        raise LogVerificationError(f"leaf {index} is not in a tree of size {size}")
     proof: list[bytes] = []
     lo, hi, m = 0, size, index
     # Walk down, collecting siblings top-down; reversed at the end.
@@ -88,7 +86,7 @@ def inclusion_proof(index: int, size: int, mth: SubtreeHash) -> list[bytes]:
 def consistency_proof(old_size: int, new_size: int, mth: SubtreeHash) -> list[bytes]:
     """PROOF(old_size, D[0:new_size]) of RFC 6962 §2.1.2, bottom-up."""
     if not 0 < old_size <= new_size:
-        raise ProofError(f"no consistency proof from size {old_size} to {new_size}")
+        raise LogVerificationError(f"no consistency proof from size {old_size} to {new_size}")
     proof: list[bytes] = []
     lo, hi, m, complete = 0, new_size, old_size, True
     while m != hi - lo:
@@ -106,16 +104,16 @@ def consistency_proof(old_size: int, new_size: int, mth: SubtreeHash) -> list[by
 
 
 def root_from_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes]) -> bytes:
-    """The root an inclusion proof leads to (RFC 9162 §2.1.3.2); ``ProofError`` when malformed."""
+    """The root an inclusion proof leads to (RFC 9162 §2.1.3.2); ``LogVerificationError`` when malformed."""
     if not 0 <= index < size:
-        raise ProofError(f"leaf index {index} is outside a tree of size {size}")
+        raise LogVerificationError(f"leaf index {index} is outside a tree of size {size}")
     if len(leaf) != HASH_SIZE or any(len(p) != HASH_SIZE for p in proof):
-        raise ProofError("a hash of the proof is not 32 bytes")
+        raise LogVerificationError("a hash of the proof is not 32 bytes")
     fn, sn = index, size - 1
     r = leaf
     for p in proof:
         if sn == 0:
-            raise ProofError("inclusion proof is too long")
+            raise LogVerificationError("inclusion proof is too long")
         if fn & 1 or fn == sn:
             r = node_hash(p, r)
             if not fn & 1:
@@ -127,34 +125,34 @@ def root_from_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[byte
         fn >>= 1
         sn >>= 1
     if sn != 0:
-        raise ProofError("inclusion proof is too short")
+        raise LogVerificationError("inclusion proof is too short")
     return r
 
 
 def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes) -> None:
-    """Raise ``ProofError`` unless ``proof`` shows leaf hash ``leaf`` at ``index`` under ``root``."""
+    """Raise ``LogVerificationError`` unless ``proof`` shows leaf hash ``leaf`` at ``index`` under ``root``."""
     if root_from_inclusion(index, size, leaf, proof) != root:
-        raise ProofError(f"inclusion proof of leaf {index} does not lead to the root of size {size}")
+        raise LogVerificationError(f"inclusion proof of leaf {index} does not lead to the root of size {size}")
 
 
 def verify_consistency(old_size: int, new_size: int, old_root: bytes, new_root: bytes, proof: Sequence[bytes]) -> None:
-    """Raise ``ProofError`` unless ``proof`` shows the tree ``old_root`` is a prefix of ``new_root``
+    """Raise ``LogVerificationError`` unless ``proof`` shows the tree ``old_root`` is a prefix of ``new_root``
     (RFC 9162 §2.1.4.2)."""
     if any(len(p) != HASH_SIZE for p in proof):
-        raise ProofError("a hash of the consistency proof is not 32 bytes")
+        raise LogVerificationError("a hash of the consistency proof is not 32 bytes")
     if old_size > new_size:
-        raise ProofError(f"tree size went back from {old_size} to {new_size}")
+        raise LogVerificationError(f"tree size went back from {old_size} to {new_size}")
     if old_size == 0:
         # Every tree extends the empty one: such a proof proves nothing, so none is accepted.
-        raise ProofError("a consistency proof from the empty tree is meaningless")
+        raise LogVerificationError("a consistency proof from the empty tree is meaningless")
     if old_size == new_size:
         if proof:
-            raise ProofError("consistency proof between equal sizes must be empty")
+            raise LogVerificationError("consistency proof between equal sizes must be empty")
         if old_root != new_root:
-            raise ProofError(f"two different roots for the same tree size {old_size}")
+            raise LogVerificationError(f"two different roots for the same tree size {old_size}")
         return
     if not proof:
-        raise ProofError("consistency proof is empty")
+        raise LogVerificationError("consistency proof is empty")
     path = list(proof)
     if old_size & (old_size - 1) == 0:  # a power of two: the old root is the first node
         path.insert(0, old_root)
@@ -165,7 +163,7 @@ def verify_consistency(old_size: int, new_size: int, old_root: bytes, new_root: 
     fr = sr = path[0]
     for c in path[1:]:
         if sn == 0:
-            raise ProofError("consistency proof is too long")
+            raise LogVerificationError("consistency proof is too long")
         if fn & 1 or fn == sn:
             fr = node_hash(c, fr)
             sr = node_hash(c, sr)
@@ -178,8 +176,8 @@ def verify_consistency(old_size: int, new_size: int, old_root: bytes, new_root: 
         fn >>= 1
         sn >>= 1
     if sn != 0:
-        raise ProofError("consistency proof is too short")
+        raise LogVerificationError("consistency proof is too short")
     if fr != old_root:
-        raise ProofError(f"consistency proof does not lead to the old root of size {old_size}")
+        raise LogVerificationError(f"consistency proof does not lead to the old root of size {old_size}")
     if sr != new_root:
-        raise ProofError(f"consistency proof does not lead to the new root of size {new_size}")
+        raise LogVerificationError(f"consistency proof does not lead to the new root of size {new_size}")
