@@ -322,3 +322,24 @@ def player_entry_ms(name: str) -> int | None:
         return instance_ms(name[:_STAMP_LEN])
     except ValueError:
         return None
+
+
+#: A transparency log writer's name (its key segment): lowercase letters, digits, '-', '.'.
+_LOG_WRITER = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
+
+
+def check_log_writer(writer: str) -> str:
+    if not _LOG_WRITER.match(writer):
+        raise ValueError(f"not a log writer name (lowercase letters, digits, '-', '.'): {writer[:60]!r}")
+    return writer
+
+
+def logs_root(prefix: str) -> str:
+    """``{prefix}log/``: every writer's transparency log lives below it (archiver/tlog)."""
+    return f"{check_prefix(prefix)}log/"
+
+
+def log_prefix(prefix: str, writer: str) -> str:
+    """``{prefix}log/{writer}/``: one writer's log in the C2SP tlog-tiles layout (``checkpoint``,
+    ``tile/<L>/<N>[.p/<W>]``, ``tile/entries/<N>[.p/<W>]``)."""
+    return f"{logs_root(prefix)}{check_log_writer(writer)}/"

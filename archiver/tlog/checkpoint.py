@@ -1,7 +1,9 @@
 """C2SP tlog-checkpoint note texts: origin, tree size, base64 root hash, optional extension lines.
 
-https://c2sp.org/tlog-checkpoint. The text is what a signed note signs; its signature is the log's
-(key name = origin).
+https://c2sp.org/tlog-checkpoint. The text is what a signed note signs. One key signs the logs of
+a whole fleet (one Secret), so a log's origin is the key's name or the key's name, ``/`` and the
+writer (``archiver.example/log/shard-0-replica-1``): the spec's "key name SHOULD match the origin",
+relaxed to a prefix so that a verifier needs one public key for every writer's log.
 """
 
 from __future__ import annotations
@@ -58,9 +60,14 @@ class Checkpoint:
         return cls(origin, int(size), raw, tuple(lines[3:]))
 
 
+def covers(key_name: str, origin: str) -> bool:
+    """Whether a key of this name signs the log of this origin (equal, or the origin below the name)."""
+    return origin == key_name or origin.startswith(key_name + "/")
+
+
 def sign(checkpoint: Checkpoint, signer: note.Signer, *, cosignatures: Sequence[str] = ()) -> bytes:
     """The signed checkpoint note (the log's signature first, then any kept cosignature lines)."""
-    if signer.name != checkpoint.origin:
+    if not covers(signer.name, checkpoint.origin):
         raise LogError(f"the log key is named {signer.name!r}, the checkpoint's origin is {checkpoint.origin!r}")
     body = note.sign(checkpoint.text(), [signer])
     return body + "".join(cosignatures).encode()
@@ -70,6 +77,6 @@ def open_signed(msg: bytes, verifier: note.Verifier) -> Checkpoint:
     """A signed checkpoint verified by the log's key and parsed; its origin must be the key's name."""
     opened = note.open_note(msg, [verifier])
     checkpoint = Checkpoint.parse(opened.text)
-    if checkpoint.origin != verifier.name:
+    if not covers(verifier.name, checkpoint.origin):
         raise LogError(f"the checkpoint's origin {checkpoint.origin!r} is not the key's name {verifier.name!r}")
     return checkpoint
