@@ -383,6 +383,22 @@ OPTIONS: tuple[Option, ...] = (
         as_int,
         metavar="R",
     ),
+    Option(
+        "tlog-key-file",
+        "Signing key of the transparency log (from `archiver keygen`); set: every archive is appended "
+        "to this daemon's log under {prefix}log/ and checkpoints are signed with it.",
+        None,
+        as_optional_path,
+        metavar="PATH",
+        scope="store",
+    ),
+    Option(
+        "tlog-interval",
+        "How often the transparency log appends the archives committed since its last checkpoint.",
+        "10s",
+        positive(parse_duration),
+        metavar="DURATION",
+    ),
 )
 
 

@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 
 from archiver import __version__
 from archiver.exporter.livemetrics import LiveMetrics
+from archiver.exporter.tlogmetrics import LogMetrics
 from archiver.live.report import LiveStats
 
 #: Label values of archiver_items_total / archiver_pending_items (ARCHITECTURE.md §6); pre-created at 0 so
@@ -329,6 +330,7 @@ class SelfMetrics:
         for operation in RETRY_OPERATIONS:
             self._retries.labels(operation)
         self._live = LiveMetrics(registry)
+        self._log = LogMetrics(registry)
 
     # --- poller ---------------------------------------------------------------------------------
 
@@ -458,6 +460,18 @@ class SelfMetrics:
         errors = self._live.report(take)
         if errors:
             self._errors.labels("live").inc(errors)
+
+    @_event
+    def log_checkpoint(self, *, appended: int, size: int, now: float) -> None:
+        """The transparency log signed a checkpoint of ``size`` leaves, ``appended`` of them new."""
+        self._log.leaves.inc(appended)
+        self._log.size.set(size)
+        self._log.last_checkpoint.set(now)
+
+    @_event
+    def set_log_state(self, *, pending: int, consistent: bool) -> None:
+        self._log.pending.set(pending)
+        self._log.consistency.set(1 if consistent else 0)
 
     @_event
     def error(self, where: str) -> None:
