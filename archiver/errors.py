@@ -49,8 +49,10 @@ Defined beside the code that raises them, still under the root:
 Internal control flow, outside the tree on purpose (never leave their module, never seen by a user):
 ``fake.errors.HttpProblem`` (a fake request handler's way to answer an error status),
 ``fake.validation.InvalidBody`` (turned into a 422 by the fake), ``retrieval.grep._Cancelled``
-(ends a search thread when the printer stopped) and ``upstream.listparser.WholeBodyNeeded`` (the
-streamed list parse hands an odd body to the whole-body parse). ``tests/test_cli_errors.py`` walks
+(ends a search thread when the printer stopped), ``upstream.listparser.WholeBodyNeeded`` (the
+streamed list parse hands an odd body to the whole-body parse) and ``tlog.standalone.BundleError``
+(the standalone bundle verifier imports nothing from the archiver; ``archiver verify-bundle``
+turns it into a ``LogVerificationError``). ``tests/test_cli_errors.py`` walks
 every module and fails on any other exception class outside the tree.
 """
 

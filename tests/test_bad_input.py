@@ -155,7 +155,7 @@ INSTANCES = mostly(
 #: Every command that takes input and returns (run, demo, fake-service and browse serve until
 #: stopped; browse's input is its query strings, tested below over HTTP).
 COMMANDS = ["archive", "show", "logs", "get", "verify", "hold", "release", "grep", "ls", "index-players", "status"]
-COMMANDS += ["check"]
+COMMANDS += ["check", "prove", "verify-bundle", "keygen"]
 
 
 def _under(world: World) -> st.SearchStrategy[str]:
@@ -249,6 +249,16 @@ def invocations(draw: st.DrawFn, world: World) -> list[str]:
         ]  # fmt: skip
         filters.append(("--workers", COUNTS) if command == "grep" else ("--limit", COUNTS))
         argv += _options(draw, filters, most=4)
+    elif command == "prove":
+        argv.append(draw(IDS))
+        argv += ["-o", draw(paths)]
+        keys = mostly(st.just("archiver.test/log+00000000+AQ=="), ANY_TEXT, paths)
+        argv += _options(draw, [("--instance", INSTANCES), ("--key", keys), ("--tlog-key-file", paths), *store_options])
+    elif command == "verify-bundle":
+        argv += [draw(paths), "--key", draw(mostly(st.just("archiver.test/log+00000000+AQ=="), ANY_TEXT, paths))]
+        argv += draw(st.lists(paths, max_size=2))
+    elif command == "keygen":
+        argv += ["--name", draw(mostly(st.just("archiver.test/log"), ANY_TEXT)), "-o", draw(paths)]
     elif command == "index-players":
         argv += _options(draw, [("--checkpoint", paths), *store_options])
     elif command == "status":

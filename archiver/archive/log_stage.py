@@ -26,13 +26,15 @@ import threading
 from collections.abc import Callable
 
 from archiver.archive.state import StateDB
-from archiver.errors import ArchiverError, LogVerificationError, StoreError
+from archiver.errors import ArchiverError, LogError, LogVerificationError, ObjectConflictError, StoreError
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.sharding import Shard
 from archiver.store.base import ObjectStore
 from archiver.tlog import checkpoint as cp
+from archiver.tlog.leaf import Leaf, format_time
 from archiver.tlog.log import TileLog
 from archiver.tlog.note import Signer
+from archiver.tlog.prove import Location, write_locator
 
 log = logging.getLogger("archiver.tlog")
 
@@ -81,14 +83,26 @@ class LogStage:
         head = self.log.last
         if head is not None and head.checkpoint.size > (kept.size if kept else 0):
             since = kept.size if kept else 0
-            logged = {entry for _, entry in self.log.entries(since, head.checkpoint.size, head.checkpoint.size)}
+            size = head.checkpoint.size
+            logged = {entry: i for i, entry in self.log.entries(since, size, size)}
             done = [key for key, entry in self.state.log_pending(BATCH * 4) if entry in logged]
+            self._locate([(i, entry) for entry, i in logged.items()])
             self.state.log_done(self.writer, done, head.note)
             log.info("log %s: %d leaves since the last recorded checkpoint were already in it", self.writer, len(done))
         self.opened = True
         self._report()
         if head is not None:
             self.metrics.log_checkpoint(appended=0, size=head.checkpoint.size, now=self.clock())
+
+    def _locate(self, logged: list[tuple[int, bytes]]) -> None:
+        """Write each leaf's locator (which log, which index, since when): ``archiver prove`` and the
+        browser find the leaf without reading every log. Already there: kept (it is a finding aid)."""
+        since = format_time(self.clock())
+        for index, entry in logged:
+            try:
+                write_locator(self.log.store, Leaf.decode(entry), Location(self.writer, index, since))
+            except (ObjectConflictError, LogError):
+                continue
 
     def _inconsistent(self) -> None:
         self.consistent = False
@@ -108,10 +122,11 @@ class LogStage:
             self._report()
             return 0
         try:
-            self.log.append([entry for _, entry in batch])
+            first = self.log.append([entry for _, entry in batch])
         except LogVerificationError:
             self._inconsistent()
             raise
+        self._locate([(first + i, entry) for i, (_, entry) in enumerate(batch)])
         head = self.log.last
         assert head is not None  # append signed one
         self.state.log_done(self.writer, [key for key, _ in batch], head.note)

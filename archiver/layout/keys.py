@@ -343,3 +343,10 @@ def log_prefix(prefix: str, writer: str) -> str:
     """``{prefix}log/{writer}/``: one writer's log in the C2SP tlog-tiles layout (``checkpoint``,
     ``tile/<L>/<N>[.p/<W>]``, ``tile/entries/<N>[.p/<W>]``)."""
     return f"{logs_root(prefix)}{check_log_writer(writer)}/"
+
+
+def log_locator_key(prefix: str, sid: str, instance: str | None = None) -> str:
+    """``{prefix}log-locators/{sid}/{instance|legacy}.json``: which log holds an archive's leaf, at which
+    index, since when (written once after the checkpoint; a finding aid, not evidence: a bundle's
+    proof verifies without it)."""
+    return f"{check_prefix(prefix)}log-locators/{escape_session_id(sid)}/{_check_instance(instance) or 'legacy'}.json"
