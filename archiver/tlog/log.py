@@ -1,14 +1,16 @@
 """One writer's transparency log in the object store: open (check, repair), append batches, read tiles and proofs.
 
 Layout under ``{prefix}log/{writer}/`` (C2SP tlog-tiles): ``tile/entries/<N>[.p/<W>]``,
-``tile/<L>/<N>[.p/<W>]`` and ``checkpoint``. Every tile and bundle is a create-once write (a
-partial one's key names its width, so it too is written once); only ``checkpoint`` is replaced.
+``tile/<L>/<N>[.p/<W>]`` and ``checkpoint``, plus ``checkpoints/<size>`` (every checkpoint ever
+signed, so each size stays provable and a rollback shows). Every tile, bundle and history entry is
+a create-once write (a partial tile's key names its width, so it too is written once); only
+``checkpoint`` is replaced.
 
 Order of a batch: full bundles and tiles as the appends complete them, then the partial ones, then
-the checkpoint. A crash in between leaves tiles beyond the checkpoint: :meth:`TileLog.open`
-adopts their entries (re-appending them in the same order writes the same bytes, so every
-create-once write is ``ALREADY_PRESENT``) and signs a checkpoint over them; the caller learns
-which entries were adopted so it does not append them twice.
+the checkpoint's history entry, then the checkpoint. A crash in between leaves tiles beyond the
+checkpoint: :meth:`TileLog.open` adopts their entries (re-appending them in the same order writes
+the same bytes, so every create-once write is ``ALREADY_PRESENT``) and signs a checkpoint over
+them; the caller learns which entries were adopted so it does not append them twice.
 
 Before replacing the checkpoint the writer reads it back: it must be the one it wrote last (a
 second writer of the same name, a rollback or a rewrite is refused, ``LogVerificationError``),
@@ -20,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from archiver.errors import LogError, LogVerificationError, ObjectNotFoundError
+from archiver.errors import LogError, LogVerificationError, ObjectConflictError, ObjectNotFoundError
 from archiver.layout import keys
 from archiver.store.base import ObjectStore
 from archiver.tlog import checkpoint as cp
@@ -30,6 +32,14 @@ from archiver.tlog.tiles import TILE_WIDTH, TileHashes, TreeEdge, decode_bundle,
 
 TILE_TYPE = "application/octet-stream"
 CHECKPOINT_TYPE = "text/plain; charset=utf-8"
+
+
+HISTORY = "checkpoints/"
+
+
+def history_path(size: int) -> str:
+    """``checkpoints/<size, 20 digits>``: every checkpoint signed, kept create-once (sorted by size)."""
+    return f"{HISTORY}{size:020d}"
 
 
 def read_object(store: ObjectStore, key: str) -> bytes:
@@ -203,5 +213,13 @@ class TileLog(LogReader):
         if self.last is not None:
             self.check_consistent(self.last.checkpoint, new)
         signed = cp.sign(new, self.signer)
+        try:
+            # The history, create-once: every size ever signed stays provable (its partial tiles are
+            # required), and a rollback of ``checkpoint`` shows against it.
+            self.store.put_bytes(self.key(history_path(new.size)), signed, content_type=CHECKPOINT_TYPE)
+        except ObjectConflictError:
+            raise LogVerificationError(
+                f"log {self.writer!r} already holds another checkpoint of {new.size} leaves: a fork"
+            ) from None
         self.store.replace_bytes(self.key("checkpoint"), signed, content_type=CHECKPOINT_TYPE)
         self.last = Head(new, signed)
