@@ -153,7 +153,8 @@ def test_the_daemon_logs_every_archive_it_commits(fake_service: FakeService, tmp
         for leaf in leaves:
             manifest = read_object(store, keys.manifest_key("", leaf.session, leaf.instance))
             assert hashlib.sha256(manifest).hexdigest() == leaf.manifest_sha256
-        assert state.log_pending_count() == 0
+        # The queue is emptied after the checkpoint and the locators are stored.
+        wait_until(lambda: state.log_pending_count() == 0, message="the log queue emptied")
     finally:
         pipeline.stop(10.0)
         client.close()

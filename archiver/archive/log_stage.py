@@ -26,15 +26,15 @@ import threading
 from collections.abc import Callable
 
 from archiver.archive.state import StateDB
-from archiver.errors import ArchiverError, LogError, LogVerificationError, ObjectConflictError, StoreError
+from archiver.errors import ArchiverError, LogVerificationError, StoreError
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.sharding import Shard
 from archiver.store.base import ObjectStore
 from archiver.tlog import checkpoint as cp
-from archiver.tlog.leaf import Leaf, format_time
+from archiver.tlog.leaf import format_time
 from archiver.tlog.log import TileLog
 from archiver.tlog.note import Signer
-from archiver.tlog.prove import Location, write_locator
+from archiver.tlog.prove import write_locators
 
 log = logging.getLogger("archiver.tlog")
 
@@ -95,14 +95,9 @@ class LogStage:
             self.metrics.log_checkpoint(appended=0, size=head.checkpoint.size, now=self.clock())
 
     def _locate(self, logged: list[tuple[int, bytes]]) -> None:
-        """Write each leaf's locator (which log, which index, since when): ``archiver prove`` and the
-        browser find the leaf without reading every log. Already there: kept (it is a finding aid)."""
-        since = format_time(self.clock())
-        for index, entry in logged:
-            try:
-                write_locator(self.log.store, Leaf.decode(entry), Location(self.writer, index, since))
-            except (ObjectConflictError, LogError):
-                continue
+        """Each leaf's locator (which log, which index, since when): ``archiver prove`` and the browser
+        find the leaf without reading every log."""
+        write_locators(self.log.store, self.writer, logged, format_time(self.clock()))
 
     def _inconsistent(self) -> None:
         self.consistent = False

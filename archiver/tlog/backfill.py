@@ -18,7 +18,7 @@ from archiver.store.base import ObjectStore
 from archiver.tlog.leaf import Leaf, format_time
 from archiver.tlog.log import LogReader, TileLog, read_object, writers
 from archiver.tlog.note import Signer
-from archiver.tlog.prove import Location, write_locator
+from archiver.tlog.prove import write_locators
 
 #: Leaves per checkpoint.
 BATCH = 10_000
@@ -76,8 +76,7 @@ def backfill(store: ObjectStore, signer: Signer, writer: str, clock: Callable[[]
     log.open()
     for start in range(0, len(pending), BATCH):
         batch = [leaf for _, _, leaf in pending[start : start + BATCH]]
-        first = log.append([leaf.encode() for leaf in batch])
-        since = format_time(clock())
-        for i, leaf in enumerate(batch):
-            write_locator(store, leaf, Location(writer, first + i, since))
+        encoded = [leaf.encode() for leaf in batch]
+        first = log.append(encoded)
+        write_locators(store, writer, [(first + i, e) for i, e in enumerate(encoded)], format_time(clock()))
     return BackfillReport(len(pending), skipped, unreadable, log.size)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from archiver.errors import LogError, ObjectNotFoundError, SessionNotArchivedError
+from archiver.errors import LogError, ObjectConflictError, ObjectNotFoundError, SessionNotArchivedError
 from archiver.layout import keys
 from archiver.store.base import ObjectStore
 from archiver.tlog import leaf as leaves
@@ -39,6 +41,28 @@ def locator_bytes(location: Location) -> bytes:
 def write_locator(store: ObjectStore, leaf: leaves.Leaf, location: Location) -> None:
     key = keys.log_locator_key(store.prefix, leaf.session, leaf.instance)
     store.put_bytes(key, locator_bytes(location), content_type=LOCATOR_TYPE)
+
+
+#: Locators written at once (each is one small create-once write; a store's latency, not its bandwidth, bounds them).
+LOCATOR_WORKERS = 8
+
+
+def write_locators(store: ObjectStore, writer: str, logged: Sequence[tuple[int, bytes]], since: str) -> int:
+    """A locator for each (index, entry) just logged, ``LOCATOR_WORKERS`` at a time; how many were new.
+    One already there (a retry after a crash) is kept: it is a finding aid, the proof never needs it."""
+
+    def one(item: tuple[int, bytes]) -> int:
+        index, entry = item
+        try:
+            write_locator(store, leaves.Leaf.decode(entry), Location(writer, index, since))
+        except (ObjectConflictError, LogError):
+            return 0
+        return 1
+
+    if len(logged) < 2:
+        return sum(map(one, logged))
+    with ThreadPoolExecutor(LOCATOR_WORKERS, thread_name_prefix="tlog-locator") as pool:
+        return sum(pool.map(one, logged))
 
 
 def read_locator(store: ObjectStore, sid: str, instance: str | None) -> Location | None:
