@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("bundle", type=Path, help="the proof bundle (archiver prove -o)")
     parser.add_argument("--key", required=True, help="the log's public key (name+id+key) or a file holding it")
     parser.add_argument("files", nargs="*", type=Path, help="downloaded logs or artifacts to check")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     key = args.key
     try:
         if "+" not in key or Path(key).is_file():
