@@ -445,9 +445,11 @@ ROUTES: list[tuple[str, list[str]]] = [
     ("/sessions/{id}", ["instance"]),
     ("/sessions/{id}/logs", ["instance", "stream", "q", "start"]),
     ("/sessions/{id}/items/0", ["instance"]),
+    ("/sessions/{id}/proof", ["instance"]),
     ("/session", ["id", "instance"]),
     ("/session/logs", ["id", "instance", "stream", "q", "start"]),
     ("/session/items/1", ["id", "instance"]),
+    ("/session/proof", ["id", "instance"]),
 ]
 #: Query values as they go on the wire: percent-encoded text of every kind, and malformed escapes.
 RAW_VALUES = [

@@ -22,7 +22,7 @@ from archiver.store import ObjectStore
 from archiver.tlog import standalone
 from tests import fixtures_retrieval
 from tests.fixtures_retrieval import archive_from_fake  # noqa: F401  (a fixture: the real pipeline into `store`)
-from tests.support import run_cli
+from tests.support import Browsers, put_session, run_cli
 
 file_store = fixtures_retrieval.file_store
 STANDALONE = Path(standalone.__file__)
@@ -157,3 +157,24 @@ def test_verify_log_passes_then_names_a_replaced_manifest(
     assert bad.exit_code == 1
     (finding,) = json.loads(bad.output)["findings"]
     assert finding["kind"] == "manifest-replaced" and m.session_id in finding["where"]
+
+
+def test_the_browser_shows_since_when_an_archive_is_logged_and_offers_its_bundle(logged: Logged) -> None:
+    store, manifests, _, vkey = logged
+    browsers = Browsers()
+    try:
+        client = browsers.start(store)
+        m = manifests[2]
+        page = client.get(f"/sessions/{m.session_id}")
+        assert page.status_code == 200
+        assert "In the transparency log since" in page.text and "leaf 2 of log" in page.text
+        bundle = client.get(f"/sessions/{m.session_id}/proof")
+        assert bundle.status_code == 200
+        assert "attachment" in bundle.headers["content-disposition"]
+        assert standalone.verify(bundle.content, vkey).session == m.session_id
+        # An archive made after the backfill is in no log yet: no line, and no bundle (404).
+        late = put_session(store, "late-match", ended_at=1_790_000_000)
+        assert "In the transparency log" not in client.get(f"/sessions/{late.session_id}").text
+        assert client.get(f"/sessions/{late.session_id}/proof").status_code == 404
+    finally:
+        browsers.close()

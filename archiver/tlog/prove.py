@@ -76,7 +76,7 @@ def read_locator(store: ObjectStore, sid: str, instance: str | None) -> Location
         return None  # a damaged finding aid: fall back to searching the logs
 
 
-def find_leaf(store: ObjectStore, verifier: Verifier, manifest_sha256: str, hint: Location | None) -> Location:
+def find_leaf(store: ObjectStore, verifier: Verifier | None, manifest_sha256: str, hint: Location | None) -> Location:
     """The leaf of the manifest with this SHA-256: at the locator's place if it holds it there, else
     found by reading every writer's entries (``SessionNotArchivedError`` when no log has it)."""
     if hint is not None:
@@ -101,8 +101,9 @@ def find_leaf(store: ObjectStore, verifier: Verifier, manifest_sha256: str, hint
     raise SessionNotArchivedError("the archive is in no transparency log of this store (yet?)")
 
 
-def prove(store: ObjectStore, verifier: Verifier, sid: str, instance: str | None) -> bytes:
-    """The proof bundle of one archive (its manifest must exist, its leaf be in a log)."""
+def prove(store: ObjectStore, verifier: Verifier | None, sid: str, instance: str | None) -> bytes:
+    """The proof bundle of one archive (its manifest must exist, its leaf be in a log). ``verifier``
+    None: the checkpoint is not checked here (the browser has no key; the recipient checks)."""
     key = keys.manifest_key(store.prefix, sid, instance)
     try:
         manifest = read_object(store, key)
