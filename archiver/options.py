@@ -393,6 +393,15 @@ OPTIONS: tuple[Option, ...] = (
         scope="store",
     ),
     Option(
+        "tlog-witness-store",
+        "A second store (another account, its own Object Lock) keeping a copy of every checkpoint: the log "
+        "must always extend the newest copy (checked at start, at each checkpoint and by verify --log).",
+        None,
+        as_store_url,
+        metavar="URL",
+        scope="store",
+    ),
+    Option(
         "tlog-interval",
         "How often the transparency log appends the archives committed since its last checkpoint.",
         "10s",

@@ -178,3 +178,29 @@ def test_the_browser_shows_since_when_an_archive_is_logged_and_offers_its_bundle
         assert client.get(f"/sessions/{late.session_id}/proof").status_code == 404
     finally:
         browsers.close()
+
+
+def test_verify_log_catches_a_rollback_against_the_witness_store(
+    store: ObjectStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    archive: Callable[..., Manifest] = request.getfixturevalue("archive_from_fake")
+    key, vkey = _keygen(tmp_path)
+    witness = tmp_path / "witness"
+    witness.mkdir()
+    options = ["--tlog-key-file", str(key), "--tlog-witness-store", witness.as_uri()]
+    archive()
+    run_cli(store, ["log", "backfill", *options])
+    first = (_root(store) / "log" / "backfill" / "checkpoint").read_bytes()
+    archive()
+    run_cli(store, ["log", "backfill", *options])
+    assert sorted(p.name for p in (witness / "witness" / "backfill").iterdir()) == [f"{1:020d}", f"{2:020d}"]
+    # Rewound to one leaf: the checkpoint put back, the size-2 tiles and history entry deleted.
+    log = _root(store) / "log" / "backfill"
+    for path in ("tile/0/000.p/2", "tile/entries/000.p/2", f"checkpoints/{2:020d}"):
+        (log / path).unlink()
+    (log / "checkpoint").write_bytes(first)
+    plain = run_cli(store, ["verify", "--log", "--key", vkey])
+    assert "archive-not-logged" in plain.output  # the second archive's manifest is in no log
+    checked = run_cli(store, ["verify", "--log", "--key", vkey, "--tlog-witness-store", witness.as_uri()])
+    assert checked.exit_code == 1
+    assert "rollback: log backfill: a kept checkpoint has 2 leaves, the log now 1" in checked.output

@@ -25,6 +25,7 @@ from archiver.tlog.keyfile import write_keypair
 from archiver.tlog.leaf import Leaf
 from archiver.tlog.log import TileLog, read_object
 from archiver.tlog.note import Signer
+from archiver.tlog.witness import Witness
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_pipeline import FAST, FAST_POLICY
@@ -159,3 +160,36 @@ def test_the_daemon_logs_every_archive_it_commits(fake_service: FakeService, tmp
         pipeline.stop(10.0)
         client.close()
         state.close()
+
+
+def test_a_witness_keeps_each_checkpoint_and_catches_a_rollback_the_state_db_forgot(
+    parts: tuple[StateDB, ObjectStore, CollectorRegistry], tmp_path: Path
+) -> None:
+    state, store, registry = parts
+    (tmp_path / "witness").mkdir()
+    witness = Witness(open_store((tmp_path / "witness").as_uri()))
+    metrics = SelfMetrics(registry)
+
+    def stage(db: StateDB) -> LogStage:
+        return LogStage(db, store, SIGNER, "shard-0-replica-0", metrics, lambda: 1.8e9, interval=1, witness=witness)
+
+    state.add_log_pending("k0", _leaf(0), now=0.0)
+    stage(state).run_once()
+    old = read_object(store, keys.log_prefix("", "shard-0-replica-0") + "checkpoint")
+    state.add_log_pending("k1", _leaf(1), now=1.0)
+    stage(state).run_once()
+    latest = witness.latest("shard-0-replica-0", SIGNER.verifier)
+    assert latest is not None and latest.size == 2
+    # The log is rolled back to 1 leaf (its checkpoint, and the tiles and history of size 2 deleted)
+    # and the pod starts on a fresh state DB: only the witness still knows the log had 2 leaves.
+    base = Path(store.url.removeprefix("file://")) / keys.log_prefix("", "shard-0-replica-0")
+    for path in ("tile/0/000.p/2", "tile/entries/000.p/2", f"checkpoints/{2:020d}"):
+        (base / path).unlink()
+    store.replace_bytes(keys.log_prefix("", "shard-0-replica-0") + "checkpoint", old, content_type="text/plain")
+    fresh = StateDB.open(tmp_path / "fresh-state")
+    try:
+        with pytest.raises(LogVerificationError, match="rolled back"):
+            stage(fresh).open()
+        assert registry.get_sample_value("archiver_log_consistency_ok") == 0
+    finally:
+        fresh.close()

@@ -35,6 +35,7 @@ from archiver.tlog.leaf import format_time
 from archiver.tlog.log import TileLog
 from archiver.tlog.note import Signer
 from archiver.tlog.prove import write_locators
+from archiver.tlog.witness import Witness
 
 log = logging.getLogger("archiver.tlog")
 
@@ -60,8 +61,11 @@ class LogStage:
         clock: Callable[[], float],
         *,
         interval: float,
+        witness: Witness | None = None,
     ) -> None:
         self.state = state
+        #: A second store keeping a copy of each checkpoint (``--tlog-witness-store``).
+        self.witness = witness
         self.log = TileLog(store, writer, signer)
         self.writer = writer
         self.metrics = metrics
@@ -74,9 +78,13 @@ class LogStage:
     def open(self) -> None:
         """Load and check the log; drop from the queue what it already holds."""
         kept_note = self.state.log_checkpoint(self.writer)
-        kept = cp.open_signed(kept_note, self.log.signer.verifier) if kept_note else None
+        verifier = self.log.signer.verifier
+        kept = cp.open_signed(kept_note, verifier) if kept_note else None
+        witnessed = self.witness.latest(self.writer, verifier) if self.witness else None
         try:
             self.log.open(kept)
+            if witnessed is not None:
+                self._check_witness(witnessed)
         except LogVerificationError:
             self._inconsistent()
             raise
@@ -98,6 +106,13 @@ class LogStage:
         """Each leaf's locator (which log, which index, since when): ``archiver prove`` and the browser
         find the leaf without reading every log."""
         write_locators(self.log.store, self.writer, logged, format_time(self.clock()))
+
+    def _check_witness(self, witnessed: cp.Checkpoint) -> None:
+        """The log must extend the witness's newest copy (a rollback or rewrite of the store shows)."""
+        head = self.log.last
+        if head is None:
+            raise LogVerificationError(f"log {self.writer!r} is gone; the witness has {witnessed.size} leaves of it")
+        self.log.check_consistent(witnessed, head.checkpoint)
 
     def _inconsistent(self) -> None:
         self.consistent = False
@@ -121,9 +136,15 @@ class LogStage:
         except LogVerificationError:
             self._inconsistent()
             raise
-        self._locate([(first + i, entry) for i, (_, entry) in enumerate(batch)])
         head = self.log.last
         assert head is not None  # append signed one
+        if self.witness is not None:
+            try:
+                self.witness.record(self.writer, head.checkpoint.size, head.note)
+            except LogVerificationError:
+                self._inconsistent()
+                raise
+        self._locate([(first + i, entry) for i, (_, entry) in enumerate(batch)])
         self.state.log_done(self.writer, [key for key, _ in batch], head.note)
         self.metrics.log_checkpoint(appended=len(batch), size=head.checkpoint.size, now=self.clock())
         self._report()

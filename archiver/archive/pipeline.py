@@ -59,6 +59,7 @@ from archiver.retry import RetryPolicy
 from archiver.settings import Settings
 from archiver.store.base import ObjectStore
 from archiver.tlog.keyfile import load_signer
+from archiver.tlog.witness import Witness
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.models import UNKNOWN_STATUS, Session
 from archiver.vocabulary import DETECTING_STATES
@@ -166,9 +167,15 @@ class Pipeline:
         self.log_stage: LogStage | None = None
         if settings.tlog_key_file is not None:
             signer = load_signer(settings.tlog_key_file)
+            witness = None
+            if settings.tlog_witness_store is not None:
+                from archiver.store import open_store  # imports botocore: only when a witness is configured
+
+                witness = Witness(open_store(settings.tlog_witness_store, s3_endpoint_url=settings.s3_endpoint_url))
             self.log_stage = LogStage(
-                state, store, signer, writer_name(self.shard), metrics, clock, interval=settings.tlog_interval
-            )
+                state, store, signer, writer_name(self.shard), metrics, clock, interval=settings.tlog_interval,
+                witness=witness,
+            )  # fmt: skip
             self._uploads.log_leaves = True
 
     @classmethod

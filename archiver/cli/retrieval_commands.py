@@ -26,7 +26,7 @@ from archiver.cli.base import (
 )
 from archiver.cli.params import PLAYER_ID, SESSION_ID, LocalPath
 from archiver.errors import ConfigError, LocalFileError
-from archiver.settings import STORE_SCOPES
+from archiver.settings import STORE_SCOPES, Settings
 from archiver.textsafe import one_line, printable
 from archiver.values import MAX_COUNT, MAX_WORKERS
 
@@ -283,7 +283,9 @@ def verify(
     sys.exit(1 if failed else 0)
 
 
-def _verify_log(settings: Any, checkpoints: tuple[Path, ...], key: str | None, *, deep: bool, as_json: bool) -> None:
+def _verify_log(
+    settings: Settings, checkpoints: tuple[Path, ...], key: str | None, *, deep: bool, as_json: bool
+) -> None:
     """`verify --log`: every finding one line (or one JSON document); exit 1 when there is any."""
     from archiver.cli.tlog_commands import verifier_for
     from archiver.tlog.audit import audit
@@ -296,6 +298,15 @@ def _verify_log(settings: Any, checkpoints: tuple[Path, ...], key: str | None, *
             kept.append(open_signed(path.read_bytes(), verifier))
         except OSError as exc:
             raise LocalFileError(f"cannot read {path}: {exc.strerror}") from None
+    if settings.tlog_witness_store is not None:
+        from archiver.store import open_store
+        from archiver.tlog.witness import Witness
+
+        witness_store = open_store(settings.tlog_witness_store, s3_endpoint_url=settings.s3_endpoint_url)
+        try:
+            kept.extend(Witness(witness_store).all_latest(verifier))
+        finally:
+            witness_store.close()
     store = store_for(settings)
     try:
         report = audit(store, verifier, kept=kept, objects=deep)

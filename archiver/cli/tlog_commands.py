@@ -129,10 +129,20 @@ def backfill(writer: str, **kwargs: Any) -> None:
         raise ConfigError("log backfill signs checkpoints: give the signing key with --tlog-key-file")
     signer = load_signer(settings.tlog_key_file)
     store = store_for(settings)
+    witness_store = None
     try:
-        report = run_backfill(store, signer, writer, time.time)
+        witness = None
+        if settings.tlog_witness_store is not None:
+            from archiver.store import open_store
+            from archiver.tlog.witness import Witness
+
+            witness_store = open_store(settings.tlog_witness_store, s3_endpoint_url=settings.s3_endpoint_url)
+            witness = Witness(witness_store)
+        report = run_backfill(store, signer, writer, time.time, witness=witness)
     finally:
         store.close()
+        if witness_store is not None:
+            witness_store.close()
     click.echo(
         f"appended {report.appended} archives to log {writer} (now {report.size} leaves); "
         f"{report.already_logged} already logged, {report.unreadable} unreadable manifests skipped"

@@ -350,3 +350,13 @@ def log_locator_key(prefix: str, sid: str, instance: str | None = None) -> str:
     index, since when (written once after the checkpoint; a finding aid, not evidence: a bundle's
     proof verifies without it)."""
     return f"{check_prefix(prefix)}log-locators/{escape_session_id(sid)}/{_check_instance(instance) or 'legacy'}.json"
+
+
+def witness_prefix(prefix: str, writer: str) -> str:
+    """``{prefix}witness/{writer}/``: in a witness store, the copies of one log's checkpoints."""
+    return f"{check_prefix(prefix)}witness/{check_log_writer(writer)}/"
+
+
+def witness_key(prefix: str, writer: str, size: int) -> str:
+    """``{prefix}witness/{writer}/{size, 20 digits}``: one checkpoint copy (create-once; sorted by size)."""
+    return f"{witness_prefix(prefix, writer)}{size:020d}"

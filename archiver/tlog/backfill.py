@@ -19,6 +19,7 @@ from archiver.tlog.leaf import Leaf, format_time
 from archiver.tlog.log import LogReader, TileLog, read_object, writers
 from archiver.tlog.note import Signer
 from archiver.tlog.prove import write_locators
+from archiver.tlog.witness import Witness
 
 #: Leaves per checkpoint.
 BATCH = 10_000
@@ -49,7 +50,9 @@ def logged_manifests(store: ObjectStore, signer: Signer) -> set[str]:
     return found
 
 
-def backfill(store: ObjectStore, signer: Signer, writer: str, clock: Callable[[], float]) -> BackfillReport:
+def backfill(
+    store: ObjectStore, signer: Signer, writer: str, clock: Callable[[], float], *, witness: Witness | None = None
+) -> BackfillReport:
     logged = logged_manifests(store, signer)
     pending: list[tuple[float, str, Leaf]] = []
     skipped = unreadable = 0
@@ -78,5 +81,7 @@ def backfill(store: ObjectStore, signer: Signer, writer: str, clock: Callable[[]
         batch = [leaf for _, _, leaf in pending[start : start + BATCH]]
         encoded = [leaf.encode() for leaf in batch]
         first = log.append(encoded)
+        if witness is not None and log.last is not None:
+            witness.record(writer, log.last.checkpoint.size, log.last.note)
         write_locators(store, writer, [(first + i, e) for i, e in enumerate(encoded)], format_time(clock()))
     return BackfillReport(len(pending), skipped, unreadable, log.size)
