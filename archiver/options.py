@@ -402,6 +402,14 @@ OPTIONS: tuple[Option, ...] = (
         scope="store",
     ),
     Option(
+        "tlog-tsa-url",
+        "An RFC 3161 timestamp authority: each checkpoint of the transparency log is timestamped there "
+        "and the reply kept beside it (and put into proof bundles).",
+        None,
+        as_url,
+        metavar="URL",
+    ),
+    Option(
         "tlog-interval",
         "How often the transparency log appends the archives committed since its last checkpoint.",
         "10s",

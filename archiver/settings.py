@@ -261,6 +261,7 @@ class Settings:
     tlog_key_file: Path | None = _DEFAULTS["tlog_key_file"]
     tlog_interval: float = _DEFAULTS["tlog_interval"]
     tlog_witness_store: str | None = _DEFAULTS["tlog_witness_store"]
+    tlog_tsa_url: str | None = _DEFAULTS["tlog_tsa_url"]
     #: This daemon's shard and replica (the default owns every session).
     shard: Shard = _DEFAULTS["shard"]
     replicas_per_shard: int = _DEFAULTS["replicas_per_shard"]

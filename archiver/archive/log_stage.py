@@ -26,11 +26,12 @@ import threading
 from collections.abc import Callable
 
 from archiver.archive.state import StateDB
-from archiver.errors import ArchiverError, LogVerificationError, StoreError
+from archiver.errors import ArchiverError, LogError, LogVerificationError, StoreError
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.sharding import Shard
 from archiver.store.base import ObjectStore
 from archiver.tlog import checkpoint as cp
+from archiver.tlog import timestamp
 from archiver.tlog.leaf import format_time
 from archiver.tlog.log import TileLog
 from archiver.tlog.note import Signer
@@ -62,10 +63,13 @@ class LogStage:
         *,
         interval: float,
         witness: Witness | None = None,
+        tsa_url: str | None = None,
     ) -> None:
         self.state = state
         #: A second store keeping a copy of each checkpoint (``--tlog-witness-store``).
         self.witness = witness
+        #: An RFC 3161 timestamp authority for each checkpoint (``--tlog-tsa-url``).
+        self.tsa_url = tsa_url
         self.log = TileLog(store, writer, signer)
         self.writer = writer
         self.metrics = metrics
@@ -107,6 +111,18 @@ class LogStage:
         find the leaf without reading every log."""
         write_locators(self.log.store, self.writer, logged, format_time(self.clock()))
 
+    def _timestamp(self, size: int, signed: bytes) -> None:
+        """Best effort: a TSA that does not answer costs this checkpoint its timestamp, never the log."""
+        if self.tsa_url is None:
+            return
+        try:
+            reply = timestamp.request(self.tsa_url, signed)
+            key = self.log.key(timestamp.timestamps_path(size))
+            self.log.store.put_bytes(key, reply, content_type=timestamp.REPLY_TYPE)
+        except (LogError, StoreError) as exc:
+            log.warning("transparency log %s: checkpoint %d not timestamped: %s", self.writer, size, exc)
+            self.metrics.error("tlog")
+
     def _check_witness(self, witnessed: cp.Checkpoint) -> None:
         """The log must extend the witness's newest copy (a rollback or rewrite of the store shows)."""
         head = self.log.last
@@ -144,6 +160,7 @@ class LogStage:
             except LogVerificationError:
                 self._inconsistent()
                 raise
+        self._timestamp(head.checkpoint.size, head.note)
         self._locate([(first + i, entry) for i, (_, entry) in enumerate(batch)])
         self.state.log_done(self.writer, [key for key, _ in batch], head.note)
         self.metrics.log_checkpoint(appended=len(batch), size=head.checkpoint.size, now=self.clock())

@@ -174,7 +174,7 @@ class Pipeline:
                 witness = Witness(open_store(settings.tlog_witness_store, s3_endpoint_url=settings.s3_endpoint_url))
             self.log_stage = LogStage(
                 state, store, signer, writer_name(self.shard), metrics, clock, interval=settings.tlog_interval,
-                witness=witness,
+                witness=witness, tsa_url=settings.tlog_tsa_url,
             )  # fmt: skip
             self._uploads.log_leaves = True
 

@@ -82,23 +82,48 @@ def prove(session_id: str, instance: str | None, out: Path, key: str | None, **k
 @main.command("verify-bundle")
 @click.argument("bundle", type=LocalPath(dir_okay=False, exists=True, path_type=Path))
 @click.option("--key", required=True, metavar="PUBKEY", help=KEY_HELP)
+@click.option(
+    "--tsa-cert", "tsa_certs", multiple=True, type=LocalPath(dir_okay=False, exists=True, path_type=Path),
+    help="A trusted root certificate (PEM) of the timestamp authority: the bundle's timestamp is then "
+    "verified, not only matched to the checkpoint (repeatable).",
+)  # fmt: skip
 @click.argument("files", nargs=-1, type=LocalPath(dir_okay=False, exists=True, path_type=Path))
 @friendly_errors
-def verify_bundle(bundle: Path, key: str, files: tuple[Path, ...]) -> None:
+def verify_bundle(bundle: Path, key: str, tsa_certs: tuple[Path, ...], files: tuple[Path, ...]) -> None:
     """Verify a proof bundle offline (and downloaded FILES against its manifest); exit 1 when it does not."""
-    from archiver.tlog import standalone
+    import base64
+    import json
+
+    from archiver.tlog import standalone, timestamp
     from archiver.tlog.keyfile import load_verifier
 
     vkey = load_verifier(key).encode()
     try:
         data = bundle.read_bytes()
+        roots = [_certificate(path) for path in tsa_certs]
     except OSError as exc:
-        raise LocalFileError(f"cannot read {bundle}: {exc.strerror}") from None
+        raise LocalFileError(f"cannot read {exc.filename}: {exc.strerror}") from None
     try:
         result = standalone.verify(data, vkey, files)
     except standalone.BundleError as exc:
         raise LogVerificationError(f"the bundle does not verify: {exc}") from None
     click.echo(result.report())
+    document = json.loads(data)
+    if document.get("timestamp"):
+        stamp = timestamp.check(base64.b64decode(document["timestamp"]), document["checkpoint"].encode(), roots)
+        how = "verified against --tsa-cert" if stamp.verified else "not verified: give --tsa-cert"
+        click.echo(f"  checkpoint timestamped {stamp.time.isoformat()} by {stamp.authority} ({how})")
+    elif roots:
+        raise LogVerificationError("the bundle carries no timestamp to verify against --tsa-cert")
+
+
+def _certificate(path: Path) -> Any:
+    from cryptography import x509
+
+    try:
+        return x509.load_pem_x509_certificate(path.read_bytes())
+    except ValueError:
+        raise ConfigError(f"{path} is not a PEM certificate") from None
 
 
 @main.group("log")

@@ -20,6 +20,7 @@ from archiver.tlog import leaf as leaves
 from archiver.tlog.log import LogReader, read_object, writers
 from archiver.tlog.note import Verifier
 from archiver.tlog.standalone import FORMAT
+from archiver.tlog.timestamp import timestamps_path
 
 LOCATOR_TYPE = "application/json"
 
@@ -118,6 +119,10 @@ def prove(store: ObjectStore, verifier: Verifier | None, sid: str, instance: str
     size = head.checkpoint.size
     ((_, entry),) = list(reader.entries(location.index, location.index + 1, size))
     proof = reader.inclusion(location.index, size)
+    try:
+        stamp: str | None = base64.b64encode(read_object(store, reader.key(timestamps_path(size)))).decode()
+    except ObjectNotFoundError:
+        stamp = None
     bundle = {
         "format": FORMAT,
         "checkpoint": head.note.decode("utf-8"),
@@ -127,6 +132,6 @@ def prove(store: ObjectStore, verifier: Verifier | None, sid: str, instance: str
         "log": location.writer,
         "logged_at": location.logged_at,
         "manifest": base64.b64encode(manifest).decode(),
-        "timestamp": None,
+        "timestamp": stamp,
     }
     return (json.dumps(bundle, indent=1, sort_keys=True) + "\n").encode()
