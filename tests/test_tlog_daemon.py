@@ -193,3 +193,23 @@ def test_a_witness_keeps_each_checkpoint_and_catches_a_rollback_the_state_db_for
         assert registry.get_sample_value("archiver_log_consistency_ok") == 0
     finally:
         fresh.close()
+
+
+def test_a_schema_3_state_db_is_migrated_with_an_empty_log_queue(tmp_path: Path) -> None:
+    import sqlite3
+
+    state = StateDB.open(tmp_path / "state")
+    state.close()
+    with sqlite3.connect(tmp_path / "state" / "state.db") as db:  # as an archiver before the log left it
+        db.execute("DROP TABLE log_pending")
+        db.execute("DROP TABLE log_state")
+        db.execute("PRAGMA user_version = 3")
+    migrated = StateDB.open(tmp_path / "state")
+    try:
+        assert migrated.log_pending_count() == 0 and migrated.log_checkpoint("shard-0-replica-0") is None
+        migrated.add_log_pending("k", _leaf(0), now=1.0)
+        assert migrated.log_pending(5) == [("k", _leaf(0))]
+    finally:
+        migrated.close()
+    with sqlite3.connect(tmp_path / "state" / "state.db") as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
