@@ -155,7 +155,7 @@ INSTANCES = mostly(
 #: Every command that takes input and returns (run, demo, fake-service and browse serve until
 #: stopped; browse's input is its query strings, tested below over HTTP).
 COMMANDS = ["archive", "show", "logs", "get", "verify", "hold", "release", "grep", "ls", "index-players", "status"]
-COMMANDS += ["check", "prove", "verify-bundle", "keygen"]
+COMMANDS += ["check", "prove", "verify-bundle", "keygen", "log"]
 
 
 def _under(world: World) -> st.SearchStrategy[str]:
@@ -257,6 +257,10 @@ def invocations(draw: st.DrawFn, world: World) -> list[str]:
     elif command == "verify-bundle":
         argv += [draw(paths), "--key", draw(mostly(st.just("archiver.test/log+00000000+AQ=="), ANY_TEXT, paths))]
         argv += draw(st.lists(paths, max_size=2))
+    elif command == "log":
+        argv.append("backfill")
+        writers = mostly(st.sampled_from(["backfill", "shard-0-replica-0"]), ANY_TEXT)
+        argv += _options(draw, [("--writer", writers), ("--tlog-key-file", paths), *store_options])
     elif command == "keygen":
         argv += ["--name", draw(mostly(st.just("archiver.test/log"), ANY_TEXT)), "-o", draw(paths)]
     elif command == "index-players":
@@ -271,7 +275,7 @@ def invocations(draw: st.DrawFn, world: World) -> list[str]:
 # --- what every outcome must look like -----------------------------------------------------------
 
 #: Commands whose exit 1 is a verdict (problems found, nothing matched, not ready), told on stdout.
-VERDICTS = {"verify", "grep", "check", "index-players"}
+VERDICTS = {"verify", "grep", "check", "index-players", "log"}
 #: A log line (logfmt): time, level, logger (httpcore's too at --log-level debug).
 LOG_LINE = re.compile(r"^ts=\S+ level=\w+ logger=[\w.]+ msg=")
 
