@@ -25,6 +25,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from archiver.archive.crashpoints import crashpoint
 from archiver.archive.state import StateDB
 from archiver.errors import ArchiverError, LogError, LogVerificationError, StoreError
 from archiver.exporter.selfmetrics import SelfMetrics
@@ -71,6 +72,7 @@ class LogStage:
         #: An RFC 3161 timestamp authority for each checkpoint (``--tlog-tsa-url``).
         self.tsa_url = tsa_url
         self.log = TileLog(store, writer, signer)
+        self.log.on_tiles_written = lambda: crashpoint("after_log_tiles")
         self.writer = writer
         self.metrics = metrics
         self.clock = clock
@@ -154,6 +156,7 @@ class LogStage:
             raise
         head = self.log.last
         assert head is not None  # append signed one
+        crashpoint("after_log_checkpoint")
         if self.witness is not None:
             try:
                 self.witness.record(self.writer, head.checkpoint.size, head.note)

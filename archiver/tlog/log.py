@@ -19,7 +19,7 @@ and the new tree must be consistent with it, proved from the tiles as stored.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from archiver.errors import LogError, LogVerificationError, ObjectConflictError, ObjectNotFoundError
@@ -145,6 +145,8 @@ class TileLog(LogReader):
         self.origin = f"{signer.name}/{writer}"
         self.edge = TreeEdge()
         self.last: Head | None = None
+        #: Called once a batch's tiles are stored, before its checkpoint (the crash tests' hook).
+        self.on_tiles_written: Callable[[], None] = lambda: None
 
     @property
     def size(self) -> int:
@@ -208,6 +210,7 @@ class TileLog(LogReader):
 
     def _checkpoint(self) -> None:
         self._write(self.edge.partials())
+        self.on_tiles_written()
         new = Checkpoint(self.origin, self.edge.size, self.edge.root())
         stored = self.head(self.signer.verifier)
         if (stored.note if stored else None) != (self.last.note if self.last else None):
