@@ -463,15 +463,11 @@ class SelfMetrics:
 
     @_event
     def log_checkpoint(self, *, appended: int, size: int, now: float) -> None:
-        """The transparency log signed a checkpoint of ``size`` leaves, ``appended`` of them new."""
-        self._log.leaves.inc(appended)
-        self._log.size.set(size)
-        self._log.last_checkpoint.set(now)
+        self._log.checkpoint(appended, size, now)
 
     @_event
     def set_log_state(self, *, pending: int, consistent: bool) -> None:
-        self._log.pending.set(pending)
-        self._log.consistency.set(1 if consistent else 0)
+        self._log.state(pending, consistent)
 
     @_event
     def error(self, where: str) -> None:

@@ -37,3 +37,13 @@ class LogMetrics:
         )
         # Without a log (or before its first check) nothing is inconsistent: an alert on 0 must not fire.
         self.consistency.set(1)
+
+    def checkpoint(self, appended: int, size: int, now: float) -> None:
+        """A checkpoint of ``size`` leaves was signed at ``now``, ``appended`` of them new."""
+        self.leaves.inc(appended)
+        self.size.set(size)
+        self.last_checkpoint.set(now)
+
+    def state(self, pending: int, consistent: bool) -> None:
+        self.pending.set(pending)
+        self.consistency.set(1 if consistent else 0)
