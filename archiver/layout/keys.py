@@ -345,6 +345,16 @@ def log_prefix(prefix: str, writer: str) -> str:
     return f"{logs_root(prefix)}{check_log_writer(writer)}/"
 
 
+def log_writers_root(prefix: str) -> str:
+    """``{prefix}log-writers/``: one small object per log, named after its writer (how readers find the
+    logs without listing their tiles, and without relying on a store listing keys in order)."""
+    return f"{check_prefix(prefix)}log-writers/"
+
+
+def log_writer_key(prefix: str, writer: str) -> str:
+    return f"{log_writers_root(prefix)}{check_log_writer(writer)}"
+
+
 def log_locator_key(prefix: str, sid: str, instance: str | None = None) -> str:
     """``{prefix}log-locators/{sid}/{instance|legacy}.json``: which log holds an archive's leaf, at which
     index, since when (written once after the checkpoint; a finding aid, not evidence: a bundle's

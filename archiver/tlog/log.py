@@ -47,17 +47,10 @@ def read_object(store: ObjectStore, key: str) -> bytes:
 
 
 def writers(store: ObjectStore) -> list[str]:
-    """The writers that have a log in this store (one listing call per writer, not per tile)."""
-    root = keys.logs_root(store.prefix)
-    found: list[str] = []
-    after = ""
-    while True:
-        key = next(iter(store.list_keys(root, start_after=after)), None)
-        if key is None:
-            return found
-        writer = key[len(root) :].split("/", 1)[0]
-        found.append(writer)
-        after = f"{root}{writer}0"  # '0' sorts right after '/': skip every key of this writer
+    """The writers that have a log in this store (from ``log-writers/``, a few keys, sorted here:
+    some S3-compatible stores do not list in key order)."""
+    root = keys.log_writers_root(store.prefix)
+    return sorted(key[len(root) :] for key in store.list_keys(root))
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +189,14 @@ class TileLog(LogReader):
         widths = [int(k[len(head) :]) for k in self.store.list_keys(head) if k[len(head) :].isdigit()]
         return decode_bundle(self.read_tile(-1, n, max(widths))) if widths else []
 
+    def _register(self) -> None:
+        """The log's marker under ``log-writers/`` (before its first checkpoint): readers find it there."""
+        marker = keys.log_writer_key(self.store.prefix, self.writer)
+        try:
+            self.store.put_bytes(marker, f"{self.origin}\n".encode(), content_type=CHECKPOINT_TYPE)
+        except ObjectConflictError:
+            raise LogVerificationError(f"log {self.writer!r} belongs to another origin than {self.origin!r}") from None
+
     def _write(self, objects: Sequence[tuple[str, bytes]]) -> None:
         for path, data in objects:
             self.store.put_bytes(self.key(path), data, content_type=TILE_TYPE)
@@ -219,6 +220,8 @@ class TileLog(LogReader):
             )
         if self.last is not None:
             self.check_consistent(self.last.checkpoint, new)
+        else:
+            self._register()
         signed = cp.sign(new, self.signer)
         try:
             # The history, create-once: every size ever signed stays provable (its partial tiles are

@@ -34,9 +34,8 @@ class Witness:
 
     def latest(self, writer: str, verifier: Verifier) -> Checkpoint | None:
         """The newest checkpoint copy of ``writer``'s log (verified), None when it has none."""
-        last = None
-        for key in self.store.list_keys(keys.witness_prefix(self.store.prefix, writer)):
-            last = key
+        # The newest is the greatest key (sizes are zero-padded): whatever order the store lists in.
+        last = max(self.store.list_keys(keys.witness_prefix(self.store.prefix, writer)), default=None)
         return None if last is None else open_signed(read_object(self.store, last), verifier)
 
     def all_latest(self, verifier: Verifier) -> list[Checkpoint]:
@@ -44,5 +43,6 @@ class Witness:
         root = keys.check_prefix(self.store.prefix) + "witness/"
         newest: dict[str, str] = {}
         for key in self.store.list_keys(root):
-            newest[key[len(root) :].split("/", 1)[0]] = key
+            writer = key[len(root) :].split("/", 1)[0]
+            newest[writer] = max(key, newest.get(writer, key))
         return [open_signed(read_object(self.store, key), verifier) for key in newest.values()]
