@@ -195,3 +195,25 @@ def test_a_leaf_has_one_canonical_encoding() -> None:
     for bad in (data.replace(b",", b", ", 1), data.replace(b'"v":1', b'"v":2'), b"[]", b"\xff"):
         with pytest.raises(LogError):
             Leaf.decode(bad)
+
+
+def test_the_log_on_seaweedfs_appends_reopens_and_is_found(seaweed_server: Any) -> None:
+    """A real S3 server that lists in directory order, not key order: logs are still found, reopened
+    and proved from their tiles."""
+    import uuid
+
+    from archiver.store import make_s3_client
+
+    bucket = f"tlog-{uuid.uuid4().hex[:16]}"
+    make_s3_client(endpoint_url=seaweed_server.endpoint).create_bucket(Bucket=bucket)
+    store = open_store(f"s3://{bucket}/arch/", s3_endpoint_url=seaweed_server.endpoint)
+    for writer in ("shard-1-replica-0", "shard-0-replica-1"):
+        log = _log(store, writer)
+        log.append(_entries(300))
+        log.append(_entries(5, 300))
+    assert writers(store) == ["shard-0-replica-1", "shard-1-replica-0"]
+    again = _log(store, "shard-1-replica-0")
+    head = again.head(SIGNER.verifier)
+    assert again.size == 305 and head is not None
+    leaf = merkle.leaf_hash(_entries(1, 299)[0])
+    merkle.verify_inclusion(299, 305, leaf, again.inclusion(299, 305), head.checkpoint.root)
