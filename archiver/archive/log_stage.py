@@ -171,9 +171,10 @@ class LogStage:
         return len(batch)
 
     def run(self, stop: threading.Event) -> None:
-        """The stage's thread until ``stop``; a last batch on the way out."""
+        """The stage's thread until ``stop``: at once (the log is opened and checked at start), then
+        every ``interval``; a last batch on the way out."""
+        stopping = False
         while True:
-            stopping = stop.wait(self.interval)
             try:
                 while self.run_once() == BATCH:
                     pass
@@ -189,3 +190,4 @@ class LogStage:
                 self.metrics.error("tlog")
             if stopping:
                 return
+            stopping = stop.wait(self.interval)
