@@ -14,6 +14,8 @@ traceback. Anything else escaping is a bug. The whole tree::
     ├── ArchiveIntegrityError       retrieval: stored bytes differ from the manifest / bad gzip
     ├── LocalFileError              retrieval: the download target cannot be written
     ├── ManifestError               a manifest or index entry is not of the expected schema
+    ├── LogError (ValueError)       transparency log: a malformed key, note, checkpoint, tile or bundle
+    │   └── LogVerificationError    a signature, inclusion or consistency proof that does not verify
     ├── PayloadError (ValueError)   an upstream payload has the wrong shape (pure parsers)
     ├── ApiError                    talking to the session hosting service; ``transient`` says retry
     │   ├── ApiTransportError       no usable response (refused, reset, timeout, truncated)
@@ -48,8 +50,10 @@ Defined beside the code that raises them, still under the root:
 Internal control flow, outside the tree on purpose (never leave their module, never seen by a user):
 ``fake.errors.HttpProblem`` (a fake request handler's way to answer an error status),
 ``fake.validation.InvalidBody`` (turned into a 422 by the fake), ``retrieval.grep._Cancelled``
-(ends a search thread when the printer stopped) and ``upstream.listparser.WholeBodyNeeded`` (the
-streamed list parse hands an odd body to the whole-body parse). ``tests/test_cli_errors.py`` walks
+(ends a search thread when the printer stopped), ``upstream.listparser.WholeBodyNeeded`` (the
+streamed list parse hands an odd body to the whole-body parse) and ``tlog.standalone.BundleError``
+(the standalone bundle verifier imports nothing from the archiver; ``archiver verify-bundle``
+turns it into a ``LogVerificationError``). ``tests/test_cli_errors.py`` walks
 every module and fails on any other exception class outside the tree.
 """
 
@@ -329,6 +333,14 @@ class ManifestError(ArchiverError):
     def __init__(self, message: str, *, body: bytes | str = b"") -> None:
         self.excerpt = excerpt(body) if body else ""
         super().__init__(f"{message} (starts: {self.excerpt!r})" if self.excerpt else message)
+
+
+class LogError(ArchiverError, ValueError):
+    """A transparency log key, signed note, checkpoint, tile or proof bundle that is malformed."""
+
+
+class LogVerificationError(LogError):
+    """Evidence that does not verify: a bad signature, an inclusion or consistency proof that fails."""
 
 
 class PayloadError(ArchiverError, ValueError):

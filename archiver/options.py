@@ -388,6 +388,39 @@ OPTIONS: tuple[Option, ...] = (
         as_int,
         metavar="R",
     ),
+    Option(
+        "tlog-key-file",
+        "Signing key of the transparency log (from `archiver keygen`); set: every archive is appended "
+        "to this daemon's log under {prefix}log/ and checkpoints are signed with it.",
+        None,
+        as_optional_path,
+        metavar="PATH",
+        scope="store",
+    ),
+    Option(
+        "tlog-witness-store",
+        "A second store (another account, its own Object Lock) keeping a copy of every checkpoint: the log "
+        "must always extend the newest copy (checked at start, at each checkpoint and by verify --log).",
+        None,
+        as_store_url,
+        metavar="URL",
+        scope="store",
+    ),
+    Option(
+        "tlog-tsa-url",
+        "An RFC 3161 timestamp authority: each checkpoint of the transparency log is timestamped there "
+        "and the reply kept beside it (and put into proof bundles).",
+        None,
+        as_url,
+        metavar="URL",
+    ),
+    Option(
+        "tlog-interval",
+        "How often the transparency log appends the archives committed since its last checkpoint.",
+        "10s",
+        positive(parse_duration),
+        metavar="DURATION",
+    ),
 )
 
 

@@ -259,6 +259,10 @@ class Settings:
     log_format: str = _DEFAULTS["log_format"]
     log_level: str = _DEFAULTS["log_level"]
     web_config_file: Path | None = _DEFAULTS["web_config_file"]
+    tlog_key_file: Path | None = _DEFAULTS["tlog_key_file"]
+    tlog_interval: float = _DEFAULTS["tlog_interval"]
+    tlog_witness_store: str | None = _DEFAULTS["tlog_witness_store"]
+    tlog_tsa_url: str | None = _DEFAULTS["tlog_tsa_url"]
     #: This daemon's shard and replica (the default owns every session).
     shard: Shard = _DEFAULTS["shard"]
     replicas_per_shard: int = _DEFAULTS["replicas_per_shard"]

@@ -20,6 +20,7 @@ BENCHMARKS = [
     "search_isolation.py",
     "verify.py",
     "follow.py",
+    "tlog.py",
 ]
 
 

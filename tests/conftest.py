@@ -5,3 +5,4 @@ from tests.fixtures_http import *  # noqa: F403
 from tests.fixtures_pipeline import *  # noqa: F403
 from tests.fixtures_prometheus import *  # noqa: F403
 from tests.fixtures_s3 import *  # noqa: F403
+from tests.fixtures_tsa import *  # noqa: F403

@@ -158,7 +158,7 @@ INSTANCES = mostly(
 #: Every command that takes input and returns (run, demo, fake-service and browse serve until
 #: stopped; browse's input is its query strings, tested below over HTTP).
 COMMANDS = ["archive", "show", "logs", "get", "verify", "hold", "release", "grep", "ls", "index-players", "status"]
-COMMANDS += ["check"]
+COMMANDS += ["check", "prove", "verify-bundle", "keygen", "log"]
 
 
 def _under(world: World) -> st.SearchStrategy[str]:
@@ -252,6 +252,20 @@ def invocations(draw: st.DrawFn, world: World) -> list[str]:
         ]  # fmt: skip
         filters.append(("--workers", COUNTS) if command == "grep" else ("--limit", COUNTS))
         argv += _options(draw, filters, most=4)
+    elif command == "prove":
+        argv.append(draw(IDS))
+        argv += ["-o", draw(paths)]
+        keys = mostly(st.just("archiver.test/log+00000000+AQ=="), ANY_TEXT, paths)
+        argv += _options(draw, [("--instance", INSTANCES), ("--key", keys), ("--tlog-key-file", paths), *store_options])
+    elif command == "verify-bundle":
+        argv += [draw(paths), "--key", draw(mostly(st.just("archiver.test/log+00000000+AQ=="), ANY_TEXT, paths))]
+        argv += draw(st.lists(paths, max_size=2))
+    elif command == "log":
+        argv.append("backfill")
+        writers = mostly(st.sampled_from(["backfill", "shard-0-replica-0"]), ANY_TEXT)
+        argv += _options(draw, [("--writer", writers), ("--tlog-key-file", paths), *store_options])
+    elif command == "keygen":
+        argv += ["--name", draw(mostly(st.just("archiver.test/log"), ANY_TEXT)), "-o", draw(paths)]
     elif command == "index-players":
         argv += _options(draw, [("--checkpoint", paths), *store_options])
     elif command == "status":
@@ -264,7 +278,7 @@ def invocations(draw: st.DrawFn, world: World) -> list[str]:
 # --- what every outcome must look like -----------------------------------------------------------
 
 #: Commands whose exit 1 is a verdict (problems found, nothing matched, not ready), told on stdout.
-VERDICTS = {"verify", "grep", "check", "index-players"}
+VERDICTS = {"verify", "grep", "check", "index-players", "log"}
 #: A log line (logfmt): time, level, logger (httpcore's too at --log-level debug).
 LOG_LINE = re.compile(r"^ts=\S+ level=\w+ logger=[\w.]+ msg=")
 
@@ -438,9 +452,11 @@ ROUTES: list[tuple[str, list[str]]] = [
     ("/sessions/{id}", ["instance"]),
     ("/sessions/{id}/logs", ["instance", "stream", "q", "start"]),
     ("/sessions/{id}/items/0", ["instance"]),
+    ("/sessions/{id}/proof", ["instance"]),
     ("/session", ["id", "instance"]),
     ("/session/logs", ["id", "instance", "stream", "q", "start"]),
     ("/session/items/1", ["id", "instance"]),
+    ("/session/proof", ["id", "instance"]),
 ]
 #: Query values as they go on the wire: percent-encoded text of every kind, and malformed escapes.
 RAW_VALUES = [

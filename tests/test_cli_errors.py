@@ -188,6 +188,7 @@ INTERNAL_CONTROL_FLOW = {
     "archiver.fake.validation.InvalidBody",
     "archiver.retrieval.grep._Cancelled",
     "archiver.upstream.listparser.WholeBodyNeeded",
+    "archiver.tlog.standalone.BundleError",
 }
 
 

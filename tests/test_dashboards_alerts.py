@@ -105,6 +105,8 @@ EXPECTED_ALERTS = {
     "ArchiverNoRecentArchive",
     "ArchiverSessionsDropped",
     "ArchiverLiveUnfollowed",
+    "ArchiverLogInconsistent",
+    "ArchiverLogLagging",
 }
 #: Recording rules that count a sharded, redundant fleet once (README, "Scaling and high availability").
 EXPECTED_RECORDS = {

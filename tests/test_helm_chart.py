@@ -280,7 +280,25 @@ def test_existing_secret_key_names_the_token_inside_the_secret(chart: helm.Chart
     assert next(v for v in volumes if v["name"] == "api-token")["secret"]["items"][0]["key"] == "api-token"
 
 
-@pytest.mark.parametrize("key", ["api_token", "api_token_file", "web_config_file", "shard", "total_shards"])
+def test_the_transparency_log_key_comes_from_a_secret_as_a_file(chart: helm.Chart) -> None:
+    assert "--tlog-key-file" not in container(render(chart, MINIMAL))["args"]
+    docs = render(chart, {**MINIMAL, "transparencyLog": {"existingSecret": "archiver-log-key"}})
+    validate_manifests(docs)
+    args = container(docs)["args"]
+    assert args[args.index("--tlog-key-file") + 1] == "/etc/archiver/tlog/log.key"
+    spec = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "tlog-key"]
+    assert volume["secret"] == {
+        "secretName": "archiver-log-key",
+        "defaultMode": 0o400,
+        "items": [{"key": "log.key", "path": "log.key"}],
+    }
+    assert {"name": "tlog-key", "mountPath": "/etc/archiver/tlog", "readOnly": True} in container(docs)["volumeMounts"]
+
+
+@pytest.mark.parametrize(
+    "key", ["api_token", "api_token_file", "web_config_file", "shard", "total_shards", "tlog_key_file"]
+)
 def test_token_and_chart_managed_keys_are_refused_in_config(chart: helm.Chart, key: str) -> None:
     """The token never goes into the ConfigMap: the schema rejects such keys before rendering."""
     values = {**MINIMAL, "config": {**MINIMAL["config"], key: TOKEN}}
@@ -319,14 +337,14 @@ def test_config_toml_parses_back_to_the_config_values(chart: helm.Chart, overrid
 
 def test_chart_config_keys_are_the_daemon_options() -> None:
     """The schema allows exactly the TOML keys archiver.settings accepts, minus the flags the chart
-    sets itself (--api-token-file, --web.config.file, and the shard options from `shards` and
-    `replicasPerShard`: a shard count in the file that disagrees with the pod count would leave
-    sessions without an owner)."""
+    sets itself (--api-token-file, --web.config.file, --tlog-key-file from a Secret, and the shard
+    options from `shards` and `replicasPerShard`: a shard count in the file that disagrees with the
+    pod count would leave sessions without an owner)."""
     from archiver.settings import OPTIONS
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     chart_keys = set(schema["properties"]["config"]["properties"])
-    chart_set = {"api_token_file", "web_config_file", "shard", "total_shards", "replicas_per_shard"}
+    chart_set = {"api_token_file", "web_config_file", "shard", "total_shards", "replicas_per_shard", "tlog_key_file"}
     # A deprecated name's key too (config.listen), for a release.
     aliases = {alias.key for opt in OPTIONS for alias in opt.aliases if alias.key}
     daemon_keys = ({opt.key for opt in OPTIONS} | aliases) - chart_set | {"images"}
@@ -570,7 +588,7 @@ def test_rules_select_this_release_by_default_with_a_service_monitor(chart: helm
     service = one(docs, "Service")["metadata"]["name"]
     assert "jobLabel" not in one(docs, "ServiceMonitor")["spec"]
     exprs = rule_exprs(chart, values)
-    assert len(exprs) == 24  # 20 alerts, 4 recording rules
+    assert len(exprs) == 26  # 22 alerts, 4 recording rules
     for name, expr in exprs.items():
         found = selectors_of(expr)
         assert found, name

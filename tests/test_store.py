@@ -147,6 +147,17 @@ def test_put_bytes_is_create_once(store: ObjectStore) -> None:
     assert list(store.list_keys(store.prefix)) == [key]
 
 
+def test_replace_bytes_overwrites_the_one_mutable_object(store: ObjectStore) -> None:
+    """A transparency log's checkpoint is replaced in place; a reader sees whole old or new bytes."""
+    key = f"{store.prefix}log/w/checkpoint"
+    store.replace_bytes(key, b"one\n", content_type="text/plain; charset=utf-8")
+    store.replace_bytes(key, b"two, longer\n", content_type="text/plain; charset=utf-8")
+    assert b"".join(store.iter_bytes(key)) == b"two, longer\n"
+    head = store.head(key)
+    assert head is not None and head.size == 12
+    assert list(store.list_keys(store.prefix)) == [key]
+
+
 @pytest.mark.parametrize("size", [0, 3 * MIB, 20 * MIB], ids=["empty", "small", "multipart"])
 def test_put_file_stores_exact_bytes_once(store: ObjectStore, tmp_path: Path, size: int) -> None:
     """Files below/above the 8 MiB multipart threshold arrive byte for byte; a repeat is ALREADY_PRESENT."""

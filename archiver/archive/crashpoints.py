@@ -26,6 +26,8 @@ POINTS: Final = (
     "after_upload_complete",  # object stored and verified, before the `done` commit
     "after_outcome_commit",  # a group commit's `done` rows committed, before their spool files go
     "after_manifest",  # manifest stored, before the index entry and the `archived` commit
+    "after_log_tiles",  # a log batch's tiles and bundles stored, before its checkpoint
+    "after_log_checkpoint",  # a log batch's checkpoint stored, before its queue commit
 )
 
 

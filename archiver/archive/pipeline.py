@@ -39,6 +39,7 @@ from archiver.archive.detector import key_id, observe
 from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
 from archiver.archive.fetch_stage import FetchStage
 from archiver.archive.live_logs import LiveLogs
+from archiver.archive.log_stage import LogStage, writer_name
 from archiver.archive.reconcile import Reconciler
 from archiver.archive.replicas import ArchiveCheck, Stagger
 from archiver.archive.stage import CONFIRM, FETCH, UPLOAD, Clock, StageParts, Tuning, Wakeups
@@ -57,6 +58,8 @@ from archiver.live.store import CaptureStore
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
 from archiver.store.base import ObjectStore
+from archiver.tlog.keyfile import load_signer
+from archiver.tlog.witness import Witness
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.models import UNKNOWN_STATUS, Session
 from archiver.vocabulary import DETECTING_STATES
@@ -160,6 +163,20 @@ class Pipeline:
         self._fetches = FetchStage(self.fetcher, parts, skip_fetch=check.skip_fetch if check else None)
         self.uploader.on_recognised = metrics.archive_recognised
         self._uploads = UploadStage(store, self.uploader, self.spool, settings.state_dir / "conflicts", parts)
+        #: The transparency log of this daemon's archives (`--tlog-key-file`), None without a key.
+        self.log_stage: LogStage | None = None
+        if settings.tlog_key_file is not None:
+            signer = load_signer(settings.tlog_key_file)
+            witness = None
+            if settings.tlog_witness_store is not None:
+                from archiver.store import open_store  # imports botocore: only when a witness is configured
+
+                witness = Witness(open_store(settings.tlog_witness_store, s3_endpoint_url=settings.s3_endpoint_url))
+            self.log_stage = LogStage(
+                state, store, signer, writer_name(self.shard), metrics, clock, interval=settings.tlog_interval,
+                witness=witness, tsa_url=settings.tlog_tsa_url,
+            )  # fmt: skip
+            self._uploads.log_leaves = True
 
     @classmethod
     def open(cls, settings: Settings, client: SessionHostClient, metrics: SelfMetrics) -> Pipeline:
@@ -255,6 +272,9 @@ class Pipeline:
             # Last, so stop() joins it after the upload workers whose outcomes it commits.
             + [("commit", functools.partial(self._uploads.committer.run, self._stop))]
         )
+        if self.log_stage is not None:
+            # After the committer: its last batch logs what the last manifests queued.
+            specs.append(("tlog", functools.partial(self.log_stage.run, self._stop)))
         for n, (name, target) in enumerate(specs):
             thread = threading.Thread(target=target, name=f"archiver-{name}-{n}", daemon=True)
             self._threads.append(thread)

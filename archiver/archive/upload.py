@@ -153,6 +153,17 @@ def build_session_manifest(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class WrittenManifest:
+    """A committed archive: its manifest's key, the SHA-256 of our manifest's bytes, and whether the
+    stored manifest is ours (False: another replica's, recognised as the same archive)."""
+
+    key: str
+    sha256: str
+    manifest: Manifest
+    ours: bool
+
+
 class Uploader:
     """Writes spooled items and manifests to the store (blocking; called from upload workers)."""
 
@@ -247,12 +258,13 @@ class Uploader:
                 f"expected {size} / {sha256[:16]}; retrying"
             )
 
-    def write_manifest(self, session: SessionRow, items: Sequence[ItemRow]) -> str:
+    def write_manifest(self, session: SessionRow, items: Sequence[ItemRow]) -> WrittenManifest:
         """Manifest (create-once, after every object of the session), then the index entry, then
         one player index entry per player.
 
-        Returns the manifest key. A different manifest already at the key raises
-        ObjectConflictError.
+        Returns the manifest key and what it is (``ours`` False when another replica's manifest of
+        the same archive was there: that replica logs it). A different manifest already at the key
+        raises ObjectConflictError.
         """
         checksums = {
             item.id: self.store.store_checksum(item.key, sha256=item.sha256, size=item.size)
@@ -263,8 +275,10 @@ class Uploader:
         prefix = self.store.prefix
         instance = session.instance or None  # '' = a row migrated mid-way keeps the legacy layout
         manifest_key = keys.manifest_key(prefix, session.id, instance)
+        body = manifest_to_bytes(manifest)
+        ours = True
         try:
-            self.store.put_bytes(manifest_key, manifest_to_bytes(manifest), content_type=JSON_CONTENT_TYPE)
+            self.store.put_bytes(manifest_key, body, content_type=JSON_CONTENT_TYPE)
         except ObjectConflictError:
             theirs = self._existing_manifest(manifest_key)
             if theirs is None or not same_archive(manifest, theirs):
@@ -273,6 +287,7 @@ class Uploader:
             # same evidence: that is success. Its index entry is ours to ensure (same bytes as its
             # own, so a no-op unless it died between the two writes).
             manifest = theirs
+            ours = False
             if self.on_recognised is not None:
                 self.on_recognised()
             log.info("session %r: the same archive is in the store already (another replica): %s",
@@ -285,7 +300,7 @@ class Uploader:
             content_type=JSON_CONTENT_TYPE,
         )
         self._write_player_entries(manifest, manifest_key)
-        return manifest_key
+        return WrittenManifest(manifest_key, hashlib.sha256(body).hexdigest(), manifest, ours)
 
     def _existing_manifest(self, key: str) -> Manifest | None:
         """The manifest at `key`, None when it cannot be read as one (then the conflict stands)."""

@@ -29,6 +29,7 @@ from archiver.errors import (
 )
 from archiver.layout import keys
 from archiver.store.base import ObjectStore
+from archiver.tlog.leaf import Leaf
 from archiver.vocabulary import ItemStatus, Outcome
 
 log = logging.getLogger("archiver.pipeline")  # one logger for the whole pipeline, as before the split
@@ -46,6 +47,8 @@ class UploadStage(Stage):
         self.uploader = uploader
         self.spool = spool
         self._conflicts_dir = conflicts_dir
+        #: Queue each archive we commit for the transparency log (set when a log key is configured).
+        self.log_leaves = False
         self.committer = OutcomeCommitter(
             self.state,
             spool,
@@ -320,8 +323,15 @@ class UploadStage(Stage):
 
     def _finalize(self, session: SessionRow) -> None:
         items = self.state.items_of(session.key)
+        log_entry: bytes | None = None
         try:
-            manifest_key = self.uploader.write_manifest(session, items)
+            written = self.uploader.write_manifest(session, items)
+            manifest_key = written.key
+            if self.log_leaves and written.ours:
+                # Queued with the archived mark (one transaction): the log stage appends it, and a
+                # crash in between leaves it queued. Another replica's manifest is that replica's leaf.
+                leaf = Leaf.of(written.sha256, session.id, session.instance or None, written.manifest.archived_at)
+                log_entry = leaf.encode()
         except ObjectConflictError as exc:
             # Another manifest holds this instance's key (written by another archiver of the same
             # session with other bytes). The create-once rule forbids replacing it.
@@ -329,7 +339,7 @@ class UploadStage(Stage):
             self.metrics.error("manifest")
             manifest_key = keys.manifest_key(self.store.prefix, session.id, instance=session.instance or None)
         now = self.clock()
-        self.state.mark_archived(session.key, manifest_key, now)
+        self.state.mark_archived(session.key, manifest_key, now, log_entry=log_entry)
         delay = now - (session.first_seen_ended if session.first_seen_ended is not None else now)
         self.metrics.archive_completed(delay_seconds=max(0.0, delay), now=now)
         log.info("session %r archived (%d items): %s", session.id, len(items), manifest_key)

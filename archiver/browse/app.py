@@ -30,6 +30,7 @@ from archiver.browse.urls import Mount, quote_segment, with_query
 from archiver.errors import (
     ArchiveIntegrityError,
     InputError,
+    LogError,
     ManifestError,
     ObjectNotFoundError,
     SessionNotArchivedError,
@@ -46,6 +47,7 @@ from archiver.retrieval.query import find_archives, item_key, load_archive, quie
 from archiver.retrieval.reading import archived_logs, logs_source, open_logs
 from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore
+from archiver.tlog.prove import prove, read_locator
 from archiver.values import MAX_COUNT
 
 #: Sessions on one list page.
@@ -197,7 +199,7 @@ class BrowseApp:
             return self._error(400, "Bad request", str(exc))
         except SessionNotArchivedError as exc:
             return self._error(404, "Not archived", str(exc))
-        except (ArchiveIntegrityError, ManifestError) as exc:
+        except (ArchiveIntegrityError, ManifestError, LogError) as exc:
             return self._error(502, "Archive problem", str(exc))
         except ObjectNotFoundError as exc:
             return self._error(404, "Object missing", f"a stored object is gone: {exc}")
@@ -232,6 +234,8 @@ class BrowseApp:
                 return self.session(sid, instance)
             case ["sessions", sid, "logs"] if sid:
                 return self.logs(sid, instance, params)
+            case ["sessions", sid, "proof"] if sid:
+                return self.proof(sid, instance)
             case ["sessions", sid, "items", number] if sid and number.isascii() and number.isdigit():
                 item_number = inputs.count(number, "item number", low=0, high=MAX_COUNT)
                 return self.download(sid, instance, item_number, headers)
@@ -301,6 +305,7 @@ class BrowseApp:
             items=list(enumerate(m.items)),
             player_links=player_links,
             player_since=_PLAYER_SINCE,
+            logged=read_locator(self.store, sid, loaded.ref.instance),
         )
 
     def logs(self, sid: str, instance: str | None, params: Mapping[str, list[str]]) -> Response:
@@ -430,6 +435,14 @@ class BrowseApp:
             "line_url": line_url,
         }
 
+    def proof(self, sid: str, instance: str | None) -> Response:
+        """The archive's transparency log proof bundle (`archiver prove`), built now against the log's
+        current checkpoint; the browser holds no key: whoever receives it verifies it."""
+        loaded = load_archive(self.store, sid, instance, note=quiet)
+        bundle = prove(self.store, None, sid, loaded.ref.instance)
+        name = views.download_name(sid, loaded.ref.instance, "proof.json")
+        return Response(200, "application/octet-stream", iter([bundle]), len(bundle), _proof_headers(name))
+
     def download(
         self, sid: str, instance: str | None, number: int, headers: Mapping[str, str] | None = None
     ) -> Response:
@@ -474,6 +487,14 @@ class BrowseApp:
             body = _stream(self.store, key, (decided.first, decided.last))
             return Response(206, "application/octet-stream", body, decided.length, extra)
         return Response(200, "application/octet-stream", _stream(self.store, key), info.size, extra)
+
+
+def _proof_headers(name: str) -> dict[str, str]:
+    return {
+        "Content-Disposition": f"attachment; filename=\"{name}\"; filename*=UTF-8''{quote(name)}",
+        "X-Content-Type-Options": "nosniff",
+        "Cache-Control": "no-store",
+    }
 
 
 def _capture_view(logs_link: str, capture: int) -> str:

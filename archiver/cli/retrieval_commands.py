@@ -27,7 +27,7 @@ from archiver.cli.base import (
 )
 from archiver.cli.params import PLAYER_ID, SESSION_ID, LocalPath
 from archiver.errors import ConfigError, LocalFileError
-from archiver.settings import STORE_SCOPES
+from archiver.settings import STORE_SCOPES, Settings
 from archiver.textsafe import one_line, printable
 from archiver.values import MAX_COUNT, MAX_WORKERS
 
@@ -222,18 +222,35 @@ def get(
     help="Processes sharing a large run over S3 (the client's CPU per request bounds one); 1: threads only.",
 )  # fmt: skip
 @instance_option("every archive of each ID")
+@click.option(
+    "--log", "check_log", is_flag=True,
+    help="Check the transparency logs instead: signatures, tiles, consistency with --checkpoint, and that "
+    "every archive is a leaf whose manifest is unchanged (--deep: and every object re-hashed).",
+)  # fmt: skip
+@click.option(
+    "--checkpoint", "checkpoints", multiple=True, type=LocalPath(dir_okay=False, exists=True, path_type=Path),
+    help="With --log: a signed checkpoint kept earlier (repeatable): the log must still extend it.",
+)  # fmt: skip
+@click.option("--key", default=None, metavar="PUBKEY", help="With --log: the log's public key (or file).")
 @format_option()
 @settings_options(STORE_SCOPES)
 @friendly_errors
 def verify(
     session_ids: tuple[str, ...], since: str | None, until: str | None, deep: bool, require_store_proof: bool,
-    processes: str, instance: str | None, fmt: str, **kwargs: Any,
+    processes: str, instance: str | None, check_log: bool, checkpoints: tuple[Path, ...], key: str | None, fmt: str,
+    **kwargs: Any,
 ) -> None:  # fmt: skip
     """Check stored objects against their manifests (every archive of each ID) without downloading them:
     the store's own SHA-256 checksum must match (--deep re-hashes the bytes); exit 1 when anything is wrong.
     Objects the store cannot prove (it keeps no checksum) are counted as such, not failed."""
     from archiver.retrieval import retrieve
 
+    if check_log:
+        if session_ids or since or until or instance:
+            raise click.UsageError("--log checks the whole store: give no session ids, --since or --instance")
+        _verify_log(resolve(kwargs), checkpoints, key, deep=deep, as_json=fmt == "json")
+    if checkpoints or key:
+        raise click.UsageError("--checkpoint and --key go with --log")
     if session_ids and (since or until):
         raise click.UsageError("give session ids or --since/--until, not both")
     if instance is not None and not session_ids:
@@ -267,6 +284,49 @@ def verify(
     finally:
         store.close()
     sys.exit(1 if failed else 0)
+
+
+def _verify_log(
+    settings: Settings, checkpoints: tuple[Path, ...], key: str | None, *, deep: bool, as_json: bool
+) -> None:
+    """`verify --log`: every finding one line (or one JSON document); exit 1 when there is any."""
+    from archiver.cli.tlog_commands import verifier_for
+    from archiver.tlog.audit import audit
+    from archiver.tlog.checkpoint import open_signed
+
+    verifier = verifier_for(key, settings)
+    kept = []
+    for path in checkpoints:
+        try:
+            kept.append(open_signed(path.read_bytes(), verifier))
+        except OSError as exc:
+            raise LocalFileError(f"cannot read {path}: {exc.strerror}") from None
+    if settings.tlog_witness_store is not None:
+        from archiver.store import open_store
+        from archiver.tlog.witness import Witness
+
+        witness_store = open_store(settings.tlog_witness_store, s3_endpoint_url=settings.s3_endpoint_url)
+        try:
+            kept.extend(Witness(witness_store).all_latest(verifier))
+        finally:
+            witness_store.close()
+    store = store_for(settings)
+    try:
+        report = audit(store, verifier, kept=kept, objects=deep)
+    finally:
+        store.close()
+    if as_json:
+        click.echo(json.dumps({
+            "ok": not report.findings, "logs": report.logs, "leaves": report.leaves, "archives": report.archives,
+            "findings": [as_dict(f) for f in report.findings],
+        }))  # fmt: skip
+    else:
+        for finding in report.findings:
+            click.echo(printable(finding.line()))
+        sizes = ", ".join(f"{w} {n}" for w, n in sorted(report.logs.items())) or "none"
+        click.echo(f"{len(report.logs)} logs ({sizes} leaves), {report.archives} archives: "
+                   f"{len(report.findings)} problems")  # fmt: skip
+    sys.exit(1 if report.findings else 0)
 
 
 class _BelowBar:

@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from archiver import __version__
 from archiver.exporter.livemetrics import LiveMetrics
 from archiver.exporter.processmetrics import register_process_collectors
+from archiver.exporter.tlogmetrics import LogMetrics
 from archiver.live.report import LiveStats
 
 #: Label values of archiver_items_total / archiver_pending_items (ARCHITECTURE.md §6); pre-created at 0 so
@@ -51,6 +52,7 @@ ERROR_EDGES = (
     "finalize",
     "manifest",
     "live",
+    "tlog",
 )
 
 #: One `endpoint` vocabulary on every archiver_upstream_* metric: the API client names a request by
@@ -354,6 +356,7 @@ class SelfMetrics:
         for where in ERROR_EDGES:
             self._errors.labels(where)
         self._live = LiveMetrics(registry)
+        self._log = LogMetrics(registry)
 
     # --- poller ---------------------------------------------------------------------------------
 
@@ -483,6 +486,14 @@ class SelfMetrics:
         errors = self._live.report(take)
         if errors:
             self._errors.labels("live").inc(errors)
+
+    @_event
+    def log_checkpoint(self, *, appended: int, size: int, now: float) -> None:
+        self._log.checkpoint(appended, size, now)
+
+    @_event
+    def set_log_state(self, *, pending: int, consistent: bool) -> None:
+        self._log.state(pending, consistent)
 
     @_event
     def error(self, where: str) -> None:

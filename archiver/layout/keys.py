@@ -322,3 +322,51 @@ def player_entry_ms(name: str) -> int | None:
         return instance_ms(name[:_STAMP_LEN])
     except ValueError:
         return None
+
+
+#: A transparency log writer's name (its key segment): lowercase letters, digits, '-', '.'.
+_LOG_WRITER = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
+
+
+def check_log_writer(writer: str) -> str:
+    if not _LOG_WRITER.match(writer):
+        raise ValueError(f"not a log writer name (lowercase letters, digits, '-', '.'): {writer[:60]!r}")
+    return writer
+
+
+def logs_root(prefix: str) -> str:
+    """``{prefix}log/``: every writer's transparency log lives below it (archiver/tlog)."""
+    return f"{check_prefix(prefix)}log/"
+
+
+def log_prefix(prefix: str, writer: str) -> str:
+    """``{prefix}log/{writer}/``: one writer's log in the C2SP tlog-tiles layout (``checkpoint``,
+    ``tile/<L>/<N>[.p/<W>]``, ``tile/entries/<N>[.p/<W>]``)."""
+    return f"{logs_root(prefix)}{check_log_writer(writer)}/"
+
+
+def log_writers_root(prefix: str) -> str:
+    """``{prefix}log-writers/``: one small object per log, named after its writer (how readers find the
+    logs without listing their tiles, and without relying on a store listing keys in order)."""
+    return f"{check_prefix(prefix)}log-writers/"
+
+
+def log_writer_key(prefix: str, writer: str) -> str:
+    return f"{log_writers_root(prefix)}{check_log_writer(writer)}"
+
+
+def log_locator_key(prefix: str, sid: str, instance: str | None = None) -> str:
+    """``{prefix}log-locators/{sid}/{instance|legacy}.json``: which log holds an archive's leaf, at which
+    index, since when (written once after the checkpoint; a finding aid, not evidence: a bundle's
+    proof verifies without it)."""
+    return f"{check_prefix(prefix)}log-locators/{escape_session_id(sid)}/{_check_instance(instance) or 'legacy'}.json"
+
+
+def witness_prefix(prefix: str, writer: str) -> str:
+    """``{prefix}witness/{writer}/``: in a witness store, the copies of one log's checkpoints."""
+    return f"{check_prefix(prefix)}witness/{check_log_writer(writer)}/"
+
+
+def witness_key(prefix: str, writer: str, size: int) -> str:
+    """``{prefix}witness/{writer}/{size, 20 digits}``: one checkpoint copy (create-once; sorted by size)."""
+    return f"{witness_prefix(prefix, writer)}{size:020d}"

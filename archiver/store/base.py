@@ -202,6 +202,12 @@ class ObjectStore(Protocol):
         """Store small bytes (manifest, index entry) at ``key`` unless present."""
         ...
 
+    def replace_bytes(self, key: str, data: bytes, *, content_type: str) -> None:
+        """Store small bytes at ``key``, replacing what is there: the ONE exception to create-once,
+        used only for a transparency log's checkpoint (``archiver/tlog``), whose history the log's
+        consistency proofs protect instead. Atomic: a reader sees the old or the new bytes."""
+        ...
+
     def head(self, key: str) -> ObjectInfo | None:
         """What is stored at ``key``, or None."""
         ...

@@ -289,6 +289,28 @@ class FileStore:
             with contextlib.suppress(OSError):
                 tmp.unlink()
 
+    def replace_bytes(self, key: str, data: bytes, *, content_type: str) -> None:
+        """Write a temp file, fsync, ``rename`` over the key (atomic replace), fsync the directory."""
+        final = self._path(key)
+        self.requests_made.add("PutObject")
+        try:
+            self._ensure_dir(final.parent)
+            self._ensure_dir(self._partial_dir)
+            tmp = self._partial_dir / f"{uuid.uuid4().hex}.partial"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            if _set_xattr(tmp, XATTR_SHA256, hashlib.sha256(data).hexdigest()):
+                _set_xattr(tmp, XATTR_CONTENT_TYPE, content_type)
+            os.replace(tmp, final)
+            fsync_dir(final.parent)
+        except OSError as exc:
+            with contextlib.suppress(OSError, UnboundLocalError):
+                tmp.unlink()
+            raise self._os_error(exc, "replace", key) from exc
+
     def put_bytes(self, key: str, data: bytes, *, content_type: str) -> PutOutcome:
         return self._write_new(key, (data,), hashlib.sha256(data).hexdigest(), len(data), content_type, source="data")
 

@@ -341,6 +341,24 @@ class S3Store(MultipartUploads):
             return self._resolve_existing(key, sha256, size)
         return PutOutcome.CREATED
 
+    def replace_bytes(self, key: str, data: bytes, *, content_type: str) -> None:
+        """One unconditional PutObject (a new version where the bucket keeps versions)."""
+        validate_key(key)
+        sha256 = hashlib.sha256(data).hexdigest()
+        params: dict[str, Any] = {
+            "Key": key,
+            "Body": data,
+            "ContentType": content_type,
+            "Metadata": {"sha256": sha256},
+            **self.evidence.put_params(time.time()),
+        }
+        if self._crc32:
+            params["ChecksumAlgorithm"] = "SHA256"
+            params["ChecksumSHA256"] = sha256_checksum(bytes.fromhex(sha256))
+        else:
+            params["ContentMD5"] = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
+        self.call("PutObject", key, **params)
+
     def put_bytes(self, key: str, data: bytes, *, content_type: str) -> PutOutcome:
         validate_key(key)
         return self._put_small(key, data, hashlib.sha256(data).hexdigest(), len(data), content_type)

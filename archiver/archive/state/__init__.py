@@ -31,6 +31,7 @@ from pathlib import Path
 
 from archiver.archive.state.items import ItemRepo
 from archiver.archive.state.journal import SqliteJournal
+from archiver.archive.state.logqueue import LogRepo
 from archiver.archive.state.rows import (
     Backlog,
     ExtraItem,
@@ -72,7 +73,7 @@ __all__ = [
 ]
 
 
-class StateDB(SessionRepo, ItemRepo):
+class StateDB(SessionRepo, ItemRepo, LogRepo):
     """The state DB of one archiver (`{state_dir}/state.db`): session and item repositories on one
     connection pair, and the multipart journal. Thread-safe."""
 

@@ -8,7 +8,7 @@ from typing import Final
 
 from archiver.archive.state.rows import created_ms_of, layout_instance, session_key
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 DB_NAME: Final = "state.db"
 #: How long a writer waits for the file lock another process holds (`archiver status` reads only).
 BUSY_TIMEOUT_MS: Final = 10_000
@@ -83,6 +83,15 @@ CREATE TABLE multipart_parts (
     etag    TEXT NOT NULL,
     PRIMARY KEY (key, number)
 );
+CREATE TABLE log_pending (
+    session_key  TEXT PRIMARY KEY,               -- the archived instance
+    entry        BLOB NOT NULL,                  -- its transparency log leaf (archiver/tlog/leaf.py)
+    added_at     REAL NOT NULL                   -- when its manifest was committed (pipeline clock)
+);
+CREATE TABLE log_state (
+    writer       TEXT PRIMARY KEY,               -- this daemon's log (archiver/tlog/log.py)
+    checkpoint   BLOB NOT NULL                   -- the last signed checkpoint it wrote
+);
 """
 
 #: Schema 1 → 2: sessions become instances. Rows still to be detected (active, candidate) get
@@ -141,8 +150,22 @@ MIGRATE_2_TO_3 = """
 ALTER TABLE items ADD COLUMN capture TEXT
 """
 
+#: Schema 3 → 4: the transparency log (archiver/tlog): archives committed but not yet logged, and
+#: the last checkpoint each writer signed (consistency is checked from it at start).
+MIGRATE_3_TO_4 = """
+CREATE TABLE log_pending (
+    session_key  TEXT PRIMARY KEY,               -- the archived instance
+    entry        BLOB NOT NULL,                  -- its transparency log leaf (archiver/tlog/leaf.py)
+    added_at     REAL NOT NULL                   -- when its manifest was committed (pipeline clock)
+);
+CREATE TABLE log_state (
+    writer       TEXT PRIMARY KEY,               -- this daemon's log (archiver/tlog/log.py)
+    checkpoint   BLOB NOT NULL                   -- the last signed checkpoint it wrote
+)
+"""
+
 #: From each schema version, the statements that take a DB to the next one.
-MIGRATIONS: Final = {1: MIGRATE_1_TO_2, 2: MIGRATE_2_TO_3}
+MIGRATIONS: Final = {1: MIGRATE_1_TO_2, 2: MIGRATE_2_TO_3, 3: MIGRATE_3_TO_4}
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:

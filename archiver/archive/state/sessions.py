@@ -416,15 +416,25 @@ class SessionRepo(Connection):
                 ).rowcount
             )
 
-    def mark_archived(self, key: str, manifest_key: str, now: float | None = None) -> bool:
+    def mark_archived(
+        self, key: str, manifest_key: str, now: float | None = None, *, log_entry: bytes | None = None
+    ) -> bool:
+        """The session is archived; with ``log_entry``, its leaf is queued for the transparency log in
+        the same transaction, so no crash can lose it between the manifest and the log."""
         with self.write() as db:
-            return bool(
+            done = bool(
                 db.execute(
                     "UPDATE sessions SET state = 'archived', manifest_key = ?, done_at = COALESCE(?, archived_at), "
                     "last_error = NULL WHERE key = ? AND state = 'finalizing'",
                     (manifest_key, now, key),
                 ).rowcount
             )
+            if done and log_entry is not None:
+                db.execute(
+                    "INSERT OR IGNORE INTO log_pending (session_key, entry, added_at) VALUES (?, ?, ?)",
+                    (key, log_entry, now if now is not None else 0.0),
+                )
+            return done
 
     def prune(self, before: float) -> int:
         """Forget terminal sessions (and their items) done before `before`: the store is the record."""

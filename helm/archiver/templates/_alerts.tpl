@@ -67,7 +67,7 @@ The rule groups (a YAML list), with disabled rules left out.
 {{- $s := include "archiver.ruleSelector" . -}}
 {{- $where := include "archiver.alertWhere" . -}}
 {{- $r := dict -}}
-{{- range $name := list "ArchiverDown" "ArchiverUpstreamDown" "ArchiverStoreDown" "ArchiverDetectionFailing" "ArchiverUpstreamInvalidEntries" "ArchiverFetchDeadlineNear" "ArchiverItemsExpired" "ArchiverItemsFailed" "ArchiverItemsConflict" "ArchiverItemsTooLarge" "ArchiverSessionsFailed" "ArchiverLiveCaptureGaps" "ArchiverLiveCaptureWriteFailed" "ArchiverCreateOnceEmulated" "ArchiverErrors" "ArchiverUploadBacklog" "ArchiverSpoolLarge" "ArchiverNoRecentArchive" "ArchiverSessionsDropped" "ArchiverLiveUnfollowed" -}}
+{{- range $name := list "ArchiverDown" "ArchiverUpstreamDown" "ArchiverStoreDown" "ArchiverDetectionFailing" "ArchiverUpstreamInvalidEntries" "ArchiverFetchDeadlineNear" "ArchiverItemsExpired" "ArchiverItemsFailed" "ArchiverItemsConflict" "ArchiverItemsTooLarge" "ArchiverSessionsFailed" "ArchiverLiveCaptureGaps" "ArchiverLiveCaptureWriteFailed" "ArchiverCreateOnceEmulated" "ArchiverErrors" "ArchiverUploadBacklog" "ArchiverSpoolLarge" "ArchiverNoRecentArchive" "ArchiverSessionsDropped" "ArchiverLiveUnfollowed" "ArchiverLogInconsistent" "ArchiverLogLagging" -}}
 {{- $_ := set $r $name (include "archiver.ruleSettings" (dict "ctx" $ "name" $name) | fromYaml) -}}
 {{- end -}}
 - name: session-archiver
@@ -334,6 +334,35 @@ The rule groups (a YAML list), with disabled rules left out.
           {{ $where }}{{`: more active sessions than --follow-logs-max; the logs of {{ $value }}
           sessions are read only after they end, and lost where the service drops them at the end.
           Raise --follow-logs-max (each follow is one open connection to the service) or add shards.`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverLogInconsistent }}{{ if .enabled }}
+
+    - alert: ArchiverLogInconsistent
+      # The stored transparency log no longer extends the checkpoints this pod signed or kept:
+      # tiles rewritten, the checkpoint rolled back, or a second writer of the same log.
+      expr: archiver_log_consistency_ok{ {{- $s }}} == 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverLogInconsistent" "rule" .) | trim | nindent 6 }}
+        summary: {{`"Transparency log of`}} {{ $where }} {{`failed its consistency check"`}}
+        description: >-
+          {{ $where }}{{`: the stored log does not extend the last checkpoint this pod signed. Someone
+          with write access to the store changed or rolled back the log, or two pods write the same
+          log. Appending has stopped; archives queue in the state DB. Keep the store as it is and
+          investigate (archiver verify --log).`}}
+    {{- end }}{{ end }}
+
+    {{- with $r.ArchiverLogLagging }}{{ if .enabled }}
+
+    - alert: ArchiverLogLagging
+      expr: |-
+        (time() - archiver_log_last_checkpoint_timestamp_seconds{ {{- $s }}}) > {{ .threshold }}
+        and on (namespace, job, instance)
+        archiver_log_pending{ {{- $s }}} > 0
+      {{- include "archiver.ruleHead" (dict "ctx" $ "name" "ArchiverLogLagging" "rule" .) | trim | nindent 6 }}
+        summary: {{`"{{ $value }} s since the last transparency log checkpoint (`}}{{ $where }}{{`)"`}}
+        description: >-
+          {{ $where }}{{`: archives are waiting for the transparency log and no checkpoint was signed
+          for {{ $value }} s (the store refuses the log's writes, or the log failed a check).`}}
     {{- end }}{{ end }}
 # Sharded and redundant fleets (shards x replicasPerShard pods): every pod exports its own shard's
 # sessions, and the replicas of a shard export the same ones. These series count each session once:

@@ -1,0 +1,1 @@
+"""The transparency log of archives: Merkle tree, signed checkpoints, tiles in the store, proofs."""
