@@ -91,10 +91,10 @@ def test_ls_reads_parts_not_the_entries_of_covered_hours(tmp_path: Path) -> None
         put_session(store, f"s{i}", ended_at=NOW - 3 * DAY + i * 1000, instance=INSTANCE, labels={"cup": str(i % 3)})
     compact(store, since=NOW - 4 * DAY, until=NOW, now=NOW, warn=print)
     store.requests_made.reset()
-    found = list_sessions(store, since=NOW - 4 * DAY, until=NOW - DAY, now=NOW, labels={"cup": "1"})
+    found = list_sessions(store, since=NOW - 3 * DAY, until=NOW - 3 * DAY + 30000, now=NOW, labels={"cup": "1"})
     assert [e.session_id for e in found] == [f"s{i}" for i in reversed(range(30)) if i % 3 == 1]
     assert store.requests_made["GetObject"] == 0  # a directory store's parts are read in place
-    assert store.requests_made["ListObjectsV2"] == 4  # one per day, no hour listed
+    assert store.requests_made["ListObjectsV2"] == 1  # the day's parts; none of its hours
 
 
 def test_two_replicas_compacting_at_once_count_each_archive_once(tmp_path: Path) -> None:
@@ -198,3 +198,36 @@ def test_index_path_lists_what_the_json_path_lists(
             "limit": limit,
         }
         assert list_sessions(store, **filters) == list_sessions(store, **filters, use_index=False)  # type: ignore[arg-type]
+
+
+def test_the_daemons_compactor_compacts_the_last_days_closed_hours(tmp_path: Path) -> None:
+    from archiver.index.schedule import IndexCompactor
+
+    store = _store(tmp_path)
+    put_session(store, "yesterday", ended_at=NOW - DAY, instance=INSTANCE)
+    put_session(store, "last-week", ended_at=NOW - 7 * DAY, instance=INSTANCE)
+    errors: list[int] = []
+    compactor = IndexCompactor(
+        lambda: _store(tmp_path), interval=60, clock=lambda: NOW, on_error=lambda: errors.append(1)
+    )
+    compactor.run_once()
+    written = _parquet_keys(tmp_path)
+    assert [k for k in written if k.endswith(".parquet") and "/sessions/" in k] == [
+        "index/dt=2026-11-26/sessions/"
+        + parts.part_name("day", ["index/dt=2026-11-26/hour=12/yesterday.20261120T000000.000Z.json"])
+    ]
+    assert errors == [] and compactor.runs == 1
+
+
+def test_verify_and_grep_select_the_same_sessions_from_parts(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    for i in range(6):
+        put_session(
+            store, f"s{i}", ended_at=NOW - 2 * DAY + i * 3600, instance=INSTANCE, logs=f"boot {i}\nover\n".encode()
+        )
+    put_session(store, "open", ended_at=NOW - 600, instance=INSTANCE, logs=b"boot open\n")
+    commands = [["verify", "--since", "2026-11-24", "--format", "json"], ["grep", "boot", "--since", "2026-11-24"]]
+    before = [run_cli(store, c).output for c in commands]
+    assert compact(store, since=NOW - 3 * DAY, until=NOW, now=NOW, warn=print).entries == 6
+    assert [run_cli(store, c).output for c in commands] == before
+    assert "boot 3" in before[1] and "boot open" in before[1]

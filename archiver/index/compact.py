@@ -153,8 +153,8 @@ class Compactor:
             return
         rows = [r for r in pool.map(lambda k: read_archive_rows(self.store, k, self.warn), new) if r is not None]
         self.report.skipped += len(new) - len(rows)
-        if existing and not rows:
-            return  # only unreadable entries are missing: a part would add nothing
+        if not rows and (existing or not bases):
+            return  # nothing (readable) to add: no part, and no empty objects in a store without entries
         mine = {r.session["entry_key"] for r in rows}
         name = parts.part_name("late" if existing else kind, mine if existing else covered | mine)
         self._write(rows, bases, directory, name)
