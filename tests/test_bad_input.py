@@ -155,7 +155,7 @@ INSTANCES = mostly(
 #: Every command that takes input and returns (run, demo, fake-service and browse serve until
 #: stopped; browse's input is its query strings, tested below over HTTP).
 COMMANDS = ["archive", "show", "logs", "get", "verify", "hold", "release", "grep", "ls", "index-players", "status"]
-COMMANDS += ["check"]
+COMMANDS += ["check", "compact", "sql"]
 
 
 def _under(world: World) -> st.SearchStrategy[str]:
@@ -249,6 +249,16 @@ def invocations(draw: st.DrawFn, world: World) -> list[str]:
         ]  # fmt: skip
         filters.append(("--workers", COUNTS) if command == "grep" else ("--limit", COUNTS))
         argv += _options(draw, filters, most=4)
+    elif command == "compact":
+        argv += ["--no-progress", *_options(draw, [("--since", TIMES), ("--until", TIMES), *store_options])]
+    elif command == "sql":
+        queries = mostly(st.sampled_from(["SELECT count(*) FROM sessions", "SELECT * FROM items"]), ANY_TEXT, HUGE)
+        argv.append(draw(queries))
+        sql_formats = mostly(st.sampled_from(["table", "csv", "json"]), ANY_TEXT)
+        argv += _options(
+            draw,
+            [("--since", TIMES), ("--until", TIMES), ("--format", sql_formats), ("--ddl", ANY_TEXT), *store_options],
+        )
     elif command == "index-players":
         argv += _options(draw, [("--checkpoint", paths), *store_options])
     elif command == "status":

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import duckdb
+
 from archiver.errors import ManifestError, ObjectConflictError, ObjectNotFoundError
 from archiver.index import parts
-from archiver.index.engine import PartFiles, connect, sql_list, write_part
+from archiver.index.engine import PartFiles, sql_list, write_part, writer
 from archiver.index.rows import ArchiveRows, archive_rows
 from archiver.index.schema import TABLE_NAMES
 from archiver.layout import keys
@@ -60,16 +63,12 @@ def list_entries(store: ObjectStore, partition: str) -> list[str]:
     return [k for k in store.list_keys(partition) if k.endswith(".json") and "/" not in k[len(partition) :]]
 
 
-def covered_keys(files: PartFiles, refs: Sequence[parts.PartRef]) -> set[str]:
+def covered_keys(con: duckdb.DuckDBPyConnection, files: PartFiles, refs: Sequence[parts.PartRef]) -> set[str]:
     """The entry keys the parts ``refs`` hold a row of."""
     if not refs:
         return set()
-    con = connect()
-    try:
-        paths = [files.path(r.key) for r in refs]
-        return {row[0] for row in con.execute(f"SELECT entry_key FROM read_parquet({sql_list(paths)})").fetchall()}
-    finally:
-        con.close()
+    paths = [files.path(r.key) for r in refs]
+    return {row[0] for row in con.execute(f"SELECT entry_key FROM read_parquet({sql_list(paths)})").fetchall()}
 
 
 def _read(store: ObjectStore, key: str) -> bytes:
@@ -92,7 +91,14 @@ def read_archive_rows(store: ObjectStore, entry_key: str, warn: Warn) -> Archive
         manifest = parse_manifest(data)
     except (ObjectNotFoundError, ManifestError, ValueError) as exc:
         warn(f"index entry {printable(entry_key)}: its manifest is unreadable ({exc}); compacting the entry alone")
-    return archive_rows(entry, parts.relative(store.prefix, entry_key), manifest, data)
+    rows = archive_rows(entry, parts.relative(store.prefix, entry_key), manifest, data)
+    try:
+        json.dumps([rows.session, rows.players, rows.items], ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate (JSON can carry one, UTF-8 Parquet cannot): the entry stays JSON-only.
+        warn(f"index entry {printable(entry_key)} holds text that is not UTF-8; not compacted")
+        return None
+    return rows
 
 
 class Compactor:
@@ -104,12 +110,18 @@ class Compactor:
         self.warn = warn
         self.files = PartFiles(store, work_dir)
         self.report = CompactReport()
+        self._empty_parts = False
         self._work_dir = work_dir
 
     def run(self, since: float, until: float, progress: Callable[[int], None] | None = None) -> CompactReport:
         """Compact every closed span of the days touching ``[since, until]``."""
-        with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="compact") as pool:
+        first = earliest_entry(self.store)
+        self._con = writer()
+        with self._con, ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="compact") as pool:
             for day in parts.days(since, min(until, self.now)):
+                # A span without entries gets an empty part (readers then list none of its hours),
+                # but only from the first day with entries on: none for the time before the archive.
+                self._empty_parts = first is not None and parts.day_start(day) >= first
                 self.day(day, pool)
                 self.report.days += 1
                 if progress is not None:
@@ -124,7 +136,7 @@ class Compactor:
         if parts.is_closed(start + parts.DAY, self.now):
             existing = list_parts(self.store, parts.day_dir(prefix, day, "sessions"))
             bases = [] if existing else hourly
-            covered = covered_keys(self.files, existing or hourly)
+            covered = covered_keys(self._con, self.files, existing or hourly)
             entry_keys = [
                 k for partition in parts.entry_hours(prefix, day) for k in list_entries(self.store, partition)
             ]
@@ -134,7 +146,7 @@ class Compactor:
             if not parts.is_closed(start + (hour + 1) * parts.HOUR, self.now):
                 break
             existing = [p for p in hourly if p.hour == hour]
-            covered = covered_keys(self.files, existing)
+            covered = covered_keys(self._con, self.files, existing)
             directory = functools.partial(parts.hour_dir, prefix, day, hour)
             self._unit(list_entries(self.store, partition), covered, existing, [], directory, "hour", pool)
 
@@ -153,8 +165,8 @@ class Compactor:
             return
         rows = [r for r in pool.map(lambda k: read_archive_rows(self.store, k, self.warn), new) if r is not None]
         self.report.skipped += len(new) - len(rows)
-        if not rows and (existing or not bases):
-            return  # nothing (readable) to add: no part, and no empty objects in a store without entries
+        if not rows and (existing or not (bases or (self._empty_parts and kind == "day"))):
+            return  # nothing (readable) to add; an empty hour of an open day is listed, not compacted
         mine = {r.session["entry_key"] for r in rows}
         name = parts.part_name("late" if existing else kind, mine if existing else covered | mine)
         self._write(rows, bases, directory, name)
@@ -170,7 +182,7 @@ class Compactor:
         }
         base_files = {t: [self.files.path(parts.table_key(b, t)) for b in bases] for t in TABLE_NAMES}
         with tempfile.TemporaryDirectory(prefix="archiver-compact-", dir=self._work_dir) as tmp:
-            files = write_part(tables, base_files, Path(tmp))
+            files = write_part(self._con, tables, base_files, Path(tmp))
             # The sessions file last: a listing finds a part by it, so its other tables are there.
             for t in ("players", "items", "sessions"):
                 key = directory(t) + name

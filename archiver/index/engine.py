@@ -82,19 +82,23 @@ def write_table(
     return int(result[0]) if result else 0
 
 
-def write_part(rows: Mapping[str, Sequence[Row]], bases: Mapping[str, Sequence[Path]], work: Path) -> dict[str, Path]:
-    """Every table's file of one part, under ``work``: ``{table: path}``."""
+def write_part(
+    con: duckdb.DuckDBPyConnection, rows: Mapping[str, Sequence[Row]], bases: Mapping[str, Sequence[Path]], work: Path
+) -> dict[str, Path]:
+    """Every table's file of one part, under ``work``: ``{table: path}`` (``con`` from :func:`writer`)."""
+    out = {}
+    for t in TABLES:
+        path = work / f"{t.name}.parquet"
+        write_table(con, t, rows.get(t.name, ()), bases.get(t.name, ()), path, work)
+        out[t.name] = path
+    return out
+
+
+def writer() -> duckdb.DuckDBPyConnection:
+    """A connection for :func:`write_part`: one thread, so one row order and one set of bytes."""
     con = connect()
-    con.execute("SET threads = 1")  # one row order, one set of bytes
-    try:
-        out = {}
-        for t in TABLES:
-            path = work / f"{t.name}.parquet"
-            write_table(con, t, rows.get(t.name, ()), bases.get(t.name, ()), path, work)
-            out[t.name] = path
-        return out
-    finally:
-        con.close()
+    con.execute("SET threads = 1")
+    return con
 
 
 def default_cache_dir() -> Path:

@@ -82,8 +82,9 @@ def session_entries(
     limit: int | None = None,
 ) -> list[IndexEntry]:
     """The index entries of the ``sessions`` parts that pass the filters, newest first, each entry once."""
-    if not part_files:
-        return []
+    texts = [image or "", location or "", *(labels or {}).keys(), *(labels or {}).values()]
+    if not part_files or not all(_utf8(t) for t in texts):
+        return []  # parts hold only UTF-8 text: a lone surrogate matches nothing in them
     where, params = _where(since, until, image, location, dict(labels or {}))
     query = (
         "SELECT session_id, instance, ended_at, archived_at, image, tag, location, labels, counts, total_bytes, "
@@ -99,6 +100,14 @@ def session_entries(
     finally:
         con.close()
     return [entry_from_row(_maps(row)) for row in rows]
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _maps(row: dict[str, object]) -> dict[str, object]:
