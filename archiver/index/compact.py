@@ -13,6 +13,7 @@ import contextlib
 import functools
 import json
 import tempfile
+import zlib
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -20,8 +21,8 @@ from pathlib import Path
 
 import duckdb
 
-from archiver.errors import ManifestError, ObjectConflictError, ObjectNotFoundError
-from archiver.index import parts
+from archiver.errors import ManifestError, ObjectConflictError, ObjectNotFoundError, StoreError
+from archiver.index import bloom, parts
 from archiver.index.engine import PartFiles, sql_list, write_part, writer
 from archiver.index.rows import ArchiveRows, archive_rows
 from archiver.index.schema import TABLE_NAMES
@@ -91,7 +92,8 @@ def read_archive_rows(store: ObjectStore, entry_key: str, warn: Warn) -> Archive
         manifest = parse_manifest(data)
     except (ObjectNotFoundError, ManifestError, ValueError) as exc:
         warn(f"index entry {printable(entry_key)}: its manifest is unreadable ({exc}); compacting the entry alone")
-    rows = archive_rows(entry, parts.relative(store.prefix, entry_key), manifest, data)
+    blooms = {} if manifest is None else log_blooms(store, manifest, warn)
+    rows = archive_rows(entry, parts.relative(store.prefix, entry_key), manifest, data, blooms)
     try:
         json.dumps([rows.session, rows.players, rows.items], ensure_ascii=False).encode()
     except UnicodeEncodeError:
@@ -99,6 +101,21 @@ def read_archive_rows(store: ObjectStore, entry_key: str, warn: Warn) -> Archive
         warn(f"index entry {printable(entry_key)} holds text that is not UTF-8; not compacted")
         return None
     return rows
+
+
+def log_blooms(store: ObjectStore, manifest: Manifest, warn: Warn) -> dict[str, str]:
+    """The token filters of the archive's archived text logs (gzip, under its own directory), by key."""
+    own = keys.session_prefix(store.prefix, manifest.session_id, manifest.instance)
+    found = {}
+    for item in manifest.items:
+        key = item.key or ""
+        if item.kind != "logs" or item.outcome != "archived" or not key.startswith(own) or not key.endswith(".txt.gz"):
+            continue  # JSON logs are searched as decoded text: no filter, always read
+        try:
+            found[key] = bloom.build(bloom.log_tokens(bloom.gunzipped(store.iter_bytes(key))))
+        except (StoreError, zlib.error) as exc:
+            warn(f"log {printable(key)}: not readable for its token filter ({exc}); grep will read it")
+    return found
 
 
 class Compactor:
@@ -133,7 +150,7 @@ class Compactor:
         prefix = self.store.prefix
         start = parts.day_start(day)
         hourly = list_parts(self.store, parts.hourly_dir(prefix, day))
-        if parts.is_closed(start + parts.DAY, self.now):
+        if parts.is_closed(start + parts.DAY, self.now, day=True):
             existing = list_parts(self.store, parts.day_dir(prefix, day, "sessions"))
             bases = [] if existing else hourly
             covered = covered_keys(self._con, self.files, existing or hourly)

@@ -25,9 +25,13 @@ from archiver.layout import keys
 
 HOUR: Final = 3600
 DAY: Final = 24 * HOUR
-#: An hour is compacted this long after it ends: past the removal window (4 h by default) within
-#: which an archive of a session that ended in it is still normally written, plus a margin.
-CLOSE_AFTER: Final = 6 * HOUR
+#: An hour is compacted this long after it ends (most archives are written within minutes of the
+#: end; the later ones go into a ``late`` part), so at most the last hour and a bit are read as JSON.
+HOUR_CLOSE: Final = 15 * 60
+#: A day is compacted this long after it ends: past the removal window (4 h by default) within
+#: which an archive of a session that ended in it is still written, plus a margin; so a day part
+#: holds nearly every archive of its day, and its hour and late parts are no longer read.
+DAY_CLOSE: Final = 6 * HOUR
 #: Part kinds: ``day`` and ``hour`` cover their whole span; ``late`` adds entries found afterwards.
 KINDS: Final = ("day", "hour", "late")
 
@@ -48,9 +52,9 @@ def days(since: float, until: float) -> list[str]:
     return [day_of(t) for t in range(first, int(until) + 1, DAY)] if since <= until else []
 
 
-def is_closed(span_end: float, now: float) -> bool:
-    """Whether a span (hour or day) that ends at ``span_end`` is closed for compaction at ``now``."""
-    return now >= span_end + CLOSE_AFTER
+def is_closed(span_end: float, now: float, *, day: bool = False) -> bool:
+    """Whether an hour (a ``day``) that ends at ``span_end`` is closed for compaction at ``now``."""
+    return now >= span_end + (DAY_CLOSE if day else HOUR_CLOSE)
 
 
 def day_dir(prefix: str, day: str, table: str) -> str:

@@ -7,6 +7,7 @@ gives the same rows (parts stay deterministic and ``SELECT DISTINCT`` removes re
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +26,17 @@ class ArchiveRows:
 
 
 def archive_rows(
-    entry: IndexEntry, entry_key: str, manifest: Manifest | None, manifest_data: bytes | None
+    entry: IndexEntry,
+    entry_key: str,
+    manifest: Manifest | None,
+    manifest_data: bytes | None,
+    blooms: Mapping[str, str] | None = None,
 ) -> ArchiveRows:
     """The rows of the archive ``entry`` (stored at ``entry_key``, below the prefix) lists.
 
     ``manifest`` is the archive's parsed manifest (``None`` when it could not be read: the
-    manifest-only columns are then NULL and it has no player or item rows).
+    manifest-only columns are then NULL and it has no player or item rows). ``blooms``: the token
+    filters of its text logs by item key.
     """
     ok = manifest is not None and manifest.session_id == entry.session_id and manifest.instance == entry.instance
     m = manifest if ok else None
@@ -76,6 +82,7 @@ def archive_rows(
                 "capture": i.capture,
                 "checksum_sha256": i.checksum_sha256,
                 "error": i.error,
+                "tokens_bloom": (blooms or {}).get(i.key or ""),
             }
             for i in m.items
         ]

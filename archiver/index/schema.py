@@ -109,6 +109,7 @@ ITEMS: Final = Table(
         Column("capture", "text", "Live capture completeness of a logs item (complete, gap, diverged)."),
         Column("checksum_sha256", "text", "The checksum the store verified on arrival (S3)."),
         Column("error", "text", "Why the item was not archived."),
+        Column("tokens_bloom", "text", "A text log's token Bloom filter (base64; archiver grep's pre-filter)."),
     ),
     ("session_id", "instance", "kind", "path"),
 )
