@@ -21,7 +21,9 @@ from typing import Final
 MIN_TOKEN: Final = 2
 #: False-positive rate a filter is sized for.
 FALSE_POSITIVES: Final = 0.01
-HASHES: Final = 7
+#: Positions per token: at the 9.6 bits per token a 1 % filter gets, 5 give about 1.1 % (7, the
+#: optimum, 1.0 %) for 30 % less hashing at compaction.
+HASHES: Final = 5
 _TOKEN_RE = re.compile(rb"[A-Za-z0-9_]{%d,}" % MIN_TOKEN)
 _CASE_TWINS: Final = ((b"\xe2\x84\xaa", b"k"), (b"\xc5\xbf", b"s"), (b"\xc4\xb0", b"i"), (b"\xc4\xb1", b"i"))
 _TWIN_CHARS: Final = {0x212A: "k", 0x17F: "s", 0x130: "i", 0x131: "i"}
@@ -63,12 +65,11 @@ def gunzipped(chunks: Iterable[bytes]) -> Iterator[bytes]:
     yield inflater.flush()
 
 
-def _positions(token: bytes, bits: int) -> Iterator[int]:
-    digest = hashlib.blake2b(token, digest_size=16).digest()
-    h1 = int.from_bytes(digest[:8], "little")
-    h2 = int.from_bytes(digest[8:], "little") | 1
-    for i in range(HASHES):
-        yield (h1 + i * h2) % bits
+def _positions(token: bytes, bits: int) -> list[int]:
+    # Double hashing (Kirsch-Mitzenmacher): two 64-bit halves of one blake2b digest give every position.
+    value = int.from_bytes(hashlib.blake2b(token, digest_size=16).digest(), "little")
+    h1, h2 = value & 0xFFFFFFFFFFFFFFFF, (value >> 64) | 1
+    return [(h1 + i * h2) % bits for i in range(HASHES)]
 
 
 def build(tokens: set[bytes]) -> str:

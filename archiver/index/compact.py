@@ -23,7 +23,7 @@ import duckdb
 
 from archiver.errors import ManifestError, ObjectConflictError, ObjectNotFoundError, StoreError
 from archiver.index import bloom, parts
-from archiver.index.engine import PartFiles, sql_list, write_part, writer
+from archiver.index.engine import PartFiles, Staging, sql_list, write_part, writer
 from archiver.index.rows import ArchiveRows, archive_rows
 from archiver.index.schema import TABLE_NAMES
 from archiver.layout import keys
@@ -35,6 +35,8 @@ Warn = Callable[[str], None]
 #: Parallel reads of entries and manifests (latency-bound on S3).
 WORKERS = 16
 PARQUET = "application/vnd.apache.parquet"
+#: Entries read at a time (their rows are staged to disk, so memory stays flat in an hour's size).
+BATCH = 256
 
 
 @dataclass
@@ -180,35 +182,45 @@ class Compactor:
         new = [k for k in entry_keys if parts.relative(self.store.prefix, k) not in covered]
         if existing and not new:
             return
-        rows = [r for r in pool.map(lambda k: read_archive_rows(self.store, k, self.warn), new) if r is not None]
-        self.report.skipped += len(new) - len(rows)
-        if not rows and (existing or not (bases or (self._empty_parts and kind == "day"))):
-            return  # nothing (readable) to add; an empty hour of an open day is listed, not compacted
-        mine = {r.session["entry_key"] for r in rows}
-        name = parts.part_name("late" if existing else kind, mine if existing else covered | mine)
-        self._write(rows, bases, directory, name)
-        self.report.entries += len(rows)
+        with tempfile.TemporaryDirectory(prefix="archiver-compact-", dir=self._work_dir) as tmp:
+            work = Path(tmp)
+            staging = Staging(work)
+            mine: set[str] = set()
+            for start in range(0, len(new), BATCH):
+                batch = new[start : start + BATCH]
+                for rows in pool.map(lambda k: read_archive_rows(self.store, k, self.warn), batch):
+                    if rows is not None:
+                        staging.add("sessions", [rows.session])
+                        staging.add("players", rows.players)
+                        staging.add("items", rows.items)
+                        mine.add(rows.session["entry_key"])
+            staged = staging.close()
+            self.report.skipped += len(new) - len(mine)
+            if not mine and (existing or not (bases or (self._empty_parts and kind == "day"))):
+                return  # nothing (readable) to add; an empty hour of an open day is listed, not compacted
+            name = parts.part_name("late" if existing else kind, mine if existing else covered | mine)
+            self._write(staged, bases, directory, name, work)
+            self.report.entries += len(mine)
 
     def _write(
-        self, rows: Sequence[ArchiveRows], bases: Sequence[parts.PartRef], directory: Callable[[str], str], name: str
+        self,
+        staged: dict[str, Path | None],
+        bases: Sequence[parts.PartRef],
+        directory: Callable[[str], str],
+        name: str,
+        work: Path,
     ) -> None:
-        tables = {
-            "sessions": [r.session for r in rows],
-            "players": [p for r in rows for p in r.players],
-            "items": [i for r in rows for i in r.items],
-        }
         base_files = {t: [self.files.path(parts.table_key(b, t)) for b in bases] for t in TABLE_NAMES}
-        with tempfile.TemporaryDirectory(prefix="archiver-compact-", dir=self._work_dir) as tmp:
-            files = write_part(self._con, tables, base_files, Path(tmp))
-            # The sessions file last: a listing finds a part by it, so its other tables are there.
-            for t in ("players", "items", "sessions"):
-                key = directory(t) + name
-                sha256, size = hash_file(files[t])
-                # A conflict: another replica compacted the same entries first (other engine build, other bytes).
-                with contextlib.suppress(ObjectConflictError):
-                    self.store.put_file(key, files[t], sha256=sha256, size=size, content_type=PARQUET)
-                if t == "sessions":
-                    self.report.parts_written.append(key)
+        files = write_part(self._con, staged, base_files, work)
+        # The sessions file last: a listing finds a part by it, so its other tables are there.
+        for t in ("players", "items", "sessions"):
+            key = directory(t) + name
+            sha256, size = hash_file(files[t])
+            # A conflict: another replica compacted the same entries first (other engine build, other bytes).
+            with contextlib.suppress(ObjectConflictError):
+                self.store.put_file(key, files[t], sha256=sha256, size=size, content_type=PARQUET)
+            if t == "sessions":
+                self.report.parts_written.append(key)
 
 
 def compact(

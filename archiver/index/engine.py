@@ -22,6 +22,8 @@ from archiver.store.file import FileStore
 
 #: Parquet compression of every part (zstd: the smallest at a cost the compaction budget allows).
 COMPRESSION = "zstd"
+#: DuckDB's memory limit when writing parts (compaction stays within its RSS budget).
+WRITER_MEMORY = "64MB"
 #: Parquet key-value metadata naming the schema version a part was written with.
 SCHEMA_KEY = "archiver.index_schema"
 
@@ -48,19 +50,36 @@ def _sort_columns(t: Table) -> list[str]:
     return [*t.order_by, *scalar]
 
 
-def write_table(
-    con: duckdb.DuckDBPyConnection, t: Table, rows: Sequence[Row], bases: Sequence[Path], out: Path, work: Path
-) -> int:
-    """Write ``rows`` plus every row of the parts ``bases`` to the Parquet file ``out``, repeats removed,
-    sorted by the table's order (deterministic bytes for the same rows); how many rows."""
+class Staging:
+    """Rows of a part on their way to it: one JSON-lines file per table, written as rows come (memory
+    stays flat in the number of archives)."""
+
+    def __init__(self, work: Path) -> None:
+        self._paths = {t.name: work / f"{t.name}.jsonl" for t in TABLES}
+        self._files = {name: path.open("w", encoding="utf-8") for name, path in self._paths.items()}
+        self._counts = dict.fromkeys(self._paths, 0)
+
+    def add(self, table: str, rows: Sequence[Row]) -> None:
+        """Stage ``rows`` of ``table``."""
+        fh = self._files[table]
+        for row in rows:
+            fh.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+        self._counts[table] += len(rows)
+
+    def close(self) -> dict[str, Path | None]:
+        """The staged file of each table (``None`` when it has no row)."""
+        for fh in self._files.values():
+            fh.close()
+        return {name: path if self._counts[name] else None for name, path in self._paths.items()}
+
+
+def write_table(con: duckdb.DuckDBPyConnection, t: Table, staged: Path | None, bases: Sequence[Path], out: Path) -> int:
+    """Write the staged rows plus every row of the parts ``bases`` to the Parquet file ``out``, repeats
+    removed, sorted by the table's order (deterministic bytes for the same rows); how many rows."""
     columns = duckdb_columns(t)
     names = ", ".join(f'"{n}"' for n in columns)
     sources = []
-    if rows:
-        staged = work / f"{t.name}.jsonl"
-        with staged.open("w", encoding="utf-8") as fh:
-            for row in rows:
-                fh.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+    if staged is not None:
         spec = "{" + ", ".join(f"'{n}': '{ty}'" for n, ty in columns.items()) + "}"
         sources.append(
             f"SELECT {names} FROM read_json({sql_list([staged])}, format='newline_delimited', columns={spec})"
@@ -83,21 +102,26 @@ def write_table(
 
 
 def write_part(
-    con: duckdb.DuckDBPyConnection, rows: Mapping[str, Sequence[Row]], bases: Mapping[str, Sequence[Path]], work: Path
+    con: duckdb.DuckDBPyConnection,
+    staged: Mapping[str, Path | None],
+    bases: Mapping[str, Sequence[Path]],
+    work: Path,
 ) -> dict[str, Path]:
     """Every table's file of one part, under ``work``: ``{table: path}`` (``con`` from :func:`writer`)."""
     out = {}
     for t in TABLES:
         path = work / f"{t.name}.parquet"
-        write_table(con, t, rows.get(t.name, ()), bases.get(t.name, ()), path, work)
+        write_table(con, t, staged.get(t.name), bases.get(t.name, ()), path)
         out[t.name] = path
     return out
 
 
 def writer() -> duckdb.DuckDBPyConnection:
-    """A connection for :func:`write_part`: one thread, so one row order and one set of bytes."""
+    """A connection for :func:`write_part`: one thread, so one row order and one set of bytes, and a
+    memory limit (a sort that needs more spills to a temporary directory)."""
     con = connect()
     con.execute("SET threads = 1")
+    con.execute(f"SET memory_limit = '{WRITER_MEMORY}'")
     return con
 
 
