@@ -21,11 +21,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
+import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -125,6 +127,34 @@ def seed(root: Path, sessions: int, days: int) -> int:
     return per_day * days + per_hour * int((NOW - day_start(today)) // HOUR) + json_entries
 
 
+def on_seaweedfs(root: Path, days: int) -> tuple[float, int, float, int, int]:
+    """The seeded archive copied to a SeaweedFS bucket: `ls --since 90d --label` with a cold part cache
+    and again warm (seconds and S3 requests each), and the rows listed."""
+    import boto3
+
+    from archiver.store import open_store
+    from benchmarks.peers import seaweedfs
+
+    with seaweedfs() as endpoint, tempfile.TemporaryDirectory() as cache:
+        client = boto3.client("s3", endpoint_url=endpoint)
+        client.create_bucket(Bucket="bench")
+        files = [p for p in root.rglob("*") if p.is_file() and ".partial" not in p.parts]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda p: client.upload_file(str(p), "bench", f"archive/{p.relative_to(root)}"), files))
+        os.environ["XDG_CACHE_HOME"] = cache
+        store = open_store("s3://bench/archive/", s3_endpoint_url=endpoint)
+        figures = []
+        for _ in range(2):
+            store.requests_made.reset()
+            started = time.perf_counter()
+            entries = retrieve.list_sessions(store, since=NOW - days * DAY, labels={"tournament": "cup-7"}, now=NOW)
+            retrieve.render_sessions(entries, io.StringIO())
+            figures.append((time.perf_counter() - started, store.requests_made.total()))
+        store.close()
+    (cold, cold_requests), (warm, warm_requests) = figures
+    return cold, cold_requests, warm, warm_requests, len(entries)
+
+
 def timed_ls(store: FileStore, **filters: object) -> tuple[float, int, int]:
     """Best of three: seconds, rows, store requests of `ls` with ``filters`` (rendered as a table)."""
     best = (float("inf"), 0, 0)
@@ -215,6 +245,7 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=1_000_000)
     parser.add_argument("--days", type=int, default=90)
     parser.add_argument("--hour-sessions", type=int, default=10_000)
+    parser.add_argument("--no-seaweedfs", action="store_true", help="Skip the SeaweedFS run (S3 requests counted).")
     args = parser.parse_args()
     results: list[tuple[str, str, bool]] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -237,6 +268,12 @@ def main() -> int:
         )  # fmt: skip
         seconds = time.perf_counter() - started
         results.append(("sql count by day", f"{seconds * 1000:.0f} ms, {len(result.rows)} days", seconds <= 2.0))
+        if not args.no_seaweedfs:
+            cold, cold_requests, warm, warm_requests, rows = on_seaweedfs(root, args.days)
+            figure = f"cold cache {cold * 1000:.0f} ms, {cold_requests} requests; warm {warm * 1000:.0f} ms, "
+            figure += f"{warm_requests} requests; {rows} rows"
+            ok = cold_requests <= 300 and warm <= 2.0
+            results.append(("SeaweedFS: ls --since 90d --label (1 %)", figure, ok))
         parquet = sum(p.stat().st_size for p in root.glob("index/dt=*/sessions/*.parquet"))
         print(f"day parts: sessions table {parquet / 1e6:.1f} MB for {args.sessions} sessions", flush=True)
 
