@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +14,9 @@ from archiver.index.engine import PartFiles, connect, fetch_rows, sql_list
 from archiver.index.rows import entry_from_row
 from archiver.layout.manifest import IndexEntry
 from archiver.store.base import ObjectStore
+
+#: Parallel listings of a plan (S3 latency, not bandwidth, bounds them).
+LIST_WORKERS = 16
 
 
 @dataclass
@@ -24,29 +28,38 @@ class Plan:
     json_hours: list[tuple[str, int]] = field(default_factory=list)
 
     def files(self, files: PartFiles, table: str = "sessions") -> list[Path]:
-        """Local files of the plan's parts for ``table``."""
-        return [files.path(parts.table_key(p, table)) for p in self.part_refs]
+        """Local files of the plan's parts for ``table`` (those not cached yet fetched in parallel)."""
+        keys = [parts.table_key(p, table) for p in self.part_refs]
+        if len(keys) < 2:
+            return [files.path(k) for k in keys]
+        with ThreadPoolExecutor(max_workers=min(LIST_WORKERS, len(keys)), thread_name_prefix="index-parts") as pool:
+            return list(pool.map(files.path, keys))
 
 
-def plan(store: ObjectStore, since: float, until: float) -> Plan:
+def plan(store: ObjectStore, since: float, until: float, workers: int = LIST_WORKERS) -> Plan:
     """The parts and uncovered hours of ``[since, until]``: one listing per day, two for a day without
-    a day part (its hourly parts), none of a covered hour's entries."""
+    a day part (its hourly parts), none of a covered hour's entries; the days listed in parallel."""
     result = Plan()
     prefix = store.prefix
     first_hour = int(since // parts.HOUR * parts.HOUR)
-    for day in parts.days(since, until):
-        start = parts.day_start(day)
+    days = parts.days(since, until)
+
+    def listed(day: str) -> tuple[list[parts.PartRef], list[parts.PartRef] | None]:
         day_parts = list_parts(store, parts.day_dir(prefix, day, "sessions"))
-        if day_parts:
-            result.part_refs += day_parts
-            continue
-        hourly = list_parts(store, parts.hourly_dir(prefix, day))
-        covered = {p.hour for p in hourly}
-        result.part_refs += hourly
-        for hour, partition in enumerate(parts.entry_hours(prefix, day)):
-            begins = start + hour * parts.HOUR
-            if hour not in covered and first_hour <= begins <= until:
-                result.json_hours.append((partition, begins))
+        return day_parts, None if day_parts else list_parts(store, parts.hourly_dir(prefix, day))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(days))), thread_name_prefix="index-plan") as pool:
+        for day, (day_parts, hourly) in zip(days, pool.map(listed, days), strict=True):
+            if hourly is None:
+                result.part_refs += day_parts
+                continue
+            start = parts.day_start(day)
+            covered = {p.hour for p in hourly}
+            result.part_refs += hourly
+            for hour, partition in enumerate(parts.entry_hours(prefix, day)):
+                begins = start + hour * parts.HOUR
+                if hour not in covered and first_hour <= begins <= until:
+                    result.json_hours.append((partition, begins))
     return result
 
 
