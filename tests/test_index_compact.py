@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -230,3 +231,30 @@ def test_verify_and_grep_select_the_same_sessions_from_parts(tmp_path: Path) -> 
     assert compact(store, since=NOW - 3 * DAY, until=NOW, now=NOW, warn=print).entries == 6
     assert [run_cli(store, c).output for c in commands] == before
     assert "boot 3" in before[1] and "boot open" in before[1]
+
+
+@pytest.mark.parametrize(("shard", "replica", "compacts"), [(0, 0, True), (0, 1, True), (1, 0, False)])
+def test_every_replica_of_shard_0_and_no_other_shard_compacts(
+    tmp_path: Path, shard: int, replica: int, compacts: bool
+) -> None:
+    from archiver.daemon import Daemon
+    from archiver.settings import load_settings
+
+    settings = load_settings(
+        {
+            "api_url": "http://127.0.0.1:9",  # never called: the daemon is not started
+            "store": tmp_path.as_uri(),
+            "state_dir": str(tmp_path / "state"),
+            "listen": "127.0.0.1:0",
+            "shard": "auto",
+            "total_shards": 2,
+            "replicas_per_shard": 2,
+        },
+        {"ARCHIVER_API_TOKEN": "t0ken-value", "POD_NAME": f"archiver-{shard * 2 + replica}"},
+    )
+    assert (settings.shard.index, settings.shard.replica) == (shard, replica)
+    daemon = Daemon(settings)
+    try:
+        assert (daemon.index_compactor is not None) is compacts
+    finally:
+        daemon.stop()
