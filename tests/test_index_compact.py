@@ -258,3 +258,17 @@ def test_every_replica_of_shard_0_and_no_other_shard_compacts(
         assert (daemon.index_compactor is not None) is compacts
     finally:
         daemon.stop()
+
+
+def test_legacy_and_instance_archives_are_compacted_and_listed_alike(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    put_session(store, "legacy", ended_at=NOW - 2 * DAY)  # written before instances existed
+    put_session(store, "legacy", ended_at=NOW - 2 * DAY + 60, instance=INSTANCE, labels={"k": "v"})
+    before = list_sessions(store, since=NOW - 3 * DAY, now=NOW, use_index=False)
+    assert compact(store, since=NOW - 3 * DAY, until=NOW, now=NOW, warn=print).entries == 2
+    assert list_sessions(store, since=NOW - 3 * DAY, now=NOW) == before
+    assert [e.instance for e in before] == [INSTANCE, None]
+    result = run_cli(
+        store, ["sql", "SELECT count(*) FILTER (WHERE instance IS NULL) AS legacy FROM sessions", "--format", "csv"]
+    )
+    assert result.output == "legacy\n1\n"
