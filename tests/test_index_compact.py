@@ -147,7 +147,7 @@ _SESSION = st.tuples(
 )
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     first=st.lists(_SESSION, max_size=10),
     late=st.lists(_SESSION, max_size=5),
