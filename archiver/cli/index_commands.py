@@ -72,7 +72,7 @@ def compact_command(since: str | None, until: str | None, progress: bool | None,
     help="Print the DDL declaring the index's tables for ENGINE (athena, trino, spark, clickhouse, duckdb) instead.",
 )  # fmt: skip
 @click.option(
-    "--location",
+    "--index-url",
     "ddl_location",
     metavar="URL",
     default=None,
