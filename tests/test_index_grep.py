@@ -14,7 +14,7 @@ from archiver.index import bloom, grepfilter
 from archiver.index.compact import compact
 from archiver.retrieval.query import list_sessions
 from archiver.store import open_store
-from tests.support import put_session, run_cli
+from tests.support import Browsers, put_session, run_cli
 
 INSTANCE = "20261120T000000.000Z"
 DAY = 86400.0
@@ -95,3 +95,24 @@ def test_grep_reads_only_logs_that_may_match_and_prints_what_a_full_scan_prints(
     scan = run_cli(store, ["grep", "tok4", "--since", "2026-11-24"])
     assert "note: the pattern has no literal token" in scan.stderr
     assert scan.output.count("tok42") == 2
+
+
+def test_the_browsers_search_uses_the_filters_and_says_when_it_reads_every_log(tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    root.mkdir()
+    store = open_store(root.as_uri())
+    for i in range(10):
+        body = f"boot {i}\n" + ("warning: tok42 seen\n" if i == 4 else "")
+        put_session(store, f"s{i}", ended_at=NOW - 2 * DAY + i * 60, instance=INSTANCE, logs=body.encode())
+    compact(store, since=NOW - 3 * DAY, until=NOW, now=NOW, warn=print)
+    browsers = Browsers()
+    try:
+        client = browsers.start(store, clock=lambda: NOW)
+        filtered = client.get("/search", params={"q": "\\btok42\\b", "since": "3d"}).text
+        assert "warning: tok42 seen" in filtered and 'id="search-note"' not in filtered
+        assert "Done: searched 1 session " in filtered  # the 9 others' filters lack the token
+        scan = client.get("/search", params={"q": "tok4", "since": "3d"}).text
+        assert "warning: tok42 seen" in scan and "Done: searched 10 sessions" in scan
+        assert 'id="search-note" class="note">Note: the pattern has no literal token' in scan
+    finally:
+        browsers.close()
