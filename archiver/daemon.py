@@ -140,7 +140,8 @@ class Daemon:
                 interval=settings.index_compact_interval,
                 clock=clock,
                 on_error=lambda: self.metrics.error("index_compact"),
-                first_delay=60.0 * shard.replica,
+                # Not at start-up (recovery and the first polls come first); replicas a minute apart.
+                first_delay=60.0 * (shard.replica + 1),
             )  # fmt: skip
         self._pipeline_factory = pipeline_factory if settings.store else None
         self._lock = StateDirLock(settings.state_dir)

@@ -7,15 +7,13 @@ import logging
 import threading
 from collections.abc import Callable
 
-from archiver.index.compact import compact
-from archiver.index.parts import DAY
 from archiver.store.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
 #: How far back each run looks: the open day, the day before (closed in the morning) and one more
 #: for an outage of a day; older late entries wait for `archiver compact`.
-LOOK_BACK = 2 * DAY
+LOOK_BACK = 2 * 86400.0
 
 
 class IndexCompactor:
@@ -50,6 +48,9 @@ class IndexCompactor:
 
     def run_once(self) -> None:
         """One compaction of the look-back window (errors propagate)."""
+        # Imported here, on the compactor's thread: DuckDB's import must not slow the daemon's start.
+        from archiver.index.compact import compact
+
         now = self._clock()
         store = self._opener()
         try:
