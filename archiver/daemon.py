@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import logging
 import operator
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import FrameType
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -32,6 +33,9 @@ from archiver.settings import Settings
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.listparser import SessionListParser
 from archiver.upstream.models import Session
+
+if TYPE_CHECKING:
+    from archiver.index import schedule as index_schedule
 
 _PLAYER_COUNT = operator.attrgetter("player_count")
 
@@ -122,6 +126,23 @@ class Daemon:
         self._probe_thread = threading.Thread(target=self._probe_store, name="store-probe", daemon=True)
         #: Created by start() (which takes the state dir's lock first): None until then, and when exporting only.
         self.pipeline: ArchivePipeline | None = None
+        #: Shard 0 compacts the columnar index (every replica, staggered; create-once keeps one copy).
+        self.index_compactor: index_schedule.IndexCompactor | None = None
+        if settings.store and shard.index == 0:
+            from archiver.index.schedule import IndexCompactor  # duckdb, botocore: only where it runs
+            from archiver.store import open_store
+
+            self.index_compactor = IndexCompactor(
+                functools.partial(
+                    open_store, settings.store, s3_endpoint_url=settings.s3_endpoint_url,
+                    checksum_mode=settings.s3_checksum,
+                ),
+                interval=settings.index_compact_interval,
+                clock=clock,
+                on_error=lambda: self.metrics.error("index_compact"),
+                # Not at start-up (recovery and the first polls come first); replicas a minute apart.
+                first_delay=60.0 * (shard.replica + 1),
+            )  # fmt: skip
         self._pipeline_factory = pipeline_factory if settings.store else None
         self._lock = StateDirLock(settings.state_dir)
         web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
@@ -153,6 +174,8 @@ class Daemon:
             log.info("no --store configured: exporting only, nothing will be archived")
         self.server.start()
         self._poll_thread.start()
+        if self.index_compactor is not None:
+            self.index_compactor.start()
         log.info(
             "serving /metrics",
             extra={
@@ -166,6 +189,8 @@ class Daemon:
         self._stop.set()
         if self._poll_thread.ident is not None:  # stop() is safe before start(), e.g. after a failed start
             self._poll_thread.join(timeout)
+        if self.index_compactor is not None:
+            self.index_compactor.stop(timeout)
         if self.pipeline is not None:
             self.pipeline.stop(timeout)
         self.server.stop()

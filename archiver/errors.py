@@ -42,6 +42,7 @@ traceback. Anything else escaping is a bug. The whole tree::
 Defined beside the code that raises them, still under the root:
 
     ArchiverError
+    ├── SqlError (InputError)       (index/sql.py) a query `archiver sql` cannot parse, bind or run
     └── FakeServiceError            (fake/errors.py) misuse of the fake service's Python API
         ├── FakeConfigError (ConfigError, ValueError)  a bad quirk, fault spec, token or catalogue
         ├── UnknownSessionError (LookupError)

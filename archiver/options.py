@@ -272,6 +272,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DURATION",
     ),
     Option(
+        "index-compact-interval",
+        "How often shard 0 compacts the last two days' closed index hours into the columnar index (every replica).",
+        "15m",
+        positive(parse_duration),
+        metavar="DURATION",
+    ),
+    Option(
         "on-first-start",
         "On the very first start (new state DB): archive the ended sessions the upstream still holds, or skip them.",
         "archive",

@@ -242,6 +242,7 @@ class Settings:
     retention: float = _DEFAULTS["retention"]
     deadline_margin: float = _DEFAULTS["deadline_margin"]
     reconcile_interval: float = _DEFAULTS["reconcile_interval"]
+    index_compact_interval: float = _DEFAULTS["index_compact_interval"]
     on_first_start: str = _DEFAULTS["on_first_start"]
     prune_after: float = _DEFAULTS["prune_after"]
     artifact_paths: tuple[str, ...] = _DEFAULTS["artifact_paths"]

@@ -21,6 +21,7 @@ BENCHMARKS = [
     "verify.py",
     "follow.py",
     "tlog.py",
+    "index.py",
 ]
 
 

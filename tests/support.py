@@ -335,11 +335,12 @@ def put_session(
     players: Sequence[str] = ("p1", "p2"),
     instance: str | None = None,
     created: float | None = None,
+    last_status: str = "exited",
 ) -> Manifest:
     """Store one session the way archiver/upload.py does: objects, manifest (create-once), index entry.
 
     ``instance`` writes the instance layout (``sessions/{sid}/{instance}/``); ``created``
-    defaults to 30 minutes before ``ended_at``.
+    defaults to 30 minutes before ``ended_at``; ``last_status`` ``dead`` is a crash.
     """
     items: list[ManifestItem] = []
     if logs is not None:
@@ -360,7 +361,7 @@ def put_session(
         labels=dict(labels or {}),
         players=players,
         player_count=len(players),
-        last_status="exited",
+        last_status=last_status,
         last_seen_active=ended_at - 10,
         first_seen_ended=ended_at,
         fetch_deadline=ended_at + 4 * HOUR - 600,

@@ -158,7 +158,7 @@ INSTANCES = mostly(
 #: Every command that takes input and returns (run, demo, fake-service and browse serve until
 #: stopped; browse's input is its query strings, tested below over HTTP).
 COMMANDS = ["archive", "show", "logs", "get", "verify", "hold", "release", "grep", "ls", "index-players", "status"]
-COMMANDS += ["check", "prove", "verify-bundle", "keygen", "log"]
+COMMANDS += ["check", "prove", "verify-bundle", "keygen", "log", "compact", "sql"]
 
 
 def _under(world: World) -> st.SearchStrategy[str]:
@@ -266,6 +266,16 @@ def invocations(draw: st.DrawFn, world: World) -> list[str]:
         argv += _options(draw, [("--writer", writers), ("--tlog-key-file", paths), *store_options])
     elif command == "keygen":
         argv += ["--name", draw(mostly(st.just("archiver.test/log"), ANY_TEXT)), "-o", draw(paths)]
+    elif command == "compact":
+        argv += ["--no-progress", *_options(draw, [("--since", TIMES), ("--until", TIMES), *store_options])]
+    elif command == "sql":
+        queries = mostly(st.sampled_from(["SELECT count(*) FROM sessions", "SELECT * FROM items"]), ANY_TEXT, HUGE)
+        argv.append(draw(queries))
+        sql_formats = mostly(st.sampled_from(["table", "csv", "json"]), ANY_TEXT)
+        argv += _options(
+            draw,
+            [("--since", TIMES), ("--until", TIMES), ("--format", sql_formats), ("--ddl", ANY_TEXT), *store_options],
+        )
     elif command == "index-players":
         argv += _options(draw, [("--checkpoint", paths), *store_options])
     elif command == "status":

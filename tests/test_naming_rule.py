@@ -53,13 +53,38 @@ INVOCATION: dict[str, set[str]] = {
     "logs": {"--stream", "--grep", "--ignore-case", "--capture", "--instance"},
     "ls": {"--since", "--until", "--image", "--location", "--label", "--limit", "--player", "--format"},
     "show": {"--format", "--instance"},
-    "verify": {"--since", "--until", "--deep", "--require-store-proof", "--processes", "--instance", "--format"},
+    "verify": {
+        "--since",
+        "--until",
+        "--deep",
+        "--require-store-proof",
+        "--processes",
+        "--instance",
+        "--format",
+        "--log",
+        "--checkpoint",
+        "--key",
+    },
+    "compact": {"--since", "--until", "--progress"},
+    "sql": {"--since", "--until", "--format", "--ddl", "--index-url"},
+    "keygen": {"--name", "--out", "--public"},
+    "prove": {"--instance", "--out", "--key"},
+    "verify-bundle": {"--key", "--tsa-cert"},
+    "log backfill": {"--writer"},
 }
 #: Hidden spellings that are no alias of a table option: `fake-service --token` (its value is a
 #: token, not the file its replacement takes; deprecated by the command itself).
 OWN_DEPRECATIONS = {("fake-service", "--token")}
 #: The daemon's table scopes each command takes (the rest: `COMMAND_SCOPES`).
-SCOPES = {"run": DAEMON_SCOPES, "archive": DAEMON_SCOPES, "check": DAEMON_SCOPES, "status": STATUS_SCOPES}
+SCOPES = {
+    "run": DAEMON_SCOPES,
+    "archive": DAEMON_SCOPES,
+    "check": DAEMON_SCOPES,
+    "status": STATUS_SCOPES,
+    # Offline: they read no store and no configuration, only their arguments.
+    "keygen": frozenset(),
+    "verify-bundle": frozenset(),
+}
 
 
 def rule_env(flag: str) -> str:
@@ -80,19 +105,34 @@ def long_flag(param: click.Option) -> str:
     return next(opt for opt in param.opts if opt.startswith("--"))
 
 
-COMMANDS = sorted(main.commands)
+def command_of(name: str) -> click.Command:
+    """A command by its name on the command line ("log backfill": a group's subcommand)."""
+    cmd: click.Command = main
+    for word in name.split():
+        assert isinstance(cmd, click.Group)
+        cmd = cmd.commands[word]
+    return cmd
+
+
+#: Every command, a group's subcommands by their full name ("log backfill"), never the group itself.
+COMMANDS = sorted(
+    f"{name} {sub}" if sub else name
+    for name, cmd in main.commands.items()
+    for sub in (sorted(cmd.commands) if isinstance(cmd, click.Group) else [""])
+)
 
 
 def test_every_command_is_walked() -> None:
     assert {"run", "browse", "demo", "fake-service", "archive", "check", "ls", "status"} <= set(COMMANDS)
     assert set(INVOCATION) <= set(COMMANDS)
+    assert "log backfill" in COMMANDS and "log" not in COMMANDS
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_of_the_command_follows_the_naming_rule(command: str) -> None:
     """Each visible option is a table option (env var and key by the rule, the key read from the
     file) or a per-invocation argument (no env var); each hidden one is a declared alias."""
-    cmd = main.commands[command]
+    cmd = command_of(command)
     table = {opt.flag: opt for opt in table_of(command)}
     aliases = {alias.flag: (opt, alias) for opt in table.values() for alias in opt.aliases if alias.flag}
     visible = set()
@@ -131,7 +171,7 @@ def test_every_configuration_option_comes_from_the_env_var_and_the_file(
     for the daemon's table, the command's own table for its own options)."""
     for name in [name for name in os.environ if name.startswith("ARCHIVER_")]:
         monkeypatch.delenv(name)
-    cmd = main.commands[command]
+    cmd = command_of(command)
     own = {opt.key for opt in COMMAND_OPTIONS.get(command, ())}
     top, section = [], []
     for opt in table_of(command):
@@ -151,7 +191,15 @@ def test_every_configuration_option_comes_from_the_env_var_and_the_file(
 
 
 def _required_arguments(cmd: click.Command) -> list[str]:
-    return ["x" for param in cmd.params if isinstance(param, click.Argument) and param.required]
+    """Placeholder values of the command's required arguments and required options (`prove -o`)."""
+    arguments = ["x" for param in cmd.params if isinstance(param, click.Argument) and param.required]
+    options = [
+        part
+        for param in cmd.params
+        if isinstance(param, click.Option) and param.required
+        for part in (long_flag(param), "x")
+    ]
+    return arguments + options
 
 
 def test_a_command_table_in_the_file_holds_only_that_commands_options(tmp_path: Path) -> None:

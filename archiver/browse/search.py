@@ -25,6 +25,7 @@ from archiver.browse import params as p
 from archiver.browse.listing import ListQuery, parse_list_query
 from archiver.command_options import BROWSE_OPTIONS
 from archiver.errors import ArchiverError
+from archiver.index import grepfilter
 from archiver.layout.manifest import iso_utc
 from archiver.retrieval import logformat
 from archiver.retrieval.budget import SearchBudget, SearchMeter
@@ -141,6 +142,8 @@ class SearchSummary:
     report: GrepReport | None = None
     problems: list[str] = field(default_factory=list)
     failed: str | None = None
+    #: Why every log is read (the pattern has no literal token for the index's filters), or None.
+    note: str | None = None
 
 
 class _HitSink:
@@ -258,6 +261,9 @@ class SearchRun:
                 now=self._now, player=f.player, warn=log.warning,
             )  # fmt: skip
             entries = f.with_session(entries)
+            last = max(self._now, f.since) if f.until is None else f.until
+            selection = grepfilter.select(self._store, entries, q.pattern, fixed=q.fixed, since=f.since, until=last)
+            entries, self.summary.note = selection.entries, selection.note
             self.summary.sessions = len(entries)
             sink = _HitSink(self._events, self._stop, q.start, q.start + q.limit + 1)
 

@@ -3,6 +3,7 @@
 
 from archiver.cli import browse_command as browse_command  # registers browse
 from archiver.cli import daemon_commands as daemon_commands  # registers run, demo, status, check, ...
+from archiver.cli import index_commands as index_commands  # registers compact, sql
 from archiver.cli import retrieval_commands as retrieval_commands  # registers ls, show, logs, get, ...
 from archiver.cli import tlog_commands as tlog_commands  # registers keygen, prove, verify-bundle, log
 from archiver.cli.base import friendly_errors as friendly_errors

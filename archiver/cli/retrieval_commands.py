@@ -378,6 +378,7 @@ def grep(
     `session  logs|capture  stream  line` (`logs --capture` prints the capture).
     """
     from archiver.errors import ArchiverError
+    from archiver.index import grepfilter
     from archiver.retrieval import retrieve
 
     settings, limits, _ = read_command(kwargs, "grep")  # grep has no deprecated names to log
@@ -394,6 +395,13 @@ def grep(
         entries = retrieve.list_sessions(
             store, since=start, until=end, image=image, location=location, labels=wanted, now=now, player=player
         )
+        # The columnar index's token filters: read only the logs that may hold the pattern's tokens.
+        selection = grepfilter.select(
+            store, entries, pattern, fixed=fixed, since=start, until=max(now, start) if end is None else end
+        )
+        if selection.note:
+            click.echo(f"note: {selection.note}", err=True)
+        entries = selection.entries
         options: dict[str, Any] = {"fmt": fmt, "escape": escape, "workers": workers, "budget": budget}
         if sys.stderr.isatty() if progress is None else progress:
             # Hits on the bar's terminal first clear its line (the bar redraws below them).

@@ -53,6 +53,7 @@ ERROR_EDGES = (
     "manifest",
     "live",
     "tlog",
+    "index_compact",
 )
 
 #: One `endpoint` vocabulary on every archiver_upstream_* metric: the API client names a request by

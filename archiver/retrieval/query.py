@@ -16,6 +16,8 @@ from archiver.errors import (
     ObjectNotFoundError,
     SessionNotArchivedError,
 )
+from archiver.index import reader as index_reader
+from archiver.index.engine import PartFiles
 from archiver.layout import keys
 from archiver.layout.manifest import (
     LATEST_TIME,
@@ -183,6 +185,7 @@ def list_sessions(
     warn: Warn = stderr_warn,
     workers: int = DEFAULT_WORKERS,
     player: str | None = None,
+    use_index: bool = True,
 ) -> list[IndexEntry]:
     """Archived sessions that ended in ``[since, until]``, newest first, filtered; at most ``limit``.
 
@@ -193,7 +196,9 @@ def list_sessions(
     future (a writer's clock a little ahead of ours must not hide sessions). ``image`` matches
     ``NAME`` or ``NAME:TAG``; ``labels`` must all match exactly. An index entry that cannot be
     read or parsed is reported through ``warn`` and skipped: one bad entry must not hide the rest.
-    With ``player`` the player index is read instead (:func:`list_player_sessions`).
+    With ``player`` the player index is read instead (:func:`list_player_sessions`). The hours the
+    columnar index covers are read from its parts (``use_index``; ``archiver.index.reader``), the
+    others from their JSON entries: the same result as reading every entry.
     """
     start = now - DEFAULT_SINCE if since is None else since
     wanted = dict(labels or {})
@@ -202,8 +207,24 @@ def list_sessions(
         found = [e for e in found if _matches(e, start, until, image, location, wanted)]
         return found if limit is None else found[:limit]
     last = max(now, start) if until is None else until
-    partitions = list(reversed(keys.index_partitions(store.prefix, start, last)))
     found = []
+    if use_index:
+        # Hours the columnar index covers are read from its parts; only the others from JSON entries.
+        plan = index_reader.plan(store, start, last)
+        found = index_reader.session_entries(
+            plan.files(PartFiles(store)),
+            since=start,
+            until=until,
+            image=image,
+            location=location,
+            labels=wanted,
+            limit=limit,
+        )
+        hours = list(reversed(plan.json_hours))
+    else:
+        hours = [(p, 0) for p in reversed(keys.index_partitions(store.prefix, start, last))]
+    partitions = [p for p, _ in hours]
+    starts = dict(hours)
 
     def list_partition(partition: str) -> list[str]:
         # Only `{sid}.json` directly inside the partition is an entry.
@@ -215,7 +236,9 @@ def list_sessions(
             for entry in pool.map(lambda key: _fetch_entry(store, key, warn), entry_keys):
                 if entry is not None and _matches(entry, start, until, image, location, wanted):
                     found.append(entry)
-            if limit is not None and len(found) >= limit:
+            # Entries of older partitions ended before this batch's oldest hour began (parts' rows may not).
+            oldest = starts[batch[-1]] if use_index else -math.inf
+            if limit is not None and sum(1 for e in found if e.ended_at >= oldest) >= limit:
                 break
     found.sort(key=lambda e: (-e.ended_at, e.session_id))
     return found if limit is None else found[:limit]

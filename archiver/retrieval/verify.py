@@ -16,6 +16,8 @@ from archiver.errors import (
     SessionNotArchivedError,
     StoreError,
 )
+from archiver.index import reader as index_reader
+from archiver.index.engine import PartFiles
 from archiver.layout import keys
 from archiver.layout.manifest import IndexEntry, parse_index_entry
 from archiver.retrieval.proof import ManifestProof, Problem, Tally, prove, rehash_object
@@ -167,15 +169,20 @@ def _index_targets(
 ) -> list[tuple[str, str]]:
     """(session id, archive) of every archive the index lists as ended in ``[since, until]``.
 
-    The same archives as ``list_sessions`` finds, for one request less per session: an entry's
+    The same archives as ``list_sessions`` finds (the columnar index's parts for the hours they
+    cover), for one request less per session: an entry's
     file name (``{escaped id}[.{instance}].json``) names its archive, and every entry of an hour
     partition inside the range ended inside it, so only the entries of the two edge hours and
     those whose name cannot say (a shortened id) are read.
     """
     start = now - DEFAULT_SINCE if since is None else since
     last = max(now, start) if until is None else until
-    partitions = keys.index_partitions(store.prefix, start, last)
-    edges = {partitions[0], partitions[-1]} if partitions else set()
+    every = keys.index_partitions(store.prefix, start, last)
+    edges = {every[0], every[-1]} if every else set()
+    # Hours the columnar index covers come from its parts; only the others are listed.
+    plan = index_reader.plan(store, start, last)
+    partitions = [partition for partition, _ in plan.json_hours]
+    indexed = index_reader.session_entries(plan.files(PartFiles(store)), since=start, until=until)
 
     def from_partition(partition: str) -> tuple[list[tuple[str, str]], list[str]]:
         named, unnamed = [], []
@@ -190,7 +197,7 @@ def _index_targets(
                 named.append(target)
         return named, unnamed
 
-    targets: list[tuple[str, str]] = []
+    targets = [(entry.session_id, _entry_archive(store.prefix, entry)) for entry in indexed]
     to_read: list[str] = []
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="verify-index") as pool:
         for named, unnamed in pool.map(from_partition, reversed(partitions)):

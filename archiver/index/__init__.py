@@ -1,0 +1,1 @@
+"""The columnar index: the JSON index entries compacted into Parquet parts every SQL engine reads."""

@@ -1,0 +1,131 @@
+"""Reading the index: which parts and which uncovered JSON hours a time range needs, and the
+``sessions`` rows of those parts that pass `ls`'s filters (each JSON entry once)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from archiver.index import parts
+from archiver.index.compact import list_parts
+from archiver.index.engine import PartFiles, connect, fetch_rows, sql_list
+from archiver.index.rows import entry_from_row
+from archiver.layout.manifest import IndexEntry
+from archiver.store.base import ObjectStore
+
+#: Parallel listings of a plan (S3 latency, not bandwidth, bounds them).
+LIST_WORKERS = 16
+
+
+@dataclass
+class Plan:
+    """What a range reads: parts (their ``sessions`` keys) and the JSON hour partitions no part covers."""
+
+    part_refs: list[parts.PartRef] = field(default_factory=list)
+    #: ``(partition prefix, hour start)``, oldest first.
+    json_hours: list[tuple[str, int]] = field(default_factory=list)
+
+    def files(self, files: PartFiles, table: str = "sessions") -> list[Path]:
+        """Local files of the plan's parts for ``table`` (those not cached yet fetched in parallel)."""
+        keys = [parts.table_key(p, table) for p in self.part_refs]
+        if len(keys) < 2:
+            return [files.path(k) for k in keys]
+        with ThreadPoolExecutor(max_workers=min(LIST_WORKERS, len(keys)), thread_name_prefix="index-parts") as pool:
+            return list(pool.map(files.path, keys))
+
+
+def plan(store: ObjectStore, since: float, until: float, workers: int = LIST_WORKERS) -> Plan:
+    """The parts and uncovered hours of ``[since, until]``: one listing per day, two for a day without
+    a day part (its hourly parts), none of a covered hour's entries; the days listed in parallel."""
+    result = Plan()
+    prefix = store.prefix
+    first_hour = int(since // parts.HOUR * parts.HOUR)
+    days = parts.days(since, until)
+
+    def listed(day: str) -> tuple[list[parts.PartRef], list[parts.PartRef] | None]:
+        day_parts = list_parts(store, parts.day_dir(prefix, day, "sessions"))
+        return day_parts, None if day_parts else list_parts(store, parts.hourly_dir(prefix, day))
+
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(days))), thread_name_prefix="index-plan") as pool:
+        for day, (day_parts, hourly) in zip(days, pool.map(listed, days), strict=True):
+            if hourly is None:
+                result.part_refs += day_parts
+                continue
+            start = parts.day_start(day)
+            covered = {p.hour for p in hourly}
+            result.part_refs += hourly
+            for hour, partition in enumerate(parts.entry_hours(prefix, day)):
+                begins = start + hour * parts.HOUR
+                if hour not in covered and first_hour <= begins <= until:
+                    result.json_hours.append((partition, begins))
+    return result
+
+
+def _where(
+    since: float, until: float | None, image: str | None, location: str | None, labels: Mapping[str, str]
+) -> tuple[str, list[object]]:
+    clauses = ["ended_at >= ?"]
+    params: list[object] = [since]
+    if until is not None:
+        clauses.append("ended_at <= ?")
+        params.append(until)
+    if image is not None:
+        # Whole strings, never parsed (image names may hold ':'), as the JSON path compares them.
+        clauses.append("(image = ? OR image || ':' || tag = ?)")
+        params += [image, image]
+    if location is not None:
+        clauses.append("location = ?")
+        params.append(location)
+    for k, v in labels.items():
+        clauses.append("labels[?] = ?")
+        params += [k, v]
+    return " AND ".join(clauses), params
+
+
+def session_entries(
+    part_files: list[Path],
+    *,
+    since: float,
+    until: float | None,
+    image: str | None = None,
+    location: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    limit: int | None = None,
+) -> list[IndexEntry]:
+    """The index entries of the ``sessions`` parts that pass the filters, newest first, each entry once."""
+    texts = [image or "", location or "", *(labels or {}).keys(), *(labels or {}).values()]
+    if not part_files or not all(_utf8(t) for t in texts):
+        return []  # parts hold only UTF-8 text: a lone surrogate matches nothing in them
+    where, params = _where(since, until, image, location, dict(labels or {}))
+    query = (
+        "SELECT session_id, instance, ended_at, archived_at, image, tag, location, labels, counts, total_bytes, "
+        f"manifest_key, entry_schema_version FROM read_parquet({sql_list(part_files)}, union_by_name=true) "
+        f"WHERE {where} QUALIFY row_number() OVER (PARTITION BY entry_key ORDER BY archived_at) = 1 "
+        "ORDER BY ended_at DESC, session_id"
+    )
+    if limit is not None:
+        query += f" LIMIT {int(limit)}"
+    con = connect()
+    try:
+        rows = fetch_rows(con, query, params)
+    finally:
+        con.close()
+    return [entry_from_row(_maps(row)) for row in rows]
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _maps(row: dict[str, object]) -> dict[str, object]:
+    # DuckDB hands MAP columns back as dicts already; a NULL map reads as empty, as in the entries.
+    for name in ("labels", "counts"):
+        if row[name] is None:
+            row[name] = {}
+    return row
