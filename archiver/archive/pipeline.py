@@ -53,6 +53,7 @@ from archiver.errors import (
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.live import store as live_store
 from archiver.live.engine import LiveCapture
+from archiver.live.policy import Tuning as LiveTuning
 from archiver.live.store import CaptureStore
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
@@ -178,6 +179,7 @@ class Pipeline:
             live = LiveCapture(
                 settings.api_url, settings.api_token, CaptureStore(settings.state_dir),
                 max_streams=settings.follow_logs_max, keep_finished=settings.prune_after,
+                tuning=LiveTuning(first_byte_timeout=settings.follow_logs_first_byte_timeout),
             )  # fmt: skip
         return cls(settings, client, store, state, metrics, live=live)
 

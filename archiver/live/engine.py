@@ -163,6 +163,8 @@ class LiveCapture:
             reconnects=dict(counters.reconnects),
             errors=counters.errors,
             finished=dict(self._finished),
+            first_byte_counts=tuple(counters.first_byte_counts),
+            first_byte_sum=counters.first_byte_sum,
         )
 
     def following(self, key: str) -> bool:
@@ -258,6 +260,8 @@ class LiveCapture:
             segment, saw_end = self._segment_for(ref)
             follow = Follow(ref, segment, self.store, self._counters, self._ended)
             follow.wanted = True
+            if segment.index == 0 and segment.kept.lines == 0:
+                follow.listed_at = time.monotonic()  # the loop's clock is monotonic too
             # Listed again after its capture saw the end: unless new lines come, it stays complete.
             follow.ended_properly = saw_end
             self._held[ref.key] = follow
@@ -396,7 +400,8 @@ class LiveCapture:
     async def _sweeps(self) -> None:
         """Abort silent streams, let go of drains past their timeout, sum up failures, and (hourly)
         remove finished captures no archive took."""
-        every = max(0.05, min(5.0, self.tuning.stall_timeout / 4, self.tuning.drain_timeout / 4))
+        tuning = self.tuning
+        every = max(0.05, min(5.0, tuning.stall_timeout / 4, tuning.drain_timeout / 4, tuning.first_byte_timeout / 4))
         pruned_at = float("-inf")
         while True:
             await asyncio.sleep(every)
@@ -419,7 +424,9 @@ class LiveCapture:
                 stream = follow.stream
                 if stream is None:
                     continue
-                if clock - stream.last_byte > policy.stall_after(follow.idle_stalls, self.tuning):
+                if not stream.answered and clock - stream.opened > tuning.first_byte_timeout:
+                    follow.abort(Ending.SILENT)
+                elif clock - stream.last_byte > policy.stall_after(follow.idle_stalls, tuning):
                     follow.abort(Ending.STALLED)
                 elif follow.left_at is not None and policy.drain_expired(now - follow.left_at, self.tuning):
                     follow.abort(Ending.UNWANTED)
