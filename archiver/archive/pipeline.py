@@ -132,6 +132,11 @@ class Pipeline:
 
         self._wake = Wakeups(self.tuning.idle_wait, monotonic)
         self._stop = self._wake.stop
+        if live is not None:
+            # A capture settled (its finish checkpointed, or the loop died): a logs item waiting
+            # for it, unclaimed, is fetched now.
+            wake = self._wake
+            live.on_settled = lambda: wake.notify(FETCH)
         self._threads: list[threading.Thread] = []
         # Detection (touched by the poller thread only, in observe_poll), keyed by instance key.
         self._known: dict[str, Session | None] = {}

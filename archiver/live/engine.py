@@ -21,7 +21,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import httpx
 
@@ -99,6 +99,9 @@ class LiveCapture:
         self._saver = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="live-checkpoint")
         self._unsaved: dict[tuple[str, int], SegmentRow] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Called (on the loop's or a dying thread) when `following` turned False for some keys:
+        #: the archive's logs items waiting for those captures are woken.
+        self.on_settled: Callable[[], None] | None = None
 
     # --- the caller's side (any thread) -------------------------------------------------------
 
@@ -207,6 +210,16 @@ class LiveCapture:
         finally:
             self._ready.set()
             loop.close()
+            self._settled()  # dead: nothing follows any more (after a stop, captures stay followed)
+
+    def _settled(self) -> None:
+        callback = self.on_settled
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # the callback's edge: a missed wake costs one idle wait; counted
+                self._counters.errors += 1
+                log.exception("live capture: waking the archive failed")
 
     async def _main(self, loop: asyncio.AbstractEventLoop) -> None:
         self._stop_requested = asyncio.Event()
@@ -467,12 +480,16 @@ class LiveCapture:
             for row in rows:
                 self._unsaved.setdefault((row.key, row.index), row)
             return
+        settled = False
         for row in rows:
             recent = self._recent.get(row.key)
             # Unless it was listed again, or finished again since these rows were taken (the newer
             # row is in the next checkpoint), the store now says how it finished.
             if row.state != FOLLOWING and row.key not in self._held and (recent is None or recent[0].row() == row):
+                settled = settled or row.key in self._finishing
                 self._finishing.discard(row.key)
+        if settled:
+            self._settled()
 
     async def _shutdown(self) -> None:
         self._stopping = True
