@@ -19,6 +19,7 @@ BENCHMARKS = [
     "grep.py",
     "verify.py",
     "follow.py",
+    "mass_end.py",
 ]
 
 
