@@ -34,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from archiver.live.loop import ensure_file_limit
 from tests.chaos_run import ChaosConfig, ChaosReport, run_chaos
 
 #: Seconds: a session's first line is captured within this long of its first listing (p99).
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
+    ensure_file_limit(max(sizes))  # the fake's end of every follow stream is in this process
     results: list[dict[str, Any]] = []
     for size in sizes:
         if args.baseline is not None:
