@@ -15,7 +15,7 @@ listing to its first captured line; a bucket bound) and the daemon's disk bytes 
 before this change, e.g. `git worktree add /tmp/base57 57c4b7b`), the fake and the checks the same,
 reported beside it as the named baseline.
 
-Budgets: every run archives every log exactly; first-byte p99 within FIRST_BYTE_BUDGET; bytes
+Budgets: every run archives every log exactly; first-byte p99 within FIRST_BYTE_BUDGET (by size); bytes
 written per archived session within BYTES_BUDGET, and not more than the baseline's when measured.
 """
 
@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from archiver.live.loop import ensure_file_limit
 from tests.chaos_run import ChaosConfig, ChaosReport, run_chaos
 
-#: Seconds: a session's first line is captured within this long of its first listing (p99).
-FIRST_BYTE_BUDGET = 5.0
+#: Seconds: a session's first line is captured within this long of its first listing (p99), by the
+#: number listed at once (they all start at once here; the fake answers some 600 follows a second).
+FIRST_BYTE_BUDGET = {1000: 5.0, 5000: 30.0}
 #: Disk bytes the daemon writes per archived session (set from the measurement: RESULTS.md).
 BYTES_BUDGET = 160 * 1024
 
@@ -115,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
             if any(r["failures"] or r["exact"] != size for r in rows):
                 ok = False
                 print(f"  budget missed: not every log exact at {size} ({[r['failures'] for r in rows]})")
-            if not p99 or max(p99) > FIRST_BYTE_BUDGET:
+            first_byte_budget = FIRST_BYTE_BUDGET.get(size, 30.0)
+            if not p99 or max(p99) > first_byte_budget:
                 ok = False
-                print(f"  budget missed: first-byte p99 over {FIRST_BYTE_BUDGET} s at {size}")
+                print(f"  budget missed: first-byte p99 over {first_byte_budget} s at {size}")
             if median is None or median > BYTES_BUDGET:
                 ok = False
                 print(f"  budget missed: bytes written per session over {BYTES_BUDGET / 1024:.0f} KiB at {size}")

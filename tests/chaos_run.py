@@ -687,14 +687,20 @@ class ChaosRun:
             self._start_daemon()
         sids = [self.fake.add_session(self.token, labels={"kind": "mass-end"}) for _ in range(n)]
         self.mass_end_ids = set(sids)
-        until = time.monotonic() + 120.0
-        while time.monotonic() < until and self._metric("archiver_live_followed_sessions") < n:
+        # Followed means captured: every session's first line is in (a daemon without the
+        # first-byte histogram, an older one measured as a baseline: every session has a follow).
+        until = time.monotonic() + 300.0
+        while time.monotonic() < until:
+            captured = self._metric("archiver_live_first_byte_seconds_count")
+            if captured >= n or (captured < 0 and self._metric("archiver_live_followed_sessions") >= n):
+                break
             _pause(0.5)
         self.progress(f"mass end: {n} sessions followed")
         _pause(self.config.mass_end_run)  # the sessions write lines while followed
         begun = time.monotonic()
-        for sid in sids:
-            self.fake.end_session(self.token, sid)
+        with self.fake.state.lock:  # one hold for them all: no follow stream sees a partial end
+            for sid in sids:
+                self.fake.end_session(self.token, sid)
         self.report.mass_end_seconds = time.monotonic() - begun
         self.report.mass_ended = n
         self.progress(f"mass end: {n} sessions ended in {self.report.mass_end_seconds:.2f} s")

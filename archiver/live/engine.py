@@ -2,7 +2,9 @@
 
 The daemon hands it the shard's active sessions after every poll (`update`, from any thread);
 those no longer listed drain until their stream ends, and `followset.plan` says which to start
-following under the cap. Streams are opened at most `connecting_max` at a time; a stream that ends is
+following under the cap. Streams are opened at most `connecting_max` at a time (a stream counts until
+its answer begins, so a thousand sessions listed at once never put a thousand requests in the
+service's queue, where the first-byte timeout would abort and re-send them); a stream that ends is
 reopened or finished by `policy.after`; a stall sweep aborts silent streams; the captures are
 checkpointed every `Tuning.checkpoint_interval` on a helper thread (and soon after a capture
 finishes). The loop's selector can be paused (`paused()`, around the poll cycle, so following
@@ -41,6 +43,8 @@ log = logging.getLogger("archiver.live")
 MAX_SEGMENTS = 8
 #: Follows finished this long ago are forgotten by the loop (the store still has them).
 _RECENT_FOR = 3600.0
+#: Seconds between looks at a stream opened but not answered yet (at most `connecting_max` of them).
+_ANSWER_POLL = 0.02
 #: Seconds between prunes of finished captures no archive took.
 _PRUNE_EVERY = 3600.0
 
@@ -339,6 +343,10 @@ class LiveCapture:
         follow.attach(stream)
         try:
             await open_stream(self._target, stream, tls=self._tls, timeout=self.tuning.connect_timeout)
+            # Its slot is held until the answer begins or the stream ends (the first-byte sweep
+            # bounds the wait): only `connecting_max` requests wait on the service at once.
+            while follow.stream is stream and not stream.answered:
+                await asyncio.sleep(_ANSWER_POLL)
         except (OSError, TimeoutError):
             follow.abort(Ending.REFUSED)
         finally:
@@ -437,7 +445,7 @@ class LiveCapture:
                 stream = follow.stream
                 if stream is None:
                     continue
-                if not stream.answered and clock - stream.opened > tuning.first_byte_timeout:
+                if not stream.answered and clock - stream.opened > policy.first_byte_after(follow.silences, tuning):
                     follow.abort(Ending.SILENT)
                 elif clock - stream.last_byte > policy.stall_after(follow.idle_stalls, tuning):
                     follow.abort(Ending.STALLED)

@@ -71,6 +71,7 @@ class Follow:
         "ref",
         "retry_after",
         "segment",
+        "silences",
         "status",
         "stream",
         "timer",
@@ -104,6 +105,8 @@ class Follow:
         #: A stream ended properly and no line came after it.
         self.ended_properly = False
         self.idle_stalls = 0
+        #: Streams in a row that brought no byte at all (`policy.first_byte_after`).
+        self.silences = 0
         #: Waiting in the engine's queue of streams to open.
         self.queued = False
         #: Set before the engine aborts the stream itself (stall, divergence found in the head).
@@ -181,6 +184,7 @@ class Follow:
             self.ended_properly = True
         elif ending is Ending.STALLED and not self.appended:
             self.idle_stalls += 1
+        self.silences = self.silences + 1 if ending is Ending.SILENT else 0
         self.counters.ends[ending] += 1
         self.on_end(self, ending)
 

@@ -127,6 +127,12 @@ def drain_expired(draining_for: float, tuning: Tuning) -> bool:
     return draining_for >= tuning.drain_timeout
 
 
+def first_byte_after(silences: int, tuning: Tuning) -> float:
+    """The first-byte timeout after ``silences`` streams in a row that brought no byte: a service
+    too swamped to answer in time gets more patience with each, so reopens never keep it busy."""
+    return tuning.first_byte_timeout * (1 << min(silences, 3))
+
+
 def stall_after(idle_stalls: int, tuning: Tuning) -> float:
     """The stall timeout after ``idle_stalls`` reopens in a row that found no new line: an idle
     server is not reopened (and its whole log replayed) every few minutes."""

@@ -13,7 +13,7 @@ log = logging.getLogger("archiver.live")
 
 #: Upper bounds (seconds) of the buckets of the time from a session's first listing to its first
 #: captured line (`archiver_live_first_byte_seconds`): a healthy service is well under a second.
-FIRST_BYTE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+FIRST_BYTE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 300.0)
 
 #: Endings that are no failure: the stream ended with the container, or the follow was let go.
 _NORMAL = frozenset({Ending.ENDED, Ending.UNWANTED})
