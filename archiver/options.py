@@ -337,6 +337,14 @@ OPTIONS: tuple[Option, ...] = (
         as_int,
         metavar="N",
     ),
+    Option(
+        "follow-logs-first-byte-timeout",
+        "A follow stream that brings no byte (not even its answer's headers) this long after it was "
+        "opened is reopened (an idle but connected game server is the 300s stall timeout's).",
+        "5s",
+        positive(parse_duration),
+        metavar="DURATION",
+    ),
     Option("fetch-workers", "Parallel fetches from the upstream.", 4, as_int, metavar="N"),
     Option(
         "upload-workers",

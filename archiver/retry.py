@@ -80,8 +80,10 @@ FETCH_ITEM = RetryPolicy(operation="fetch_item")
 #: spaced by `backoff` from `initial_wait` to `max_wait`; each reopen is counted by its reason. The
 #: first reopen comes quickly (a cut stream is usually a proxy's or a balancer's, and lines written
 #: while none is open are lost if the session ends meanwhile and its logs go with it); the jitter
-#: of up to 100 % spreads thousands of streams cut at once.
-FOLLOW_LOGS = RetryPolicy(attempts=2**31 - 1, max_elapsed=float("inf"), initial_wait=0.25, max_wait=60.0, jitter=1.0,
+#: of up to 100 % spreads thousands of streams cut at once. The wait never grows past 5 s: once the
+#: service is healthy again, no running session stays unfollowed for longer than that (the engine
+#: opens at most `connecting_max` streams at a time, which is what spares a service in trouble).
+FOLLOW_LOGS = RetryPolicy(attempts=2**31 - 1, max_elapsed=float("inf"), initial_wait=0.25, max_wait=5.0, jitter=1.0,
                           operation="follow_logs")  # fmt: skip
 #: S3 requests: botocore's `standard` retry mode is the only layer, with this many attempts in all.
 STORE = RetryPolicy(attempts=5, operation="store")

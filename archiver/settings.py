@@ -254,6 +254,7 @@ class Settings:
     #: Live capture of running sessions' logs (`archiver.live`), and its per-daemon cap.
     follow_logs: bool = _DEFAULTS["follow_logs"]
     follow_logs_max: int = _DEFAULTS["follow_logs_max"]
+    follow_logs_first_byte_timeout: float = _DEFAULTS["follow_logs_first_byte_timeout"]
     fetch_workers: int = _DEFAULTS["fetch_workers"]
     #: AUTO_WORKERS (0): sized to the store by the pipeline.
     upload_workers: int = _DEFAULTS["upload_workers"]

@@ -22,6 +22,7 @@ BENCHMARKS = [
     "follow.py",
     "tlog.py",
     "index.py",
+    "mass_end.py",
 ]
 
 

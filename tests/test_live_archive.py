@@ -14,6 +14,7 @@ import json
 import logging
 import re
 import sqlite3
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 
 from archiver.archive.fetch import LIVE_WAIT_MARGIN
 from archiver.archive.state.rows import session_key
+from archiver.archive.state.schema import DB_NAME as STATE_DB_NAME
 from archiver.browse.app import BrowseApp
 from archiver.credentials import Token
 from archiver.fake import FakeClock, FakeService
@@ -387,3 +389,38 @@ def test_logs_stop_waiting_for_a_capture_whose_checkpoints_keep_failing_before_t
         other.rollback()
     assert item.capture == "gap" and body == render_ndjson(fake.log_lines(TOKEN, sid)[:kept])
     assert fake.clock.now() < deadline
+
+
+def test_a_logs_item_waiting_for_its_capture_makes_no_commit_and_counts_no_attempt_until_it_settles(
+    fake: FakeService, store: ObjectStore, harness_factory: Callable[..., Harness], tmp_path: Path
+) -> None:
+    """While the capture's finish cannot be checkpointed (another writer holds its database) the
+    session's logs item waits: the fetch workers pass it over, so the state DB sees no commit and
+    the item no attempt. Once the checkpoint commits, the capture settles, the item is woken and
+    archived from it on its first attempt."""
+    fake.set_quirks(logs_gone_at_termination=True)
+    live = _live(fake, tmp_path)
+    h = harness_factory(fake, store, live=live, artifact_paths=())
+    sid = fake.add_session(TOKEN)
+    key = _key(fake, sid)
+    wait_until(lambda: (h.poll(), _checkpointed(live.store, key) >= 5)[1], message="following")
+    with contextlib.closing(sqlite3.connect(tmp_path / "state" / DIR_NAME / DB_NAME, timeout=30.0)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        fake.end_session(TOKEN, sid)
+        wait_until(lambda: (h.poll(), live.stats().finished[Finish.COMPLETE] == 1)[1], message="capture finished")
+        wait_until(lambda: h.state.items_of(key), message="logs item")
+        assert live.following(key)
+        with contextlib.closing(sqlite3.connect(tmp_path / "state" / STATE_DB_NAME)) as watcher:
+            before = watcher.execute("PRAGMA data_version").fetchone()[0]
+            # An observation window, not a wait for an event: the old loop claimed, wrote back and
+            # fsynced a waiting item every LIVE_RECHECK (2 s), and its workers wake every 0.5 s here.
+            threading.Event().wait(3.0)
+            after = watcher.execute("PRAGMA data_version").fetchone()[0]
+        (item,) = h.state.items_of(key)
+        assert (item.status, item.attempts, item.last_error) == ("pending_fetch", 0, None)
+        assert after == before, "the state DB committed while the logs item waited"
+        other.rollback()
+    ((archived, body),) = _logs(h, _archive(h, [sid])[sid])
+    assert archived.capture == "complete" and body == render_ndjson(fake.log_lines(TOKEN, sid))
+    (item,) = h.state.items_of(key)
+    assert item.attempts == 1

@@ -397,3 +397,23 @@ def test_the_open_file_limit_is_raised_for_the_streams_and_caps_them_when_it_can
     assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= min(hard, 2 * 100 + 512)
     if hard != resource.RLIM_INFINITY:
         assert ensure_file_limit(hard) == (hard - 512) // 2
+
+
+def test_a_stream_that_gives_no_answer_is_reopened_after_the_first_byte_timeout_long_before_the_stall(
+    svc: FakeService, make_engine: Callable[..., LiveCapture]
+) -> None:
+    """The service takes the connection and says nothing (a swamped server): the follow is reopened
+    after the first-byte timeout, not the stall timeout (30 s here), and the capture is exact; the
+    time from the session's listing to its first line is in the first-byte histogram."""
+    svc.set_fault("GET /logs", latency=20.0, count=1)  # the first follow request hangs for 20 s
+    engine = make_engine(svc, tuning=dataclasses.replace(FAST, first_byte_timeout=0.5))
+    sid = svc.add_session(TEST_TOKEN, lifetime=30.0)
+    ref = ref_of(svc, sid)
+    with Poller(svc, engine):
+        wait_until(lambda: engine.stats().ends["silent"] == 1, timeout=10, message="the silent stream reopened")
+        wait_until(lambda: finished(engine.store, ref.key), timeout=10, message="capture finished")
+    assert captured(engine.store, ref.key) == [("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid)))]
+    stats = engine.stats()
+    assert stats.ends["stalled"] == 0
+    assert sum(stats.first_byte_counts) == 1
+    assert 0.5 <= stats.first_byte_sum < 10.0

@@ -10,7 +10,16 @@ from hypothesis import strategies as st
 from archiver.live import resume
 from archiver.live.followset import SessionRef, plan, ref_of
 from archiver.live.lines import MAX_LINE, LineSplitter
-from archiver.live.policy import Ending, Finish, Tuning, after, drain_expired, ending_of_status, stall_after
+from archiver.live.policy import (
+    Ending,
+    Finish,
+    Tuning,
+    after,
+    drain_expired,
+    ending_of_status,
+    first_byte_after,
+    stall_after,
+)
 from archiver.live.resume import CHAIN_START, Kept, Verdict, extend
 
 LINES = st.lists(st.binary(min_size=1, max_size=30).filter(lambda b: b"\n" not in b and b.strip()), max_size=25)
@@ -190,3 +199,9 @@ def test_statuses_map_to_endings_and_idle_stalls_lengthen_the_stall_timeout() ->
 def test_a_ref_comes_from_the_instance_key_even_when_the_id_holds_colons() -> None:
     ref = ref_of("1700000000123:match:eu:7")
     assert (ref.key, ref.session_id, ref.created_ms) == ("1700000000123:match:eu:7", "match:eu:7", 1700000000123)
+
+
+def test_the_first_byte_timeout_doubles_with_each_silent_stream_in_a_row_up_to_eight_times() -> None:
+    """A service too swamped to answer within 5 s gets 10, 20, then 40 s: reopening every 5 s
+    would only add to its queue."""
+    assert [first_byte_after(n, TUNING) for n in (0, 1, 2, 3, 9)] == [5.0, 10.0, 20.0, 40.0, 40.0]

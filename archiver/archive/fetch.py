@@ -54,6 +54,14 @@ LIVE_RECHECK = 2.0
 LIVE_WAIT_MARGIN = 300.0
 
 
+def waits_for_capture(item: ItemRow, live: LiveLogs | None, remaining: float) -> bool:
+    """A logs item whose live capture still follows its stream waits for it (unclaimed, no attempt
+    counted), until `LIVE_WAIT_MARGIN` before its deadline (``remaining`` seconds away)."""
+    return (
+        live is not None and item.kind == "logs" and remaining > LIVE_WAIT_MARGIN and live.following(item.session_key)
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Spooled:
     """The body is durable in the spool; commit `spooled` with these values."""
@@ -283,7 +291,7 @@ class Fetcher:
         live = self.live
         if live is None:
             return self._after_end(item, policy)[0]
-        if live.following(item.session_key) and remaining > LIVE_WAIT_MARGIN:
+        if waits_for_capture(item, live, remaining):
             return Retry("its live capture still follows the stream", item.source, wait=LIVE_RECHECK)
         segments = live.segments(item.session_key)
         if not segments:

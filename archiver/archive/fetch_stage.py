@@ -6,7 +6,7 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from archiver.archive.fetch import Fetcher, Finished, Retry, Spooled
+from archiver.archive.fetch import LIVE_WAIT_MARGIN, Fetcher, Finished, Retry, Spooled, waits_for_capture
 from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
 from archiver.archive.state import ItemRow
 from archiver.vocabulary import ItemStatus, Outcome
@@ -41,9 +41,25 @@ class FetchStage(Stage):
         wait. Every exception is handled here, the worker's edge."""
         item: ItemRow | None = None
         try:
-            item = self.state.claim_fetch(self._mono())
+            now, now_mono = self.clock(), self._mono()
+            live = self.fetcher.live
+            # Logs items waiting for their live capture are passed over, never claimed: no commit,
+            # no attempt. The capture settling wakes this worker (`LiveCapture.on_settled`); the
+            # nearest margin moment, or the idle wait, bounds the sleep.
+            margins: list[float] = []
+
+            def waiting(candidate: ItemRow) -> bool:
+                if not waits_for_capture(candidate, live, candidate.deadline - now):
+                    return False
+                margins.append(candidate.deadline - LIVE_WAIT_MARGIN - now)
+                return True
+
+            item = self.state.claim_fetch(now_mono, skip=waiting if live is not None else None)
             if item is None:
-                return self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH))
+                if not margins:
+                    return self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH))
+                gate = self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH, after=now_mono))
+                return max(0.0, min(gate, *margins))
             self._fetch(item)
         except Exception as exc:  # loop edge: count it, put the item back, keep the worker alive
             log.exception("fetch worker failed")
@@ -113,11 +129,9 @@ class FetchStage(Stage):
         if left <= 0:
             self._expire(item, result.error, result.source)
             return
-        if result.wait is not None:  # waiting, not failing (a live capture still following)
+        if result.wait is not None:  # waiting, not failing: its capture began following after the claim
             log.debug("%s of %r waits: %s", item.kind, item.session_id, result.error)
-            self.state.retry_item(
-                item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + result.wait, error=result.error
-            )
+            self.state.unclaim_item(item.id, not_before=self._mono() + result.wait)
             return
         if result.local:
             self.metrics.error("spool")

@@ -54,6 +54,7 @@ from archiver.errors import (
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.live import store as live_store
 from archiver.live.engine import LiveCapture
+from archiver.live.policy import Tuning as LiveTuning
 from archiver.live.store import CaptureStore
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
@@ -134,6 +135,11 @@ class Pipeline:
 
         self._wake = Wakeups(self.tuning.idle_wait, monotonic)
         self._stop = self._wake.stop
+        if live is not None:
+            # A capture settled (its finish checkpointed, or the loop died): a logs item waiting
+            # for it, unclaimed, is fetched now.
+            wake = self._wake
+            live.on_settled = lambda: wake.notify(FETCH)
         self._threads: list[threading.Thread] = []
         # Detection (touched by the poller thread only, in observe_poll), keyed by instance key.
         self._known: dict[str, Session | None] = {}
@@ -195,6 +201,7 @@ class Pipeline:
             live = LiveCapture(
                 settings.api_url, settings.api_token, CaptureStore(settings.state_dir),
                 max_streams=settings.follow_logs_max, keep_finished=settings.prune_after,
+                tuning=LiveTuning(first_byte_timeout=settings.follow_logs_first_byte_timeout),
             )  # fmt: skip
         return cls(settings, client, store, state, metrics, live=live)
 

@@ -3,13 +3,18 @@ gauge refresh (`Pipeline.gauges`: after a poll, and from the stage workers)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import HistogramMetricFamily, Metric
 
 from archiver.live.policy import Ending, Finish
-from archiver.live.report import LiveStats
+from archiver.live.report import FIRST_BYTE_BUCKETS, LiveStats
+
+FIRST_BYTE = "archiver_live_first_byte_seconds"
+_FIRST_BYTE_HELP = "Seconds from a session's first listing to the first line captured of its log by a live follow."
 
 
 class LiveMetrics:
@@ -57,6 +62,8 @@ class LiveMetrics:
         #: refresh gauges): two reports from one `_last`, or an older snapshot reported after a
         #: newer one, would add the same growth twice to counters that never go back.
         self._reporting = threading.Lock()
+        #: The engine keeps the histogram's running counts: exposed as they were last reported.
+        registry.register(self)
 
     def report(self, take: Callable[[], LiveStats]) -> int:
         """The engine's stats now (`take`: its `stats`); counters move by what grew since the last
@@ -73,3 +80,15 @@ class LiveMetrics:
             for state, count in stats.finished.items():
                 self._captures.labels(str(state)).inc(max(0, count - last.finished.get(state, 0)))
             return max(0, stats.errors - last.errors)
+
+    # --- the first-byte histogram (a collector over the last report's running counts) ----------
+
+    def describe(self) -> Iterable[Metric]:
+        return [HistogramMetricFamily(FIRST_BYTE, _FIRST_BYTE_HELP)]
+
+    def collect(self) -> Iterable[Metric]:
+        stats = self._last
+        counts = stats.first_byte_counts or (0,) * (len(FIRST_BYTE_BUCKETS) + 1)
+        bounds = [*(str(float(b)) for b in FIRST_BYTE_BUCKETS), "+Inf"]
+        buckets = [(bound, float(total)) for bound, total in zip(bounds, itertools.accumulate(counts), strict=True)]
+        return [HistogramMetricFamily(FIRST_BYTE, _FIRST_BYTE_HELP, buckets=buckets, sum_value=stats.first_byte_sum)]

@@ -70,6 +70,20 @@ class Response:
     headers: list[tuple[str, str]] = field(default_factory=list)
     #: A session's log or artifact body: recorded in the oracle as it is served.
     served_as: ServedAs | None = None
+    #: A follow stream: what the server needs to serve it on its hub instead of iterating ``body``.
+    follow: FollowFrom | None = None
+
+
+@dataclass(eq=False)
+class FollowFrom:
+    """Where a follow stream stands: its session, how lines are rendered, how many went out
+    (``first``, the log so far, is the stream's first chunk)."""
+
+    org: Org
+    sid: str
+    render: Callable[[list[LogLine]], bytes]
+    sent: int
+    first: bytes
 
 
 @dataclass
@@ -238,7 +252,13 @@ def logs(ctx: Context, req: Request) -> Response:
     lines = _session_log(ctx, req, sid)
     if not _truthy(req.arg("follow")):
         return Response(200, render(lines), content_type=content_type, served_as=ServedAs(req.org.name, sid, LOGS))
-    return Response(200, _follow(ctx, req.org, sid, render, len(lines), render(lines)), content_type=content_type)
+    first = render(lines)
+    return Response(
+        200,
+        _follow(ctx, req.org, sid, render, len(lines), first),
+        content_type=content_type,
+        follow=FollowFrom(req.org, sid, render, len(lines), first),
+    )
 
 
 def _follow(

@@ -1,4 +1,7 @@
-"""HTTP transport of the fake service: threaded HTTP/1.1 server, auth, fault injection, chunked responses."""
+"""HTTP transport of the fake service: threaded HTTP/1.1 server, auth, fault injection, chunked responses.
+
+Follow streams without a fault are handed to the one-thread `FollowHub` once their headers are out,
+so a fleet of them costs a socket each, not a thread each."""
 
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ from urllib.parse import parse_qs, urlsplit
 from archiver.fake import control, endpoints, routes
 from archiver.fake.errors import HttpProblem
 from archiver.fake.faults import FaultSpec
+from archiver.fake.followhub import FollowHub
 from archiver.fake.oracle import Tally, counted
-from archiver.fake.routes import Context, Request, Response
+from archiver.fake.routes import Context, FollowFrom, Request, Response
 from archiver.fake.wire import ERROR_CODES, REASONS, dumps, error_body, html_gateway_page
 
 log = logging.getLogger(__name__)
@@ -36,6 +40,9 @@ class FakeHTTPServer(ThreadingHTTPServer):
     end idle keep-alive connections and long streams instead of leaving threads behind."""
 
     daemon_threads = True
+    #: The listen backlog: a burst of a thousand connections (a fleet of followers reopening at
+    #: once) waits to be accepted instead of being reset, as with the standard library's 5.
+    request_queue_size = 4096
 
     def __init__(self, address: tuple[str, int], context: Context, tls: ssl.SSLContext | None = None) -> None:
         self.context = context
@@ -45,6 +52,9 @@ class FakeHTTPServer(ThreadingHTTPServer):
         self._connections: set[socket.socket] = set()
         self._handler_threads: set[threading.Thread] = set()
         self._to_reset: set[socket.socket] = set()
+        #: Connections whose follow stream goes to the hub once their handler finished.
+        self._handoffs: dict[socket.socket, tuple[FollowFrom, bool]] = {}
+        self.hub = FollowHub(context, self.process_request)
         if ":" in address[0]:  # an IPv6 literal such as ::1
             self.address_family = socket.AF_INET6
         super().__init__(address, _Handler)
@@ -70,6 +80,15 @@ class FakeHTTPServer(ThreadingHTTPServer):
             with self._lock:
                 self._connections.discard(request)
                 self._handler_threads.discard(threading.current_thread())
+                handoff = self._handoffs.pop(request, None)
+            if handoff is not None and not self.hub.add(request, client_address, handoff[0], keep_alive=handoff[1]):
+                with contextlib.suppress(OSError):
+                    request.close()  # the fake is stopping: the stream is cut, as on the threaded path
+
+    def hand_off(self, sock: socket.socket, follow: FollowFrom, *, keep_alive: bool) -> None:
+        """Give ``sock``'s follow stream to the hub once its handler returns (instead of closing it)."""
+        with self._lock:
+            self._handoffs[sock] = (follow, keep_alive)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that went away mid-request (a killed daemon, a reset) is what the fake is
@@ -86,6 +105,8 @@ class FakeHTTPServer(ThreadingHTTPServer):
 
     def shutdown_request(self, request: Any) -> None:
         with self._lock:
+            if request in self._handoffs:
+                return  # its stream goes on, on the hub
             reset = request in self._to_reset
             self._to_reset.discard(request)
         if reset:
@@ -95,6 +116,7 @@ class FakeHTTPServer(ThreadingHTTPServer):
 
     def close_all(self, timeout: float) -> None:
         """Shut down every open connection and wait for the handler threads."""
+        self.hub.close(timeout)
         with self._lock:
             conns, threads = list(self._connections), list(self._handler_threads)
         for conn in conns:
@@ -190,7 +212,29 @@ class _Handler(BaseHTTPRequestHandler):
         except Exception:  # the request edge: a bug answers 500 instead of killing the connection thread
             log.exception("fake service failed on %s %s", self.command, route.key)
             response = self._problem_response(HttpProblem(500, "INTERNAL_SERVER_ERROR", "Internal error."), path)
+        if response.follow is not None and fault is None:
+            self._start_follow(response, response.follow)
+            return
         self._send(response, fault)
+
+    def _start_follow(self, response: Response, follow: FollowFrom) -> None:
+        """Send a follow stream's headers and the log so far; the hub serves the rest."""
+        try:
+            self.send_response(response.status, REASONS.get(response.status))
+            if response.content_type:
+                self.send_header("Content-Type", response.content_type)
+            for name, value in response.headers:
+                self.send_header(name, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            if follow.first:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(follow.first), follow.first))
+        except OSError:  # the client went away: nothing left to tell it
+            self.close_connection = True
+            return
+        keep_alive = not self.close_connection
+        self.close_connection = True  # this thread is done with the connection; the hub has it
+        self.server.hand_off(self.connection, follow, keep_alive=keep_alive)
 
     def _handle(self, route: endpoints.Route, path: str, query: str, body: bytes) -> Response:
         ctx = self.server.context

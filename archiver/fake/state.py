@@ -15,7 +15,7 @@ from archiver.fake.clock import FakeClock
 from archiver.fake.content import FileSpec, seed_for, session_files
 from archiver.fake.errors import FakeConfigError, HttpProblem, UnknownSessionError, UnknownTokenError
 from archiver.fake.faults import FaultTable
-from archiver.fake.logs import DEFAULT_BODY_LINES, LINE_INTERVAL, LogLine, session_log
+from archiver.fake.logs import BOOT_LINES, DEFAULT_BODY_LINES, LINE_INTERVAL, LogLine, session_log
 from archiver.fake.oracle import Oracle
 from archiver.fake.quirks import Quirks
 from archiver.fake.validation import CreateRequest
@@ -73,6 +73,11 @@ class Session:
             visible = int(max(0.0, now - self.created) // LINE_INTERVAL)
             return session_log(self.id, body_lines=self.log_body_lines, visible=visible, ending=None)
         return session_log(self.id, body_lines=self.log_body_lines, visible=None, ending=self.status)
+
+    def line_count(self, now: float) -> int:
+        """``len(self.log(now))`` of a running session, without building its lines."""
+        visible = int(max(0.0, now - self.created) // LINE_INTERVAL)
+        return BOOT_LINES + max(0, min(visible, self.log_body_lines))
 
     def container_env(self) -> dict[str, str]:
         """The caller's env plus what the service sets (secret values: never log this)."""

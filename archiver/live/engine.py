@@ -2,7 +2,9 @@
 
 The daemon hands it the shard's active sessions after every poll (`update`, from any thread);
 those no longer listed drain until their stream ends, and `followset.plan` says which to start
-following under the cap. Streams are opened at most `connecting_max` at a time; a stream that ends is
+following under the cap. Streams are opened at most `connecting_max` at a time (a stream counts until
+its answer begins, so a thousand sessions listed at once never put a thousand requests in the
+service's queue, where the first-byte timeout would abort and re-send them); a stream that ends is
 reopened or finished by `policy.after`; a stall sweep aborts silent streams; the captures are
 checkpointed every `Tuning.checkpoint_interval` on a helper thread (and soon after a capture
 finishes). The loop's selector can be paused (`paused()`, around the poll cycle, so following
@@ -21,7 +23,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import httpx
 
@@ -41,6 +43,8 @@ log = logging.getLogger("archiver.live")
 MAX_SEGMENTS = 8
 #: Follows finished this long ago are forgotten by the loop (the store still has them).
 _RECENT_FOR = 3600.0
+#: Seconds between looks at a stream opened but not answered yet (at most `connecting_max` of them).
+_ANSWER_POLL = 0.02
 #: Seconds between prunes of finished captures no archive took.
 _PRUNE_EVERY = 3600.0
 
@@ -99,6 +103,9 @@ class LiveCapture:
         self._saver = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="live-checkpoint")
         self._unsaved: dict[tuple[str, int], SegmentRow] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        #: Called (on the loop's or a dying thread) when `following` turned False for some keys:
+        #: the archive's logs items waiting for those captures are woken.
+        self.on_settled: Callable[[], None] | None = None
 
     # --- the caller's side (any thread) -------------------------------------------------------
 
@@ -163,6 +170,8 @@ class LiveCapture:
             reconnects=dict(counters.reconnects),
             errors=counters.errors,
             finished=dict(self._finished),
+            first_byte_counts=tuple(counters.first_byte_counts),
+            first_byte_sum=counters.first_byte_sum,
         )
 
     def following(self, key: str) -> bool:
@@ -205,6 +214,16 @@ class LiveCapture:
         finally:
             self._ready.set()
             loop.close()
+            self._settled()  # dead: nothing follows any more (after a stop, captures stay followed)
+
+    def _settled(self) -> None:
+        callback = self.on_settled
+        if callback is not None:
+            try:
+                callback()
+            except Exception:  # the callback's edge: a missed wake costs one idle wait; counted
+                self._counters.errors += 1
+                log.exception("live capture: waking the archive failed")
 
     async def _main(self, loop: asyncio.AbstractEventLoop) -> None:
         self._stop_requested = asyncio.Event()
@@ -258,6 +277,8 @@ class LiveCapture:
             segment, saw_end = self._segment_for(ref)
             follow = Follow(ref, segment, self.store, self._counters, self._ended)
             follow.wanted = True
+            if segment.index == 0 and segment.kept.lines == 0:
+                follow.listed_at = time.monotonic()  # the loop's clock is monotonic too
             # Listed again after its capture saw the end: unless new lines come, it stays complete.
             follow.ended_properly = saw_end
             self._held[ref.key] = follow
@@ -322,6 +343,10 @@ class LiveCapture:
         follow.attach(stream)
         try:
             await open_stream(self._target, stream, tls=self._tls, timeout=self.tuning.connect_timeout)
+            # Its slot is held until the answer begins or the stream ends (the first-byte sweep
+            # bounds the wait): only `connecting_max` requests wait on the service at once.
+            while follow.stream is stream and not stream.answered:
+                await asyncio.sleep(_ANSWER_POLL)
         except (OSError, TimeoutError):
             follow.abort(Ending.REFUSED)
         finally:
@@ -396,7 +421,8 @@ class LiveCapture:
     async def _sweeps(self) -> None:
         """Abort silent streams, let go of drains past their timeout, sum up failures, and (hourly)
         remove finished captures no archive took."""
-        every = max(0.05, min(5.0, self.tuning.stall_timeout / 4, self.tuning.drain_timeout / 4))
+        tuning = self.tuning
+        every = max(0.05, min(5.0, tuning.stall_timeout / 4, tuning.drain_timeout / 4, tuning.first_byte_timeout / 4))
         pruned_at = float("-inf")
         while True:
             await asyncio.sleep(every)
@@ -419,7 +445,9 @@ class LiveCapture:
                 stream = follow.stream
                 if stream is None:
                     continue
-                if clock - stream.last_byte > policy.stall_after(follow.idle_stalls, self.tuning):
+                if not stream.answered and clock - stream.opened > policy.first_byte_after(follow.silences, tuning):
+                    follow.abort(Ending.SILENT)
+                elif clock - stream.last_byte > policy.stall_after(follow.idle_stalls, tuning):
                     follow.abort(Ending.STALLED)
                 elif follow.left_at is not None and policy.drain_expired(now - follow.left_at, self.tuning):
                     follow.abort(Ending.UNWANTED)
@@ -460,12 +488,16 @@ class LiveCapture:
             for row in rows:
                 self._unsaved.setdefault((row.key, row.index), row)
             return
+        settled = False
         for row in rows:
             recent = self._recent.get(row.key)
             # Unless it was listed again, or finished again since these rows were taken (the newer
             # row is in the next checkpoint), the store now says how it finished.
             if row.state != FOLLOWING and row.key not in self._held and (recent is None or recent[0].row() == row):
+                settled = settled or row.key in self._finishing
                 self._finishing.discard(row.key)
+        if settled:
+            self._settled()
 
     async def _shutdown(self) -> None:
         self._stopping = True

@@ -9,6 +9,7 @@ stream ends, tells the engine how (`policy.Ending`). It decides nothing about re
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -16,6 +17,7 @@ from archiver.live import resume
 from archiver.live.followset import SessionRef
 from archiver.live.lines import LineSplitter
 from archiver.live.policy import Ending, ending_of_status
+from archiver.live.report import FIRST_BYTE_BUCKETS, bucket_of
 from archiver.live.resume import Verdict
 from archiver.live.store import NDJSON, TEXT, CaptureStore, Segment
 from archiver.live.stream import Closed, FollowStream
@@ -38,6 +40,14 @@ class Counters:
     ends: dict[str, int] = field(default_factory=lambda: dict.fromkeys(Ending, 0))
     #: Streams reopened, by how the one before ended.
     reconnects: dict[str, int] = field(default_factory=lambda: dict.fromkeys(Ending, 0))
+    #: Time from a session's first listing to its first captured line: counts per bucket, sum.
+    first_byte_counts: list[int] = field(default_factory=lambda: [0] * (len(FIRST_BYTE_BUCKETS) + 1))
+    first_byte_sum: float = 0.0
+
+    def first_byte(self, seconds: float) -> None:
+        """One session's first line came ``seconds`` after it was first listed."""
+        self.first_byte_counts[bucket_of(seconds)] += 1
+        self.first_byte_sum += seconds
 
 
 class Follow:
@@ -54,12 +64,14 @@ class Follow:
         "ended_properly",
         "idle_stalls",
         "left_at",
+        "listed_at",
         "on_end",
         "queued",
         "reason",
         "ref",
         "retry_after",
         "segment",
+        "silences",
         "status",
         "stream",
         "timer",
@@ -85,11 +97,16 @@ class Follow:
         self.wanted = False
         #: Loop time at which the session left the active list (None while listed).
         self.left_at: float | None = None
+        #: When (time.monotonic) a new session was first listed, until its first line is kept
+        #: (None: resumed, or its first line already measured).
+        self.listed_at: float | None = None
         #: Reopens since a stream last brought a new line.
         self.attempt = 0
         #: A stream ended properly and no line came after it.
         self.ended_properly = False
         self.idle_stalls = 0
+        #: Streams in a row that brought no byte at all (`policy.first_byte_after`).
+        self.silences = 0
         #: Waiting in the engine's queue of streams to open.
         self.queued = False
         #: Set before the engine aborts the stream itself (stall, divergence found in the head).
@@ -145,6 +162,9 @@ class Follow:
         except OSError:
             self.abort(Ending.WRITE_FAILED)  # the replay of the next stream brings these lines again
             return
+        if self.listed_at is not None:
+            self.counters.first_byte(time.monotonic() - self.listed_at)
+            self.listed_at = None
         self.counters.lines += len(new)
         self.counters.bytes += written
         self.appended += len(new)
@@ -164,6 +184,7 @@ class Follow:
             self.ended_properly = True
         elif ending is Ending.STALLED and not self.appended:
             self.idle_stalls += 1
+        self.silences = self.silences + 1 if ending is Ending.SILENT else 0
         self.counters.ends[ending] += 1
         self.on_end(self, ending)
 

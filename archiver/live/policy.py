@@ -23,6 +23,7 @@ class Ending(StrEnum):
     ENDED = "ended"  # the body ended properly: the container stopped
     CUT = "cut"  # the connection broke mid-body (or mid-line)
     STALLED = "stalled"  # no byte for longer than the stall timeout
+    SILENT = "silent"  # no first byte (no answer at all) within the first-byte timeout of opening
     REFUSED = "refused"  # no connection: refused, unreachable, connect timeout
     GONE = "gone"  # 404: the service has no log for the session (yet, or any more)
     THROTTLED = "throttled"  # 420 or 429
@@ -69,7 +70,11 @@ class Tuning:
     drain_timeout: float = 120.0
     #: Longest wait between reopens while draining.
     drain_max_wait: float = 5.0
-    connect_timeout: float = 10.0
+    #: No byte at all (not even the answer's headers) this long after a stream was opened
+    #: reopens it: a healthy service answers at once, so silence is a lost connection or a
+    #: swamped accept queue, not an idle game server (that is ``stall_timeout``'s).
+    first_byte_timeout: float = 5.0
+    connect_timeout: float = 5.0
     #: Seconds between checkpoints of every capture (one filesystem sync and one transaction).
     checkpoint_interval: float = 10.0
 
@@ -120,6 +125,12 @@ def after(
 def drain_expired(draining_for: float, tuning: Tuning) -> bool:
     """A draining follow waiting to reopen past its drain timeout is finished instead."""
     return draining_for >= tuning.drain_timeout
+
+
+def first_byte_after(silences: int, tuning: Tuning) -> float:
+    """The first-byte timeout after ``silences`` streams in a row that brought no byte: a service
+    too swamped to answer in time gets more patience with each, so reopens never keep it busy."""
+    return tuning.first_byte_timeout * (1 << min(silences, 3))
 
 
 def stall_after(idle_stalls: int, tuning: Tuning) -> float:

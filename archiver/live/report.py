@@ -11,6 +11,10 @@ from archiver.textsafe import printable
 
 log = logging.getLogger("archiver.live")
 
+#: Upper bounds (seconds) of the buckets of the time from a session's first listing to its first
+#: captured line (`archiver_live_first_byte_seconds`): a healthy service is well under a second.
+FIRST_BYTE_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 60.0, 300.0)
+
 #: Endings that are no failure: the stream ended with the container, or the follow was let go.
 _NORMAL = frozenset({Ending.ENDED, Ending.UNWANTED})
 
@@ -35,6 +39,15 @@ class LiveStats:
     finished: dict[str, int]
     #: Unexpected errors caught at the loop's edges.
     errors: int = 0
+    #: Sessions by the time from their first listing to their first captured line: a count per
+    #: bucket of `FIRST_BYTE_BUCKETS` and one past the last (not cumulative), and their sum.
+    first_byte_counts: tuple[int, ...] = ()
+    first_byte_sum: float = 0.0
+
+
+def bucket_of(seconds: float) -> int:
+    """The index of the `FIRST_BYTE_BUCKETS` bucket ``seconds`` falls in (len: past the last)."""
+    return next((i for i, bound in enumerate(FIRST_BYTE_BUCKETS) if seconds <= bound), len(FIRST_BYTE_BUCKETS))
 
 
 class FailureLog:

@@ -91,7 +91,8 @@ class FollowStream(asyncio.Protocol):
     """The protocol of one follow connection (see the module docstring)."""
 
     __slots__ = (
-        "_clock", "_conn", "_done", "_request", "_retry_after", "_sink", "_status", "_transport", "last_byte",
+        "_clock", "_conn", "_done", "_request", "_retry_after", "_sink", "_status", "_transport", "answered",
+        "last_byte", "opened",
     )  # fmt: skip
 
     def __init__(self, request: h11.Request, sink: StreamSink, clock: Callable[[], float] = time.monotonic) -> None:
@@ -103,8 +104,10 @@ class FollowStream(asyncio.Protocol):
         self._retry_after: float | None = None
         self._done = False
         self._clock = clock
-        #: When the last byte arrived (the caller's stall check reads it).
-        self.last_byte = clock()
+        #: When the stream was made (before its connection), and when the last byte arrived (the
+        #: caller's first-byte and stall checks read them); ``answered``: any byte arrived at all.
+        self.opened = self.last_byte = clock()
+        self.answered = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -117,6 +120,7 @@ class FollowStream(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_byte = self._clock()
+        self.answered = True
         if self._done:
             return
         self._conn.receive_data(data)

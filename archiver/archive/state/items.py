@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from archiver.archive.state.connection import Connection
@@ -37,14 +37,21 @@ class ItemRepo(Connection):
             ).fetchall()
         return [item_row(r) for r in rows]
 
-    def claim_fetch(self, now_mono: float) -> ItemRow | None:
-        """The pending item with the earliest deadline whose retry gate is open, now `fetching`."""
+    def claim_fetch(self, now_mono: float, skip: Callable[[ItemRow], bool] | None = None) -> ItemRow | None:
+        """The pending item with the earliest deadline whose retry gate is open, now `fetching`.
+
+        ``skip``: items it is true for are passed over and stay as they are (a logs item waiting
+        for its live capture): no write, no attempt counted. When every open item is skipped the
+        transaction changed nothing, and its commit writes nothing.
+        """
         with self.write(durable=False) as db:  # a lost claim is one recovery undoes anyway
-            row = db.execute(
+            cursor = db.execute(
                 f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'pending_fetch' AND not_before <= ? "
-                "ORDER BY deadline, id LIMIT 1",
+                "ORDER BY deadline, id" + ("" if skip else " LIMIT 1"),
                 (now_mono,),
-            ).fetchone()
+            )
+            row = next((r for r in cursor if skip is None or not skip(item_row(r))), None)
+            cursor.close()
             if row is None:
                 return None
             db.execute("UPDATE items SET status = 'fetching', attempts = attempts + 1 WHERE id = ?", (row[0],))
@@ -87,11 +94,26 @@ class ItemRepo(Connection):
                 [(item.id, item.instance) for item in items],
             )
 
-    def next_gate(self, status: ItemStatus) -> float | None:
-        """The earliest retry gate (monotonic) among items in `status`, for a worker's wait."""
+    def next_gate(self, status: ItemStatus, after: float | None = None) -> float | None:
+        """The earliest retry gate (monotonic) among items in `status`, for a worker's wait; with
+        ``after``, among the gates still closed then (the open ones are waiting for something else)."""
         with self.read() as db:
-            value = db.execute("SELECT MIN(not_before) FROM items WHERE status = ?", (status,)).fetchone()[0]
+            value = db.execute(
+                "SELECT MIN(not_before) FROM items WHERE status = ? AND (? IS NULL OR not_before > ?)",
+                (status, after, after),
+            ).fetchone()[0]
         return None if value is None else float(value)
+
+    def unclaim_item(self, item_id: int, *, not_before: float) -> None:
+        """A claimed item that turned out to be waiting (its live capture still follows) goes back
+        to `pending_fetch` as it was: the claim's attempt taken back, its error kept, not fsynced
+        (a crash puts it back all the same)."""
+        with self.write(durable=False) as db:
+            db.execute(
+                "UPDATE items SET status = 'pending_fetch', attempts = MAX(0, attempts - 1), not_before = ? "
+                "WHERE id = ? AND status = 'fetching'",
+                (not_before, item_id),
+            )
 
     def mark_spooled(
         self,
