@@ -51,7 +51,7 @@ def logged(
     archive: Callable[..., Manifest] = request.getfixturevalue("archive_from_fake")
     manifests = [archive() for _ in range(3)]
     key, vkey = _keygen(tmp_path)
-    result = run_cli(store, ["log", "backfill", "--tlog-key-file", str(key)])
+    result = run_cli(store, ["log", "backfill", "--min-age", "0", "--tlog-key-file", str(key)])
     assert result.exit_code == 0, result.output
     assert "appended 3 archives to log backfill (now 3 leaves); 0 already logged" in result.output
     return store, manifests, key, vkey
@@ -72,7 +72,7 @@ Logged = tuple[ObjectStore, list[Manifest], Path, str]
 
 def test_a_backfill_twice_appends_nothing_the_second_time(logged: Logged) -> None:
     store, _, key, _ = logged
-    result = run_cli(store, ["log", "backfill", "--tlog-key-file", str(key)])
+    result = run_cli(store, ["log", "backfill", "--min-age", "0", "--tlog-key-file", str(key)])
     assert "appended 0 archives" in result.output and "3 already logged" in result.output
 
 
@@ -189,10 +189,10 @@ def test_verify_log_catches_a_rollback_against_the_witness_store(
     witness.mkdir()
     options = ["--tlog-key-file", str(key), "--tlog-witness-store", witness.as_uri()]
     archive()
-    run_cli(store, ["log", "backfill", *options])
+    run_cli(store, ["log", "backfill", "--min-age", "0", *options])
     first = (_root(store) / "log" / "backfill" / "checkpoint").read_bytes()
     archive()
-    run_cli(store, ["log", "backfill", *options])
+    run_cli(store, ["log", "backfill", "--min-age", "0", *options])
     assert sorted(p.name for p in (witness / "witness" / "backfill").iterdir()) == [f"{1:020d}", f"{2:020d}"]
     # Rewound to one leaf: the checkpoint put back, the size-2 tiles and history entry deleted.
     log = _root(store) / "log" / "backfill"
