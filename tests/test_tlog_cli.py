@@ -280,3 +280,29 @@ def test_the_readme_worked_example_prints_what_the_readme_says(
     )  # fmt: skip
     assert whole.returncode == 0, whole.stderr
     assert "file manifest.json: matches the manifest the log holds" in whole.stdout
+
+
+def test_verify_log_takes_a_received_proof_bundle_as_the_kept_checkpoint(
+    logged: Logged, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    store, _, key, vkey = logged
+    archive: Callable[..., Manifest] = request.getfixturevalue("archive_from_fake")
+    fourth = archive()
+    run_cli(store, ["log", "backfill", "--min-age", "0", "--tlog-key-file", str(key)])
+    bundle = tmp_path / "received.proof"
+    run_cli(store, ["prove", fourth.session_id, "-o", str(bundle), "--key", vkey])
+    assert json.loads(bundle.read_text())["checkpoint"].split("\n")[1] == "4"
+    ok = run_cli(store, ["verify", "--log", "--checkpoint", str(bundle), "--key", vkey])
+    assert ok.exit_code == 0, ok.output
+    # The log is rolled back to the 3 leaves of its first checkpoint (the 4th archive hidden).
+    log = _root(store) / "log" / "backfill"
+    for path in ("tile/0/000.p/4", "tile/entries/000.p/4", f"checkpoints/{4:020d}"):
+        (log / path).unlink()
+    (log / "checkpoint").write_bytes((log / "checkpoints" / f"{3:020d}").read_bytes())
+    checked = run_cli(store, ["verify", "--log", "--checkpoint", str(bundle), "--key", vkey])
+    assert checked.exit_code == 1
+    assert "rollback: log backfill: a kept checkpoint has 4 leaves, the log now 3" in checked.output
+    # A kept file that is neither a checkpoint nor a bundle: one line naming both, as for a bad checkpoint.
+    (tmp_path / "notes.json").write_text('{"format": "something else"}')
+    wrong = run_cli(store, ["verify", "--log", "--checkpoint", str(tmp_path / "notes.json"), "--key", vkey])
+    assert wrong.exit_code == 1 and "neither a signed checkpoint nor a proof bundle" in wrong.output
