@@ -119,6 +119,26 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def open_connections_to(port: int) -> int:
+    """How many established TCP connections this process holds open to loopback ``port`` (its own
+    sockets only, from /proc: a client that closed its pool holds none)."""
+    fds = Path("/proc/self/fd")
+    inodes = set()
+    for fd in fds.iterdir():
+        try:
+            target = fd.readlink().name
+        except OSError:
+            continue  # closed while listing
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    count = 0
+    for line in Path("/proc/self/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote_port, state, inode = int(fields[2].split(":")[1], 16), fields[3], fields[9]
+        count += remote_port == port and state == "01" and inode in inodes
+    return count
+
+
 # --- upstream session-list entries --------------------------------------------------------------
 
 

@@ -70,7 +70,7 @@ INVOCATION: dict[str, set[str]] = {
     "keygen": {"--name", "--out", "--public"},
     "prove": {"--instance", "--out", "--key"},
     "verify-bundle": {"--key", "--tsa-cert"},
-    "log backfill": {"--writer"},
+    "log backfill": {"--writer", "--min-age"},
 }
 #: Hidden spellings that are no alias of a table option: `fake-service --token` (its value is a
 #: token, not the file its replacement takes; deprecated by the command itself).

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
+import shlex
 import stat
 import subprocess
 import sys
@@ -22,7 +24,7 @@ from archiver.store import ObjectStore
 from archiver.tlog import standalone
 from tests import fixtures_retrieval
 from tests.fixtures_retrieval import archive_from_fake  # noqa: F401  (a fixture: the real pipeline into `store`)
-from tests.support import Browsers, put_session, run_cli
+from tests.support import REPO, Browsers, put_session, run_cli
 
 file_store = fixtures_retrieval.file_store
 STANDALONE = Path(standalone.__file__)
@@ -51,7 +53,7 @@ def logged(
     archive: Callable[..., Manifest] = request.getfixturevalue("archive_from_fake")
     manifests = [archive() for _ in range(3)]
     key, vkey = _keygen(tmp_path)
-    result = run_cli(store, ["log", "backfill", "--tlog-key-file", str(key)])
+    result = run_cli(store, ["log", "backfill", "--min-age", "0", "--tlog-key-file", str(key)])
     assert result.exit_code == 0, result.output
     assert "appended 3 archives to log backfill (now 3 leaves); 0 already logged" in result.output
     return store, manifests, key, vkey
@@ -72,7 +74,7 @@ Logged = tuple[ObjectStore, list[Manifest], Path, str]
 
 def test_a_backfill_twice_appends_nothing_the_second_time(logged: Logged) -> None:
     store, _, key, _ = logged
-    result = run_cli(store, ["log", "backfill", "--tlog-key-file", str(key)])
+    result = run_cli(store, ["log", "backfill", "--min-age", "0", "--tlog-key-file", str(key)])
     assert "appended 0 archives" in result.output and "3 already logged" in result.output
 
 
@@ -189,10 +191,10 @@ def test_verify_log_catches_a_rollback_against_the_witness_store(
     witness.mkdir()
     options = ["--tlog-key-file", str(key), "--tlog-witness-store", witness.as_uri()]
     archive()
-    run_cli(store, ["log", "backfill", *options])
+    run_cli(store, ["log", "backfill", "--min-age", "0", *options])
     first = (_root(store) / "log" / "backfill" / "checkpoint").read_bytes()
     archive()
-    run_cli(store, ["log", "backfill", *options])
+    run_cli(store, ["log", "backfill", "--min-age", "0", *options])
     assert sorted(p.name for p in (witness / "witness" / "backfill").iterdir()) == [f"{1:020d}", f"{2:020d}"]
     # Rewound to one leaf: the checkpoint put back, the size-2 tiles and history entry deleted.
     log = _root(store) / "log" / "backfill"
@@ -204,3 +206,103 @@ def test_verify_log_catches_a_rollback_against_the_witness_store(
     checked = run_cli(store, ["verify", "--log", "--key", vkey, "--tlog-witness-store", witness.as_uri()])
     assert checked.exit_code == 1
     assert "rollback: log backfill: a kept checkpoint has 2 leaves, the log now 1" in checked.output
+
+
+def _readme_example() -> list[str]:
+    """The README's worked example (the indented block after its heading): commands and output."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    start = text.index("**Worked example: checking a bundle without the archiver.**")
+    lines = text[start:].split("\n")
+    first = next(i for i, line in enumerate(lines) if line.startswith("    $ "))
+    block = []
+    for line in lines[first:]:
+        if not line.startswith("    "):
+            break
+        block.append(line[4:])
+    return block
+
+
+def _shape(text: str) -> str:
+    """Output with what differs from archive to archive made uniform: hashes, times, leaf numbers."""
+    text = re.sub(r"\b[0-9a-f]{64}\b", "<sha256>", text)
+    text = re.sub(r"\b[0-9a-f]{16}…", "<sha256 prefix>…", text)
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z", "<time>", text)
+    return re.sub(r"leaf \d+|has \d+ leaves", lambda m: re.sub(r"\d+", "<n>", m.group()), text)
+
+
+def test_the_readme_worked_example_prints_what_the_readme_says(
+    store: ObjectStore, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    archive: Callable[..., Manifest] = request.getfixturevalue("archive_from_fake")
+    manifests = [archive() for _ in range(3)]
+    made = CliRunner().invoke(main, ["keygen", "--name", "games.example.com/archiver", "-o", str(tmp_path / "log.key")])
+    assert made.exit_code == 0, made.output
+    assert (
+        run_cli(store, ["log", "backfill", "--min-age", "0", "--tlog-key-file", str(tmp_path / "log.key")]).exit_code
+        == 0
+    )
+    m = manifests[2]
+    block = _readme_example()
+    sid, instance = re.search(r"OK: session '([^']+)' instance (\S+)", "\n".join(block)).groups()  # type: ignore[union-attr]
+    # The studio's side, as the README tells it: prove, get.
+    run_cli(
+        store,
+        ["prove", m.session_id, "-o", str(tmp_path / f"{sid}.proof"), "--tlog-key-file", str(tmp_path / "log.key")],
+    )
+    got = run_cli(store, ["get", m.session_id, "--out", str(tmp_path / "get")])
+    assert got.exit_code == 0, got.output
+    (downloaded,) = (tmp_path / "get").iterdir()
+    assert (downloaded / "manifest.json").is_file() and (downloaded / "logs.txt.gz").is_file()
+    # The other party's directory: the bundle, the key, the script and the files under their names.
+    for path in downloaded.rglob("*"):
+        if path.is_file():
+            (tmp_path / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "verify_bundle.py").write_bytes(STANDALONE.read_bytes())
+    env = {"PATH": os.environ.get("PATH", ""), "LC_ALL": "C.UTF-8"}
+    commands = [i for i, line in enumerate(block) if line.startswith("$ ")]
+    assert len(commands) >= 3
+    for at, end in zip(commands, [*commands[1:], len(block)], strict=True):
+        command, expected = block[at][2:], block[at + 1 : end]
+        if command.startswith("pip install"):
+            continue
+        assert command.startswith(("python verify_bundle.py ", "echo ")), command
+        command = command.replace("python ", shlex.quote(sys.executable) + " ", 1)
+        run = subprocess.run(
+            command, shell=True, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False
+        )  # fmt: skip
+        printed = (run.stdout + run.stderr).replace(m.session_id, sid).replace(str(m.instance), instance)
+        assert _shape(printed).splitlines() == [_shape(line) for line in expected], command
+    # And every file `archiver get` wrote, the manifest among them, verifies against the bundle.
+    files = sorted(str(p) for p in downloaded.rglob("*") if p.is_file())
+    whole = subprocess.run(
+        [sys.executable, str(STANDALONE), str(tmp_path / f"{sid}.proof"), "--key", str(tmp_path / "log.pub"), *files],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert whole.returncode == 0, whole.stderr
+    assert "file manifest.json: matches the manifest the log holds" in whole.stdout
+
+
+def test_verify_log_takes_a_received_proof_bundle_as_the_kept_checkpoint(
+    logged: Logged, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    store, _, key, vkey = logged
+    archive: Callable[..., Manifest] = request.getfixturevalue("archive_from_fake")
+    fourth = archive()
+    run_cli(store, ["log", "backfill", "--min-age", "0", "--tlog-key-file", str(key)])
+    bundle = tmp_path / "received.proof"
+    run_cli(store, ["prove", fourth.session_id, "-o", str(bundle), "--key", vkey])
+    assert json.loads(bundle.read_text())["checkpoint"].split("\n")[1] == "4"
+    ok = run_cli(store, ["verify", "--log", "--checkpoint", str(bundle), "--key", vkey])
+    assert ok.exit_code == 0, ok.output
+    # The log is rolled back to the 3 leaves of its first checkpoint (the 4th archive hidden).
+    log = _root(store) / "log" / "backfill"
+    for path in ("tile/0/000.p/4", "tile/entries/000.p/4", f"checkpoints/{4:020d}"):
+        (log / path).unlink()
+    (log / "checkpoint").write_bytes((log / "checkpoints" / f"{3:020d}").read_bytes())
+    checked = run_cli(store, ["verify", "--log", "--checkpoint", str(bundle), "--key", vkey])
+    assert checked.exit_code == 1
+    assert "rollback: log backfill: a kept checkpoint has 4 leaves, the log now 3" in checked.output
+    # A kept file that is neither a checkpoint nor a bundle: one line naming both, as for a bad checkpoint.
+    (tmp_path / "notes.json").write_text('{"format": "something else"}')
+    wrong = run_cli(store, ["verify", "--log", "--checkpoint", str(tmp_path / "notes.json"), "--key", vkey])
+    assert wrong.exit_code == 1 and "neither a signed checkpoint nor a proof bundle" in wrong.output

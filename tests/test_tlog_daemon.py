@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,17 +20,19 @@ from archiver.fake import FakeService
 from archiver.layout import keys
 from archiver.settings import Settings
 from archiver.sharding import Shard
-from archiver.store import ObjectStore, open_store
+from archiver.store import ObjectStore, make_s3_client, open_store
 from archiver.tlog import merkle
+from archiver.tlog.backfill import backfill
 from archiver.tlog.keyfile import write_keypair
 from archiver.tlog.leaf import Leaf
-from archiver.tlog.log import TileLog, read_object
+from archiver.tlog.log import LogReader, TileLog, read_object, writers
 from archiver.tlog.note import Signer
 from archiver.tlog.witness import Witness
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_pipeline import FAST, FAST_POLICY
-from tests.support import ARTIFACT_PATHS, wait_until
+from tests.fixtures_s3 import SeaweedServer
+from tests.support import ARTIFACT_PATHS, open_connections_to, put_session, wait_until
 
 SIGNER = Signer("archiver.test/log", hashlib.sha256(b"daemon test key").digest())
 
@@ -213,3 +216,81 @@ def test_a_schema_3_state_db_is_migrated_with_an_empty_log_queue(tmp_path: Path)
         migrated.close()
     with sqlite3.connect(tmp_path / "state" / "state.db") as db:
         assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+
+
+def test_stopping_the_pipeline_closes_the_witness_store_it_opened(
+    fake_service: FakeService, tmp_path: Path, seaweed_server: SeaweedServer
+) -> None:
+    # SeaweedFS keeps HTTP connections alive (moto's server closes each one): an open client shows.
+    endpoint, port = seaweed_server.endpoint, seaweed_server.s3
+    bucket = f"witness-{uuid.uuid4().hex[:16]}"
+    make_s3_client(endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    root = tmp_path / "store"
+    root.mkdir()
+    write_keypair("archiver.test/log", tmp_path / "log.key", tmp_path / "log.pub")
+    settings = Settings(
+        state_dir=tmp_path / "state",
+        artifact_paths=ARTIFACT_PATHS,
+        tlog_key_file=tmp_path / "log.key",
+        tlog_interval=0.05,
+        tlog_witness_store=f"s3://{bucket}/witness",
+        s3_endpoint_url=endpoint,
+    )
+    client = SessionHostClient.connect(fake_service.base_url, Token(TEST_TOKEN), policy=FAST_POLICY)
+    state = StateDB.open(settings.state_dir)
+    pipeline = Pipeline(
+        settings, client, open_store(root.as_uri()), state, SelfMetrics(CollectorRegistry()),
+        clock=fake_service.clock.now, policy=FAST_POLICY, tuning=FAST,
+    )  # fmt: skip
+    assert pipeline.log_stage is not None and pipeline.log_stage.witness is not None
+    witness = pipeline.log_stage.witness
+    state.add_log_pending("k0", _leaf(0), now=0.0)
+    pipeline.recover()
+    pipeline.start()
+    try:
+        # The queue empties after the checkpoint was copied to the witness.
+        wait_until(lambda: state.log_pending_count() == 0, message="the queued leaf checkpointed and witnessed")
+        assert witness.store.list_keys(keys.witness_prefix(witness.store.prefix, "shard-0-replica-0"))
+        assert open_connections_to(port) >= 1  # the witness store's client keeps its connection
+    finally:
+        assert pipeline.stop(10.0)
+        client.close()
+        state.close()
+    assert open_connections_to(port) == 0
+
+
+def _leaf_counts(store: ObjectStore) -> dict[str, int]:
+    """How many leaves of all the store's logs name each manifest SHA-256."""
+    counts: dict[str, int] = {}
+    for name in writers(store):
+        reader = LogReader(store, name)
+        head = reader.head(SIGNER.verifier)
+        size = head.checkpoint.size if head is not None else 0
+        for _, entry in reader.entries(0, size, size):
+            sha = Leaf.decode(entry).manifest_sha256
+            counts[sha] = counts.get(sha, 0) + 1
+    return counts
+
+
+def test_a_backfill_leaves_an_archive_a_daemon_queued_but_not_yet_checkpointed_to_the_daemon(
+    parts: tuple[StateDB, ObjectStore, CollectorRegistry],
+) -> None:
+    state, store, registry = parts
+    now = 1_790_100_000.0
+    old = put_session(store, "before-the-log", ended_at=now - 86_400)
+    new = put_session(store, "just-archived", ended_at=now - 90)  # archived 60 s ago
+    shas = {}
+    for m in (old, new):
+        shas[m.session_id] = hashlib.sha256(read_object(store, keys.manifest_key("", m.session_id, None))).hexdigest()
+    # The daemon that made the new archive queued its leaf; its next checkpoint is seconds away.
+    state.add_log_pending(
+        "k-new", Leaf.of(shas["just-archived"], new.session_id, None, new.archived_at).encode(), now=now
+    )
+    report = backfill(store, SIGNER, "backfill", lambda: now)
+    assert (report.appended, report.too_recent) == (1, 1)
+    assert _stage(state, store, registry).run_once() == 1
+    # Each archive is exactly one leaf: the old one the backfill's, the new one the daemon's.
+    assert _leaf_counts(store) == {shas["before-the-log"]: 1, shas["just-archived"]: 1}
+    # Once older than the horizon, what the daemon logged is still skipped: a rerun appends nothing.
+    again = backfill(store, SIGNER, "backfill", lambda: now + 7200)
+    assert (again.appended, again.already_logged, again.too_recent) == (0, 2, 0)

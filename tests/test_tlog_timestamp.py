@@ -17,7 +17,7 @@ from archiver.cli import main
 from archiver.errors import LogError, LogVerificationError
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.store import open_store
-from archiver.tlog import timestamp
+from archiver.tlog import standalone, timestamp
 from archiver.tlog.leaf import Leaf
 from archiver.tlog.log import read_object
 from archiver.tlog.note import Signer
@@ -71,3 +71,39 @@ def test_each_checkpoint_is_timestamped_and_the_bundle_carries_it(openssl_tsa: L
     path.write_text(json.dumps(document))
     bad = CliRunner().invoke(main, ["verify-bundle", str(path), "--key", vkey, "--tsa-cert", str(openssl_tsa.root)])
     assert bad.exit_code == 1 and "other bytes than this checkpoint" in bad.output
+
+
+def test_the_standalone_verifier_says_a_timestamp_is_present_but_not_verified_by_it(
+    openssl_tsa: LocalTsa, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "store").mkdir()
+    store = open_store((tmp_path / "store").as_uri())
+    m = put_session(store, "stamped-alone", ended_at=1_790_000_000)
+    data = read_object(store, "sessions/stamped-alone/manifest.json")
+    leaf = Leaf.of(hashlib.sha256(data).hexdigest(), m.session_id, m.instance, m.archived_at)
+    state = StateDB.open(tmp_path / "state")
+    try:
+        state.add_log_pending("k", leaf.encode(), now=0.0)
+        LogStage(
+            state, store, SIGNER, "shard-0-replica-0", SelfMetrics(CollectorRegistry()), lambda: 1.8e9,
+            interval=1, tsa_url=openssl_tsa.url,
+        ).run_once()  # fmt: skip
+    finally:
+        state.close()
+    document = json.loads(prove(store, SIGNER.verifier, m.session_id, m.instance))
+    path = tmp_path / "proof.json"
+    path.write_text(json.dumps(document))
+    vkey = SIGNER.verifier.encode()
+    assert standalone.main([str(path), "--key", vkey]) == 0
+    out = capsys.readouterr().out
+    assert "timestamp: present" in out and "NOT verified by this tool" in out and "--tsa-cert" in out
+    # A timestamp of other bytes is caught even without the TSA's certificate.
+    document["timestamp"] = base64.b64encode(timestamp.request(openssl_tsa.url, b"other\n")).decode()
+    path.write_text(json.dumps(document))
+    assert standalone.main([str(path), "--key", vkey]) == 1
+    assert "other bytes than this checkpoint" in capsys.readouterr().err
+    # Without one, the report says there is none (rather than staying silent).
+    document["timestamp"] = None
+    path.write_text(json.dumps(document))
+    assert standalone.main([str(path), "--key", vkey]) == 0
+    assert "timestamp: none" in capsys.readouterr().out

@@ -305,7 +305,15 @@ class Pipeline:
         self._threads = [t for t in self._threads if t.is_alive()]
         if alive:
             log.warning("pipeline threads still busy after %.0f s: %s", timeout, ", ".join(alive))
+        self._close_witness(alive)
         return not alive
+
+    def _close_witness(self, alive: Sequence[str]) -> None:
+        """Release the witness store this pipeline opened, once the log thread (its only user) ended."""
+        witness = self.log_stage.witness if self.log_stage is not None else None
+        if witness is None or any("-tlog-" in name for name in alive):
+            return  # a log thread still busy keeps it: closing under it would fail its last batch
+        witness.store.close()
 
     def alive(self) -> bool:
         """For /healthz: started and every worker thread still running (loops survive errors, so a

@@ -229,7 +229,8 @@ def get(
 )  # fmt: skip
 @click.option(
     "--checkpoint", "checkpoints", multiple=True, type=LocalPath(dir_okay=False, exists=True, path_type=Path),
-    help="With --log: a signed checkpoint kept earlier (repeatable): the log must still extend it.",
+    help="With --log: a signed checkpoint kept earlier, or a proof bundle (its checkpoint) (repeatable): "
+    "the log must still extend it.",
 )  # fmt: skip
 @click.option("--key", default=None, metavar="PUBKEY", help="With --log: the log's public key (or file).")
 @format_option()
@@ -293,14 +294,16 @@ def _verify_log(
     from archiver.cli.tlog_commands import verifier_for
     from archiver.tlog.audit import audit
     from archiver.tlog.checkpoint import open_signed
+    from archiver.tlog.prove import kept_checkpoint
 
     verifier = verifier_for(key, settings)
     kept = []
     for path in checkpoints:
         try:
-            kept.append(open_signed(path.read_bytes(), verifier))
+            data = path.read_bytes()
         except OSError as exc:
             raise LocalFileError(f"cannot read {path}: {exc.strerror}") from None
+        kept.append(open_signed(kept_checkpoint(data), verifier))
     if settings.tlog_witness_store is not None:
         from archiver.store import open_store
         from archiver.tlog.witness import Witness

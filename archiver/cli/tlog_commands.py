@@ -10,10 +10,11 @@ from typing import Any
 import click
 
 from archiver.cli.base import friendly_errors, instance_option, main, resolve, settings_options, store_for
-from archiver.cli.params import SESSION_ID, LocalPath
+from archiver.cli.params import SESSION_ID, Checked, LocalPath
 from archiver.errors import ConfigError, LocalFileError, LogVerificationError
 from archiver.settings import STORE_SCOPES, Settings
 from archiver.tlog.note import Verifier
+from archiver.values import parse_duration
 
 KEY_HELP = "The log's public key (name+id+key, from `archiver keygen`) or a file holding it."
 
@@ -107,7 +108,7 @@ def verify_bundle(bundle: Path, key: str, tsa_certs: tuple[Path, ...], files: tu
         result = standalone.verify(data, vkey, files)
     except standalone.BundleError as exc:
         raise LogVerificationError(f"the bundle does not verify: {exc}") from None
-    click.echo(result.report())
+    click.echo(result.report(timestamp_line=False))  # the timestamp is checked (and reported) below
     document = json.loads(data)
     if document.get("timestamp"):
         stamp = timestamp.check(base64.b64decode(document["timestamp"]), document["checkpoint"].encode(), roots)
@@ -136,9 +137,15 @@ def log_group() -> None:
     "--writer", default="backfill", show_default=True, metavar="NAME",
     help="The log to append to (never a running daemon's own, shard-S-replica-R).",
 )  # fmt: skip
+@click.option(
+    "--min-age", "min_age", default="1h", show_default=True, metavar="DURATION",
+    type=Checked(parse_duration, "duration"),
+    help="Skip archives younger than this: a running daemon logs them itself (appending one it has "
+    "queued but not yet checkpointed would make it a leaf of two logs). Run again later for those.",
+)  # fmt: skip
 @settings_options(STORE_SCOPES)
 @friendly_errors
-def backfill(writer: str, **kwargs: Any) -> None:
+def backfill(writer: str, min_age: str, **kwargs: Any) -> None:
     """Append the archives made before the log existed, oldest first (the log proves they existed
     since they were logged, not since they were archived). Already logged archives are skipped."""
     from archiver.layout.keys import check_log_writer
@@ -163,13 +170,14 @@ def backfill(writer: str, **kwargs: Any) -> None:
 
             witness_store = open_store(settings.tlog_witness_store, s3_endpoint_url=settings.s3_endpoint_url)
             witness = Witness(witness_store)
-        report = run_backfill(store, signer, writer, time.time, witness=witness)
+        report = run_backfill(store, signer, writer, time.time, witness=witness, min_age=parse_duration(min_age))
     finally:
         store.close()
         if witness_store is not None:
             witness_store.close()
     click.echo(
         f"appended {report.appended} archives to log {writer} (now {report.size} leaves); "
-        f"{report.already_logged} already logged, {report.unreadable} unreadable manifests skipped"
+        f"{report.already_logged} already logged, {report.unreadable} unreadable manifests skipped, "
+        f"{report.too_recent} younger than --min-age left to the daemons"
     )
     sys.exit(1 if report.unreadable else 0)

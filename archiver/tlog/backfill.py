@@ -3,6 +3,12 @@
 What the log then proves for them is existence since they were logged (the checkpoint that first
 holds them), not since they were archived: their manifests' ``archived_at`` is the studio's word.
 Archives already a leaf of any log in the store are skipped, so running it twice appends nothing.
+
+Archives younger than ``min_age`` (an hour by default) are left to the daemons: a daemon running
+with the log queues each archive's leaf in the transaction that marks it archived and checkpoints
+it within ``--tlog-interval``, so an archive just made may be in a daemon's queue but in no
+checkpoint yet; appending it here too would make it a leaf of two logs. Run the backfill again
+later to pick up what was too recent (it is idempotent).
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from archiver.tlog.witness import Witness
 
 #: Leaves per checkpoint.
 BATCH = 10_000
+#: Archives younger than this (seconds) are left to the daemons that made them (see above).
+MIN_AGE = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +39,8 @@ class BackfillReport:
     already_logged: int
     unreadable: int
     size: int
+    #: Archived less than ``min_age`` ago: left to the daemons' own logs.
+    too_recent: int = 0
 
 
 def logged_manifests(store: ObjectStore, signer: Signer) -> set[str]:
@@ -51,11 +61,19 @@ def logged_manifests(store: ObjectStore, signer: Signer) -> set[str]:
 
 
 def backfill(
-    store: ObjectStore, signer: Signer, writer: str, clock: Callable[[], float], *, witness: Witness | None = None
+    store: ObjectStore,
+    signer: Signer,
+    writer: str,
+    clock: Callable[[], float],
+    *,
+    witness: Witness | None = None,
+    min_age: float = MIN_AGE,
 ) -> BackfillReport:
+    """Append every archive in no log yet and archived at least ``min_age`` s before ``clock()``."""
+    horizon = clock() - min_age
     logged = logged_manifests(store, signer)
     pending: list[tuple[float, str, Leaf]] = []
-    skipped = unreadable = 0
+    skipped = unreadable = too_recent = 0
     for key in store.list_keys(keys.check_prefix(store.prefix) + "sessions/"):
         if not key.endswith("/manifest.json"):
             continue
@@ -72,6 +90,9 @@ def backfill(
         if keys.manifest_key(store.prefix, manifest.session_id, manifest.instance) != key:
             unreadable += 1  # a manifest at another archive's key: not ours to vouch for
             continue
+        if manifest.archived_at > horizon:
+            too_recent += 1  # possibly queued by the daemon that made it, not yet checkpointed
+            continue
         leaf = Leaf.of(sha, manifest.session_id, manifest.instance, manifest.archived_at)
         pending.append((manifest.archived_at, key, leaf))
     pending.sort(key=lambda item: (item[0], item[1]))
@@ -84,4 +105,4 @@ def backfill(
         if witness is not None and log.last is not None:
             witness.record(writer, log.last.checkpoint.size, log.last.note)
         write_locators(store, writer, [(first + i, e) for i, e in enumerate(encoded)], format_time(clock()))
-    return BackfillReport(len(pending), skipped, unreadable, log.size)
+    return BackfillReport(len(pending), skipped, unreadable, log.size, too_recent)

@@ -34,6 +34,21 @@ class Location:
     logged_at: str | None = None
 
 
+def kept_checkpoint(data: bytes) -> bytes:
+    """The signed checkpoint in a file someone kept: a checkpoint note itself, or a proof bundle's
+    (the bundle a third party received is the checkpoint they hold; ``verify --log --checkpoint``)."""
+    if not data.lstrip().startswith(b"{"):
+        return data
+    try:
+        bundle = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise LogError("the kept file is neither a signed checkpoint nor a proof bundle") from None
+    note = bundle.get("checkpoint") if isinstance(bundle, dict) and bundle.get("format") == FORMAT else None
+    if not isinstance(note, str):
+        raise LogError(f"the kept file is neither a signed checkpoint nor a proof bundle ({FORMAT})")
+    return note.encode()
+
+
 def locator_bytes(location: Location) -> bytes:
     body = {"index": location.index, "logged_at": location.logged_at, "writer": location.writer}
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()

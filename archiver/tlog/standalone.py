@@ -13,7 +13,9 @@ unreadable file. ``archiver verify-bundle`` runs the same code.
 Bundle (JSON, ``"format": "archiver-proof-bundle/1"``): ``manifest`` and ``leaf`` (base64 of their
 exact bytes), ``leaf_index``, ``inclusion_proof`` (base64 hashes, bottom-up), ``checkpoint`` (the
 signed checkpoint note), ``logged_at`` (informational), ``timestamp`` (an RFC 3161 token of the
-checkpoint, base64, or null; not checked here).
+checkpoint, base64, or null). This tool only checks that a timestamp names the checkpoint's SHA-256
+and says so: it does not verify the TSA's signature (the standard library has no CMS), and its
+report says that in plain words; ``archiver verify-bundle --tsa-cert ROOT.pem`` verifies it.
 """
 
 from __future__ import annotations
@@ -51,14 +53,24 @@ class Verified:
     archived_at: str
     manifest_sha256: str
     files: tuple[tuple[str, str], ...]  # (file name, the manifest item it matched)
+    #: The bundle carries an RFC 3161 timestamp naming the checkpoint (its signature is not checked here).
+    timestamped: bool = False
 
-    def report(self) -> str:
+    def report(self, *, timestamp_line: bool = True) -> str:
+        """What was proved; ``timestamp_line``: also what this tool did (not) check of the timestamp."""
         lines = [
             f"OK: session {self.session!r} instance {self.instance or 'legacy'} (archived {self.archived_at})",
             f"  is leaf {self.leaf_index} of log {self.origin}, whose signed checkpoint has {self.tree_size} leaves",
             f"  manifest sha256 {self.manifest_sha256}",
         ]
         lines += [f"  file {name}: matches {item}" for name, item in self.files]
+        if timestamp_line:
+            lines.append(
+                "  timestamp: present (an RFC 3161 token naming this checkpoint), NOT verified by this tool: "
+                "run `archiver verify-bundle --tsa-cert ROOT.pem` to check the TSA's signature and time"
+                if self.timestamped
+                else "  timestamp: none (the bundle proves order in the log, not a time vouched for by a TSA)"
+            )
         return "\n".join(lines)
 
 
@@ -201,11 +213,20 @@ def verify(bundle_bytes: bytes, vkey: str, files: Sequence[Path] = ()) -> Verifi
             digest, length = _file_digest(path)
         except OSError as exc:
             raise BundleError(f"cannot read {path}: {exc.strerror}") from None
+        if digest == sha and length == len(manifest_bytes):
+            # The manifest itself (`archiver get` writes it beside the files): the one the log holds.
+            matched.append((path.name, "the manifest the log holds"))
+            continue
         item = next((i for i in items if i.get("sha256") == digest and i.get("size") == length), None)
         if item is None:
             raise BundleError(f"file {path.name}: its SHA-256 {digest[:16]}… is not in the manifest (altered?)")
         matched.append((path.name, str(item.get("key") or item.get("path") or item.get("kind"))))
-    return Verified(origin, size, index, session, instance, when, sha, tuple(matched))
+    stamp = bundle.get("timestamp")
+    # Without a CMS parser, at least the token must carry the checkpoint's SHA-256 (its message
+    # imprint, in the clear inside the DER): a timestamp of other bytes is not this checkpoint's.
+    if stamp is not None and hashlib.sha256(note.encode()).digest() not in _b64(stamp, "the timestamp"):
+        raise BundleError("the timestamp is of other bytes than this checkpoint (it does not name its SHA-256)")
+    return Verified(origin, size, index, session, instance, when, sha, tuple(matched), stamp is not None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
