@@ -264,7 +264,7 @@ def main() -> int:
         started = time.perf_counter()
         result = run_sql(
             store, "SELECT dt, count(*) AS n FROM sessions GROUP BY dt ORDER BY dt",
-            since=NOW - args.days * DAY, until=NOW, warn=lambda _m: None,
+            since=NOW - args.days * DAY, until=NOW, now=NOW, warn=lambda _m: None,
         )  # fmt: skip
         seconds = time.perf_counter() - started
         results.append(("sql count by day", f"{seconds * 1000:.0f} ms, {len(result.rows)} days", seconds <= 2.0))

@@ -103,7 +103,7 @@ def sql_command(
     store = store_for(resolve(kwargs))
     try:
         first = start if start is not None else earliest_entry(store)
-        result = run_sql(store, query, since=now if first is None else first, until=end, warn=stderr_warn)
+        result = run_sql(store, query, since=now if first is None else first, until=end, now=now, warn=stderr_warn)
     finally:
         store.close()
     render(result, sys.stdout, fmt)

@@ -38,13 +38,14 @@ class Result:
 
 
 def open_tables(
-    store: ObjectStore, since: float, until: float, work: Path, warn: Callable[[str], None]
+    store: ObjectStore, since: float, until: float, work: Path, warn: Callable[[str], None], *, now: float
 ) -> duckdb.DuckDBPyConnection:
     """A connection with the views ``sessions``, ``players`` and ``items`` over ``[since, until]``."""
-    plan = reader.plan(store, since, until)
+    plan = reader.plan(store, since, until, now=now)
     files = PartFiles(store)
     staged: dict[str, list[dict[str, Any]]] = {t.name: [] for t in TABLES}
-    entry_keys = [k for partition, _ in plan.json_hours for k in list_entries(store, partition)]
+    in_parts = plan.in_parts(files, store.prefix)
+    entry_keys = [k for partition, _ in plan.json_hours for k in list_entries(store, partition) if k not in in_parts]
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sql") as pool:
         for rows in pool.map(lambda k: read_archive_rows(store, k, warn), entry_keys):
             if rows is not None:
@@ -84,10 +85,12 @@ def open_tables(
     return con
 
 
-def run_sql(store: ObjectStore, query: str, *, since: float, until: float, warn: Callable[[str], None]) -> Result:
+def run_sql(
+    store: ObjectStore, query: str, *, since: float, until: float, now: float, warn: Callable[[str], None]
+) -> Result:
     """The result of ``query`` over the index tables of ``[since, until]``; ``SqlError`` for a bad query."""
     with tempfile.TemporaryDirectory(prefix="archiver-sql-") as tmp:
-        con = open_tables(store, since, until, Path(tmp), warn)
+        con = open_tables(store, since, until, Path(tmp), warn, now=now)
         try:
             cursor = con.execute(query)
             columns = [d[0] for d in cursor.description or ()]
