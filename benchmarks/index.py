@@ -4,7 +4,8 @@ Usage: python benchmarks/index.py [--sessions 1000000] [--days 90] [--hour-sessi
 
 Seeds ``--sessions`` archived sessions over ``--days`` days into a directory store, compacted as
 the daemon leaves it (one part per closed day, hour parts for the closed hours of today, the
-current hour's JSON entries; 1 % of sessions carry ``tournament=cup-7``). The parts are written
+current hour's JSON entries, and those behind the hour parts of the late window, which `ls` lists
+too; 1 % of sessions carry ``tournament=cup-7``). The parts are written
 straight from SQL with the index's schema (through the daemon it would take hours), so this
 measures the readers, not the seeding. Then, in a store of its own, one hour of
 ``--hour-sessions`` real JSON entries, manifests and logs is compacted by `archiver compact` (CPU
@@ -35,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from archiver.index import grepfilter
 from archiver.index.engine import COMPRESSION, connect
 from archiver.index.parts import DAY, HOUR, day_of, day_start
+from archiver.index.reader import LATE_WINDOW
 from archiver.index.schema import TABLES
 from archiver.index.sql import run_sql
 from archiver.layout import keys
@@ -86,6 +88,18 @@ def _generated(day: str, n: int, first: float, span: float) -> dict[str, str]:
     return {"sessions": sessions, "players": players, "items": items}
 
 
+def _write_entry(root: Path, key: str, sid: str, ended: float, tournament: str) -> None:
+    entry = IndexEntry(
+        session_id=sid, ended_at=ended, archived_at=ended + 30, image="demo-game", tag="1.4.1",
+        location="eu-west-1", labels={"tournament": tournament},
+        counts={"archived": 2}, total_bytes=1_049_000, manifest_key=keys.manifest_key("", sid, INSTANCE),
+        instance=INSTANCE,
+    )  # fmt: skip
+    path = root / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(index_entry_to_bytes(entry))
+
+
 def seed(root: Path, sessions: int, days: int) -> int:
     """The compacted archive of ``sessions`` over ``days`` days before NOW; JSON entries written."""
     con = connect()
@@ -108,22 +122,22 @@ def seed(root: Path, sessions: int, days: int) -> int:
             order = ", ".join(t.order_by)
             query = f"SELECT {', '.join(t.names)} FROM ({_generated(day, n, first, span)[t.name]}) ORDER BY {order}"
             con.execute(f"COPY ({query}) TO '{out}' (FORMAT parquet, COMPRESSION {COMPRESSION})")
+    # The entries behind the hour parts of the late window, which readers list besides the parts.
+    store = FileStore(root)
+    for directory, name, _n, first, _span in spans:
+        if name == "hour-bench" and first + HOUR > NOW - LATE_WINDOW:
+            part = root / directory / "sessions" / f"{name}.parquet"
+            rows = con.execute(f"SELECT session_id, ended_at, entry_key FROM read_parquet('{part}')").fetchall()
+            for sid, ended, entry_key in rows:
+                _write_entry(root, entry_key, sid, ended, "league")
     con.close()
     # The current hour, not compacted yet: JSON entries, as the archiver writes them.
-    store = FileStore(root)
     current = int(NOW // HOUR * HOUR)
     json_entries = max(1, int(per_hour * (NOW - current) / HOUR))
     for i in range(json_entries):
         sid, ended = f"now-{i}", current + i * (NOW - current) / json_entries
-        entry = IndexEntry(
-            session_id=sid, ended_at=ended, archived_at=ended + 30, image="demo-game", tag="1.4.1",
-            location="eu-west-1", labels={"tournament": "cup-7" if i % 100 == 7 else "league"},
-            counts={"archived": 2}, total_bytes=1_049_000, manifest_key=keys.manifest_key("", sid, INSTANCE),
-            instance=INSTANCE,
-        )  # fmt: skip
-        path = root / keys.index_key(store.prefix, ended, sid, INSTANCE)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(index_entry_to_bytes(entry))
+        key = keys.index_key(store.prefix, ended, sid, INSTANCE)
+        _write_entry(root, key, sid, ended, "cup-7" if i % 100 == 7 else "league")
     return per_day * days + per_hour * int((NOW - day_start(today)) // HOUR) + json_entries
 
 
