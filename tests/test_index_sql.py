@@ -125,6 +125,18 @@ def test_duckdb_ddl_and_the_readme_queries_agree_with_pyarrow(archive: ObjectSto
             assert sorted(line.split(",")[0] for line in result.output.splitlines()[1:]) == answers[question]
 
 
+def test_sql_tables_have_the_dt_partition_of_the_engines_ddl(archive: ObjectStore) -> None:
+    index = Path(archive.url.removeprefix("file://")) / "index"
+    con = duckdb.connect()
+    con.execute(ddl("duckdb", str(index)))
+    for t in TABLES:
+        query = f"SELECT dt, count(*) AS n FROM {t.name} GROUP BY dt ORDER BY dt"
+        expected = "dt,n\n" + "".join(f"{dt},{n}\n" for dt, n in con.execute(query).fetchall())
+        result = run_cli(archive, ["sql", query, "--format", "csv"])
+        assert result.exit_code == 0, result.output
+        assert result.output == expected and expected.count("\n") > 2, t.name
+
+
 def test_sql_counts_by_day_in_every_format(archive: ObjectStore) -> None:
     query = "SELECT dt, count(*) AS n FROM sessions WHERE dt >= DATE '2026-11-16' GROUP BY dt ORDER BY dt"
     csv_out = run_cli(archive, ["sql", query, "--format", "csv"]).output

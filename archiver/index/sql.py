@@ -72,10 +72,14 @@ def open_tables(
         union = " UNION ALL ".join(sources)
         # Each JSON entry once (replicas' late parts may repeat one); players and items rows are
         # a function of the entry, so repeats are whole-row repeats.
-        # ``dt``: the entry's day partition, as engines reading the parts with hive partitioning see it.
-        union = (
-            f"SELECT *, CAST(substr(entry_key, 10, 10) AS DATE) AS dt FROM ({union})" if t.name == "sessions" else union
+        # ``dt``: the entry's day partition, as engines reading the parts with hive partitioning see it
+        # (every table has it there); the UTC day of the end for rows without an entry key.
+        dt = (
+            "CAST(substr(entry_key, 10, 10) AS DATE)"
+            if t.name == "sessions"
+            else "DATE '1970-01-01' + CAST(floor(ended_at / 86400) AS INTEGER)"
         )
+        union = f"SELECT *, {dt} AS dt FROM ({union})"
         body = (
             f"SELECT * FROM ({union}) QUALIFY row_number() OVER (PARTITION BY entry_key ORDER BY archived_at) = 1"
             if t.name == "sessions"
