@@ -265,6 +265,39 @@ def compact_cli(root: Path) -> dict[str, float]:
     return {"cpu": cpu, "rss_mb": int(child.stderr.split()[-1]) / 1024}
 
 
+def writers(root: Path, work: Path) -> dict[str, tuple[float, int]]:
+    """The compacted hour's three tables written again by DuckDB (what the archiver uses) and by
+    pyarrow, zstd both, interleaved: median seconds of three and bytes, per writer."""
+    import statistics
+
+    import pyarrow.parquet as pq
+
+    con = connect()
+    tables = {
+        t.name: con.sql(f"SELECT * FROM read_parquet('{root}/index/**/{t.name}/*.parquet')").to_arrow_table()
+        for t in TABLES
+    }
+    times: dict[str, list[float]] = {"duckdb": [], "pyarrow": []}
+    sizes: dict[str, int] = {}
+    for _ in range(3):
+        for writer in times:
+            started = time.perf_counter()
+            size = 0
+            for name, table in tables.items():
+                out = work / f"{writer}-{name}.parquet"
+                if writer == "duckdb":
+                    con.register("rows", table)
+                    con.execute(f"COPY rows TO '{out}' (FORMAT parquet, COMPRESSION {COMPRESSION})")
+                    con.unregister("rows")
+                else:
+                    pq.write_table(table, out, compression=COMPRESSION)
+                size += out.stat().st_size
+            times[writer].append(time.perf_counter() - started)
+            sizes[writer] = size
+    con.close()
+    return {w: (statistics.median(ts), sizes[w]) for w, ts in times.items()}
+
+
 def grep_bytes(store: FileStore, pattern: str, since: float, until: float) -> tuple[int, int, str, str]:
     """(log bytes read by a full scan, by the filtered grep, full output, filtered output)."""
     entries = retrieve.list_sessions(store, since=since, until=until, now=until)
@@ -333,6 +366,12 @@ def main() -> int:
             f"sessions {ratio:.1%} (all three tables {every:.1%}) of {entry_bytes / 1e6:.1f} MB",
             ratio <= 0.15,
         ))  # fmt: skip
+        with tempfile.TemporaryDirectory() as work:
+            written = writers(root, Path(work))
+        (duck_s, duck_b), (arrow_s, arrow_b) = written["duckdb"], written["pyarrow"]
+        figure = f"DuckDB {duck_s * 1000:.0f} ms, {duck_b / 1e6:.2f} MB; pyarrow {arrow_s * 1000:.0f} ms, "
+        figure += f"{arrow_b / 1e6:.2f} MB (informative: DuckDB also reads, pyarrow is test-only)"
+        results.append(("Parquet writers, the hour's three tables", figure, True))
         full, filtered, full_out, filtered_out = grep_bytes(FileStore(root), r"\btok42\b", hour_start, NOW)
         same = full_out == filtered_out and full_out.count("\n") == args.hour_sessions // 100
         results.append(("grep token in 1 % of logs", f"{filtered / full:.1%} of log bytes, same output: {same}",
