@@ -69,7 +69,8 @@ def compact_command(since: str | None, until: str | None, progress: bool | None,
 )  # fmt: skip
 @click.option(
     "--ddl", metavar="ENGINE", default=None,
-    help="Print the DDL declaring the index's tables for ENGINE (athena, trino, spark, clickhouse, duckdb) instead.",
+    help="Print the DDL declaring the index's tables for ENGINE (athena, trino, spark, clickhouse, duckdb) instead: "
+    "the parts as TABLE_parts, and each table a view over them counting each archive once.",
 )  # fmt: skip
 @click.option(
     "--index-url",
