@@ -221,6 +221,13 @@ def test_the_readme_documents_every_table_as_the_schema_declares_it() -> None:
         assert markdown(t) in text, f"README's {t.name} table differs: regenerate it from archiver/index/schema.py"
 
 
+def test_sql_never_downloads_an_extension(archive: ObjectStore) -> None:
+    # A query needing httpfs is refused at once (offline), not sent to fetch it from the internet.
+    result = run_cli(archive, ["sql", "SELECT * FROM read_parquet('s3://bucket/x.parquet')"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+    assert result.output.startswith("error: sql: ") and "requires the extension httpfs to be loaded" in result.output
+
+
 def test_unknown_ddl_engine_and_missing_query_are_usage_errors(archive: ObjectStore) -> None:
     result = run_cli(archive, ["sql", "--ddl", "oracle"])
     assert result.exit_code == 2 and "unknown engine 'oracle'" in result.output
