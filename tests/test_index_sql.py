@@ -183,6 +183,13 @@ def test_other_dialects_parse_and_name_only_existing_columns(engine: str) -> Non
         assert {c.name for c in parsed.find_all(exp.Column)} <= names
 
 
+def test_clickhouse_reads_an_s3_location_at_its_bucket_not_at_a_host_named_like_it() -> None:
+    text = ddl("clickhouse", "s3://my-evidence/matches/index/")
+    assert "'https://my-evidence.s3.amazonaws.com/matches/index/dt=*/sessions/*.parquet'" in text
+    endpoint = "https://minio.example.com:9000/my-evidence/matches/index/"
+    assert f"'{endpoint}dt=*/items/*.parquet'" in ddl("clickhouse", endpoint)
+
+
 def test_every_dialects_tables_count_each_archive_once_over_overlapping_late_parts(tmp_path: Path) -> None:
     root = tmp_path / "archive"
     root.mkdir()

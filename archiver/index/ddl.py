@@ -122,11 +122,21 @@ def _ch_type(c: Column) -> str:
     return base if c.required or c.kind.endswith(("_map", "_list")) else f"Nullable({base})"
 
 
+def clickhouse_url(location: str) -> str:
+    """The URL ClickHouse's ``s3()`` reads ``location`` at: ``s3://B/P`` as the virtual-hosted AWS URL
+    ``https://B.s3.amazonaws.com/P`` (every ClickHouse release takes it; ``https://B/P`` would make
+    the bucket a host); an ``http(s)://`` endpoint URL (another region, an S3-compatible store) as is."""
+    if not location.startswith("s3://"):
+        return location
+    bucket, _, key = location.removeprefix("s3://").partition("/")
+    return f"https://{bucket}.s3.amazonaws.com/{key}"
+
+
 def clickhouse(t: Table, location: str) -> str:
     """ClickHouse: a view over the ``s3()`` table function with the schema spelled out, and its view."""
     loc = _location(location)
     structure = ", ".join(f"{c.name} {_ch_type(c)}" for c in t.columns)
-    url = loc.replace("s3://", "https://", 1) if loc.startswith("s3://") else loc
+    url = clickhouse_url(loc)
     return (
         f"CREATE VIEW IF NOT EXISTS {raw_name(t)} AS\nSELECT * FROM s3(\n  '{url}dt=*/{t.name}/*.parquet',\n"
         f"  'Parquet',\n  '{structure}'\n);\n" + once(t, partition=False, clickhouse=True)
