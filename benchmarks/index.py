@@ -4,7 +4,8 @@ Usage: python benchmarks/index.py [--sessions 1000000] [--days 90] [--hour-sessi
 
 Seeds ``--sessions`` archived sessions over ``--days`` days into a directory store, compacted as
 the daemon leaves it (one part per closed day, hour parts for the closed hours of today, the
-current hour's JSON entries; 1 % of sessions carry ``tournament=cup-7``). The parts are written
+current hour's JSON entries, and those behind the hour parts of the late window, which `ls` lists
+too; 1 % of sessions carry ``tournament=cup-7``). The parts are written
 straight from SQL with the index's schema (through the daemon it would take hours), so this
 measures the readers, not the seeding. Then, in a store of its own, one hour of
 ``--hour-sessions`` real JSON entries, manifests and logs is compacted by `archiver compact` (CPU
@@ -12,8 +13,9 @@ and peak RSS of the process, Parquet bytes against the JSON entries covered), an
 1 % of those logs with and without the token filters (bytes read, identical output).
 
 Budgets (issue 32): ls --since 90d --label k=v <= 2 s and <= 300 store requests; ls --since 1h
-<= 1 s; sql count by day <= 2 s; compacting the hour <= 10 s CPU and <= 200 MB RSS; the sessions
-table's Parquet <= 15 % of the JSON entries it covers; grep reads <= 5 % of the log bytes.
+<= 1 s; ls --player as today (one listing and one read per match, the player index); sql count by
+day <= 2 s; compacting the hour <= 10 s CPU and <= 200 MB RSS; the sessions table's Parquet
+<= 15 % of the JSON entries it covers; grep reads <= 5 % of the log bytes.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from archiver.index import grepfilter
 from archiver.index.engine import COMPRESSION, connect
 from archiver.index.parts import DAY, HOUR, day_of, day_start
+from archiver.index.reader import LATE_WINDOW
 from archiver.index.schema import TABLES
 from archiver.index.sql import run_sql
 from archiver.layout import keys
@@ -86,6 +89,18 @@ def _generated(day: str, n: int, first: float, span: float) -> dict[str, str]:
     return {"sessions": sessions, "players": players, "items": items}
 
 
+def _write_entry(root: Path, key: str, sid: str, ended: float, tournament: str) -> None:
+    entry = IndexEntry(
+        session_id=sid, ended_at=ended, archived_at=ended + 30, image="demo-game", tag="1.4.1",
+        location="eu-west-1", labels={"tournament": tournament},
+        counts={"archived": 2}, total_bytes=1_049_000, manifest_key=keys.manifest_key("", sid, INSTANCE),
+        instance=INSTANCE,
+    )  # fmt: skip
+    path = root / key
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(index_entry_to_bytes(entry))
+
+
 def seed(root: Path, sessions: int, days: int) -> int:
     """The compacted archive of ``sessions`` over ``days`` days before NOW; JSON entries written."""
     con = connect()
@@ -108,23 +123,44 @@ def seed(root: Path, sessions: int, days: int) -> int:
             order = ", ".join(t.order_by)
             query = f"SELECT {', '.join(t.names)} FROM ({_generated(day, n, first, span)[t.name]}) ORDER BY {order}"
             con.execute(f"COPY ({query}) TO '{out}' (FORMAT parquet, COMPRESSION {COMPRESSION})")
+    # The entries behind the hour parts of the late window, which readers list besides the parts.
+    store = FileStore(root)
+    for directory, name, _n, first, _span in spans:
+        if name == "hour-bench" and first + HOUR > NOW - LATE_WINDOW:
+            part = root / directory / "sessions" / f"{name}.parquet"
+            rows = con.execute(f"SELECT session_id, ended_at, entry_key FROM read_parquet('{part}')").fetchall()
+            for sid, ended, entry_key in rows:
+                _write_entry(root, entry_key, sid, ended, "league")
     con.close()
     # The current hour, not compacted yet: JSON entries, as the archiver writes them.
-    store = FileStore(root)
     current = int(NOW // HOUR * HOUR)
     json_entries = max(1, int(per_hour * (NOW - current) / HOUR))
     for i in range(json_entries):
         sid, ended = f"now-{i}", current + i * (NOW - current) / json_entries
+        key = keys.index_key(store.prefix, ended, sid, INSTANCE)
+        _write_entry(root, key, sid, ended, "cup-7" if i % 100 == 7 else "league")
+    return per_day * days + per_hour * int((NOW - day_start(today)) // HOUR) + json_entries
+
+
+def seed_player(root: Path, player: str, since: float) -> int:
+    """The player index entries (``players/{player}/…``, as the archiver writes them) of every seeded
+    archive ``player`` took part in, read back from the seeded ``players`` parts; how many ended since ``since``."""
+    con = connect()
+    rows = con.execute(
+        f"SELECT DISTINCT session_id, ended_at FROM read_parquet('{root}/index/**/players/*.parquet') WHERE player = ?",
+        [player],
+    ).fetchall()
+    con.close()
+    for sid, ended in rows:
         entry = IndexEntry(
             session_id=sid, ended_at=ended, archived_at=ended + 30, image="demo-game", tag="1.4.1",
-            location="eu-west-1", labels={"tournament": "cup-7" if i % 100 == 7 else "league"},
-            counts={"archived": 2}, total_bytes=1_049_000, manifest_key=keys.manifest_key("", sid, INSTANCE),
-            instance=INSTANCE,
+            location="eu-west-1", labels={"tournament": "league"}, counts={"archived": 2}, total_bytes=1_049_000,
+            manifest_key=keys.manifest_key("", sid, INSTANCE), instance=INSTANCE,
         )  # fmt: skip
-        path = root / keys.index_key(store.prefix, ended, sid, INSTANCE)
+        path = root / keys.player_key("", player, ended, sid, INSTANCE)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(index_entry_to_bytes(entry))
-    return per_day * days + per_hour * int((NOW - day_start(today)) // HOUR) + json_entries
+    return sum(1 for _sid, ended in rows if ended >= since)
 
 
 def on_seaweedfs(root: Path, days: int) -> tuple[float, int, float, int, int]:
@@ -229,6 +265,39 @@ def compact_cli(root: Path) -> dict[str, float]:
     return {"cpu": cpu, "rss_mb": int(child.stderr.split()[-1]) / 1024}
 
 
+def writers(root: Path, work: Path) -> dict[str, tuple[float, int]]:
+    """The compacted hour's three tables written again by DuckDB (what the archiver uses) and by
+    pyarrow, zstd both, interleaved: median seconds of three and bytes, per writer."""
+    import statistics
+
+    import pyarrow.parquet as pq
+
+    con = connect()
+    tables = {
+        t.name: con.sql(f"SELECT * FROM read_parquet('{root}/index/**/{t.name}/*.parquet')").to_arrow_table()
+        for t in TABLES
+    }
+    times: dict[str, list[float]] = {"duckdb": [], "pyarrow": []}
+    sizes: dict[str, int] = {}
+    for _ in range(3):
+        for writer in times:
+            started = time.perf_counter()
+            size = 0
+            for name, table in tables.items():
+                out = work / f"{writer}-{name}.parquet"
+                if writer == "duckdb":
+                    con.register("rows", table)
+                    con.execute(f"COPY rows TO '{out}' (FORMAT parquet, COMPRESSION {COMPRESSION})")
+                    con.unregister("rows")
+                else:
+                    pq.write_table(table, out, compression=COMPRESSION)
+                size += out.stat().st_size
+            times[writer].append(time.perf_counter() - started)
+            sizes[writer] = size
+    con.close()
+    return {w: (statistics.median(ts), sizes[w]) for w, ts in times.items()}
+
+
 def grep_bytes(store: FileStore, pattern: str, since: float, until: float) -> tuple[int, int, str, str]:
     """(log bytes read by a full scan, by the filtered grep, full output, filtered output)."""
     entries = retrieve.list_sessions(store, since=since, until=until, now=until)
@@ -261,10 +330,14 @@ def main() -> int:
         )
         seconds, rows, requests = timed_ls(store, since=NOW - HOUR)
         results.append(("ls --since 1h", f"{seconds * 1000:.0f} ms, {requests} requests, {rows} rows", seconds <= 1.0))
+        matches = seed_player(root, "p7", NOW - args.days * DAY)
+        seconds, rows, requests = timed_ls(store, since=NOW - args.days * DAY, player="p7")
+        ok = rows == matches and requests == 1 + matches  # the player index: one listing, one read per match
+        results.append(("ls --since 90d --player", f"{seconds * 1000:.0f} ms, {requests} requests, {rows} rows", ok))
         started = time.perf_counter()
         result = run_sql(
             store, "SELECT dt, count(*) AS n FROM sessions GROUP BY dt ORDER BY dt",
-            since=NOW - args.days * DAY, until=NOW, warn=lambda _m: None,
+            since=NOW - args.days * DAY, until=NOW, now=NOW, warn=lambda _m: None,
         )  # fmt: skip
         seconds = time.perf_counter() - started
         results.append(("sql count by day", f"{seconds * 1000:.0f} ms, {len(result.rows)} days", seconds <= 2.0))
@@ -293,6 +366,12 @@ def main() -> int:
             f"sessions {ratio:.1%} (all three tables {every:.1%}) of {entry_bytes / 1e6:.1f} MB",
             ratio <= 0.15,
         ))  # fmt: skip
+        with tempfile.TemporaryDirectory() as work:
+            written = writers(root, Path(work))
+        (duck_s, duck_b), (arrow_s, arrow_b) = written["duckdb"], written["pyarrow"]
+        figure = f"DuckDB {duck_s * 1000:.0f} ms, {duck_b / 1e6:.2f} MB; pyarrow {arrow_s * 1000:.0f} ms, "
+        figure += f"{arrow_b / 1e6:.2f} MB (informative: DuckDB also reads, pyarrow is test-only)"
+        results.append(("Parquet writers, the hour's three tables", figure, True))
         full, filtered, full_out, filtered_out = grep_bytes(FileStore(root), r"\btok42\b", hour_start, NOW)
         same = full_out == filtered_out and full_out.count("\n") == args.hour_sessions // 100
         results.append(("grep token in 1 % of logs", f"{filtered / full:.1%} of log bytes, same output: {same}",

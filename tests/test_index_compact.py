@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 
 from archiver.index import parts
 from archiver.index.compact import compact, list_parts
+from archiver.index.reader import LATE_WINDOW
 from archiver.index.rows import archive_rows
 from archiver.index.schema import ITEMS, PLAYERS, SESSIONS
 from archiver.layout import keys
@@ -139,30 +141,49 @@ def test_compact_and_sql_commands_on_a_store(tmp_path: Path) -> None:
 
 # --- the property: the index path lists exactly what the JSON path lists ------------------------
 
+#: ``(seconds before the query's now, image, location, label)``: six and a half days of sessions.
 _SESSION = st.tuples(
-    st.integers(0, 4 * 24 * 3600 - 1),  # seconds after the first day's start
+    st.integers(1, 6 * 24 * 3600 + 12 * 3600),
+    st.sampled_from(["img", "other"]),
+    st.sampled_from(["eu", "us"]),
+    st.sampled_from(["a", "b", ""]),
+)
+#: Archives written after the last compaction, of sessions that ended within the late window.
+_AFTER = st.tuples(
+    st.integers(1, int(LATE_WINDOW)),
     st.sampled_from(["img", "other"]),
     st.sampled_from(["eu", "us"]),
     st.sampled_from(["a", "b", ""]),
 )
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _put_all(store: ObjectStore, name: str, sessions: list[tuple[int, str, str, str]], now: float) -> None:
+    for n, (ago, img, loc, lab) in enumerate(sessions):
+        put_session(
+            store, f"{name}{n}", ended_at=now - ago, image=img, location=loc, labels={"t": lab}, instance=INSTANCE
+        )
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     first=st.lists(_SESSION, max_size=10),
     late=st.lists(_SESSION, max_size=5),
-    compact_at=st.integers(0, 5 * 24),
+    after=st.lists(_AFTER, max_size=4),
+    compact_at=st.integers(0, 6 * 24 + 12),
+    now_hour=st.integers(0, 12),
     duplicate=st.booleans(),
     image=st.sampled_from([None, "img", "other:1.1.0"]),
     location=st.sampled_from([None, "eu"]),
     label=st.sampled_from([None, "a"]),
     limit=st.sampled_from([None, 1, 3]),
-    since_hours=st.integers(0, 4 * 24),
+    since_hours=st.integers(0, 6 * 24 + 12),
 )
 def test_index_path_lists_what_the_json_path_lists(
     first: list[tuple[int, str, str, str]],
     late: list[tuple[int, str, str, str]],
+    after: list[tuple[int, str, str, str]],
     compact_at: int,
+    now_hour: int,
     duplicate: bool,
     image: str | None,
     location: str | None,
@@ -171,27 +192,25 @@ def test_index_path_lists_what_the_json_path_lists(
     since_hours: int,
 ) -> None:
     origin = parts.day_start("2026-11-20")
-    now = origin + 6 * DAY
+    # Midnight to noon: the late window lies in hour parts of an open day or in a closed day's part.
+    now = origin + 6 * DAY + now_hour * 3600
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         store = _store(root)
-        for n, (offset, img, loc, lab) in enumerate(first):
-            put_session(
-                store, f"f{n}", ended_at=origin + offset, image=img, location=loc, labels={"t": lab}, instance=INSTANCE
-            )
-        compact(store, since=origin, until=now, now=origin + compact_at * 3600, warn=lambda _m: None)
-        for n, (offset, img, loc, lab) in enumerate(late):
-            put_session(
-                store, f"l{n}", ended_at=origin + offset, image=img, location=loc, labels={"t": lab}, instance=INSTANCE
-            )
+        _put_all(store, "f", first, now)
+        compact(store, since=origin, until=now, now=min(now, origin + compact_at * 3600), warn=lambda _m: None)
+        _put_all(store, "l", late, now)
         compact(store, since=origin, until=now, now=now, warn=lambda _m: None)
+        # Written after the last compaction into hours it may have covered: listed at once.
+        _put_all(store, "a", after, now)
         if duplicate:
             # A racing replica's late part repeating entries another part holds.
             for key in _parquet_keys(root):
-                if key.startswith("index/dt=") and "/day-" in key:
-                    store.put_bytes(key.replace("/day-", "/late-"), (root / key).read_bytes(), content_type="x")
+                for kind in ("/day-", "/hour-"):
+                    if kind in key:
+                        store.put_bytes(key.replace(kind, "/late-"), (root / key).read_bytes(), content_type="x")
         filters = {
-            "since": origin + since_hours * 3600,
+            "since": now - since_hours * 3600,
             "now": now,
             "image": image,
             "location": location,
@@ -199,6 +218,29 @@ def test_index_path_lists_what_the_json_path_lists(
             "limit": limit,
         }
         assert list_sessions(store, **filters) == list_sessions(store, **filters, use_index=False)  # type: ignore[arg-type]
+
+
+def test_an_archive_written_after_its_hour_was_compacted_is_read_at_once_and_once(tmp_path: Path) -> None:
+    now = time.time()  # the CLI's own clock: ls, grep, verify and sql run as a user runs them
+    store = _store(tmp_path)
+    put_session(store, "early", ended_at=now - 3 * 3600, instance=INSTANCE, logs=b"boot early\n")
+    put_session(store, "old", ended_at=now - 2 * DAY, instance=INSTANCE, logs=b"boot old\n")
+    assert compact(store, since=now - 3 * DAY, until=now, now=now, warn=print).entries == 2
+    # Near the deadline, into the hour just compacted; and a backfill of a day long closed.
+    put_session(store, "late", ended_at=now - 3 * 3600 + 1, instance=INSTANCE, logs=b"boot late\n")
+    put_session(store, "backfill", ended_at=now - 2 * DAY + 1, instance=INSTANCE, logs=b"boot backfill\n")
+    ids = [e.session_id for e in list_sessions(store, since=now - 3 * DAY, now=now)]
+    assert ids == ["late", "early", "old"]  # the backfill is older than the late window: next compaction
+    grep = run_cli(store, ["grep", "boot", "--since", "1d"]).output
+    assert grep.count("boot late") == 1 and grep.count("boot early") == 1
+    verify = run_cli(store, ["verify", "--since", "1d", "--format", "json"]).output
+    assert '"sessions": 2,' in verify and '"ok": true' in verify
+    sql = ["sql", "SELECT session_id, count(*) AS n FROM sessions GROUP BY ALL ORDER BY 1", "--format", "csv"]
+    assert run_cli(store, [*sql, "--since", "1d"]).output == "session_id,n\nearly,1\nlate,1\n"
+    assert compact(store, since=now - 3 * DAY, until=now, now=now, warn=print).entries == 2
+    ids = [e.session_id for e in list_sessions(store, since=now - 3 * DAY, now=now)]
+    assert ids == ["late", "early", "backfill", "old"]
+    assert run_cli(store, [*sql, "--since", "1d"]).output == "session_id,n\nearly,1\nlate,1\n"
 
 
 def test_the_daemons_compactor_compacts_the_last_days_closed_hours(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ import sqlglot
 from sqlglot import exp
 
 from archiver.index.compact import compact
-from archiver.index.ddl import ENGINES, ddl
+from archiver.index.ddl import COPY, ENGINES, ddl, raw_name
 from archiver.index.schema import TABLES, markdown, table
 from archiver.layout.manifest import ManifestItem
 from archiver.retrieval.query import list_sessions
@@ -125,6 +125,18 @@ def test_duckdb_ddl_and_the_readme_queries_agree_with_pyarrow(archive: ObjectSto
             assert sorted(line.split(",")[0] for line in result.output.splitlines()[1:]) == answers[question]
 
 
+def test_sql_tables_have_the_dt_partition_of_the_engines_ddl(archive: ObjectStore) -> None:
+    index = Path(archive.url.removeprefix("file://")) / "index"
+    con = duckdb.connect()
+    con.execute(ddl("duckdb", str(index)))
+    for t in TABLES:
+        query = f"SELECT dt, count(*) AS n FROM {t.name} GROUP BY dt ORDER BY dt"
+        expected = "dt,n\n" + "".join(f"{dt},{n}\n" for dt, n in con.execute(query).fetchall())
+        result = run_cli(archive, ["sql", query, "--format", "csv"])
+        assert result.exit_code == 0, result.output
+        assert result.output == expected and expected.count("\n") > 2, t.name
+
+
 def test_sql_counts_by_day_in_every_format(archive: ObjectStore) -> None:
     query = "SELECT dt, count(*) AS n FROM sessions WHERE dt >= DATE '2026-11-16' GROUP BY dt ORDER BY dt"
     csv_out = run_cli(archive, ["sql", query, "--format", "csv"]).output
@@ -142,21 +154,27 @@ def test_sql_counts_by_day_in_every_format(archive: ObjectStore) -> None:
     assert table_out[0].split() == ["dt", "n"] and table_out[1].split() == ["2026-11-16", "2"]
 
 
+def _name(statement: exp.Create) -> str:
+    return statement.this.name if isinstance(statement.this, exp.Table) else statement.this.this.name
+
+
 @pytest.mark.parametrize("engine", [e for e in ENGINES if e != "duckdb"])
 def test_other_dialects_parse_and_name_only_existing_columns(engine: str) -> None:
     text = ddl(engine, "s3://bucket/prefix/index/")
     statements = [s for s in sqlglot.parse(text, read=engine) if isinstance(s, exp.Create)]
-    assert [s.this.name if isinstance(s.this, exp.Table) else s.this.this.name for s in statements] == [
-        t.name for t in TABLES
-    ]
-    for statement, t in zip(statements, TABLES, strict=True):
-        declared = [c.name for c in statement.find_all(exp.ColumnDef)]
+    assert [_name(s) for s in statements] == [n for t in TABLES for n in (raw_name(t), t.name)]
+    for t in TABLES:
+        raw, view = (next(s for s in statements if _name(s) == n) for n in (raw_name(t), t.name))
+        declared = [c.name for c in raw.find_all(exp.ColumnDef)]
         if engine == "clickhouse":  # the s3() structure is a string literal
-            structure = next(lit.this for lit in statement.find_all(exp.Literal) if " String" in lit.this)
+            structure = next(lit.this for lit in raw.find_all(exp.Literal) if " String" in lit.this)
             declared = [part.split()[0] for part in structure.split(", ") if part.split()[0].isidentifier()]
         if engine == "spark":
-            declared = [c.name for c in statement.this.expressions]
+            declared = [c.name for c in raw.this.expressions]
         assert [c for c in declared if c != "dt"] == list(t.names)
+        # The view users query reads the raw parts and only their columns.
+        assert view.kind == "VIEW" and {x.name for x in view.expression.find_all(exp.Table)} == {raw_name(t)}
+        assert {c.name for c in view.find_all(exp.Column)} <= set(t.names) | {"dt", COPY}
     queries = {q: sql for (d, q), sql in _examples().items() if d == engine}
     assert set(queries) == {"crashed", "tournament", "dumps"}
     for sql in queries.values():
@@ -165,10 +183,56 @@ def test_other_dialects_parse_and_name_only_existing_columns(engine: str) -> Non
         assert {c.name for c in parsed.find_all(exp.Column)} <= names
 
 
+def test_clickhouse_reads_an_s3_location_at_its_bucket_not_at_a_host_named_like_it() -> None:
+    text = ddl("clickhouse", "s3://my-evidence/matches/index/")
+    assert "'https://my-evidence.s3.amazonaws.com/matches/index/dt=*/sessions/*.parquet'" in text
+    endpoint = "https://minio.example.com:9000/my-evidence/matches/index/"
+    assert f"'{endpoint}dt=*/items/*.parquet'" in ddl("clickhouse", endpoint)
+
+
+def test_every_dialects_tables_count_each_archive_once_over_overlapping_late_parts(tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    root.mkdir()
+    store = open_store(root.as_uri())
+    _seed(store, 10)
+    index = root / "index"
+    con = duckdb.connect()
+    con.execute(ddl("duckdb", str(index)))
+    before = {t.name: con.execute(f"SELECT count(*) FROM {t.name}").fetchone() for t in TABLES}
+    # Two replicas raced on late entries: each day's parts repeated under another late- name.
+    for part in sorted(index.glob("dt=*/*/day-*.parquet")):
+        (part.parent / part.name.replace("day-", "late-")).write_bytes(part.read_bytes())
+    counted = {t.name: con.execute(f"SELECT count(*) FROM {t.name}").fetchone() for t in TABLES}
+    assert counted == before and counted["sessions"] == (11,) and counted["players"] == (22,)
+    every = con.execute(f"SELECT count(*) FROM read_parquet('{index}/dt=*/sessions/*.parquet')").fetchone()
+    assert every == (22,)  # the overlap is there: only the views count once
+    # The other dialects' views, translated by sqlglot, over the same parts.
+    for engine in ("athena", "trino", "spark"):
+        for statement in sqlglot.parse(ddl(engine, "s3://bucket/prefix/index/"), read=engine):
+            if isinstance(statement, exp.Create) and statement.kind == "VIEW" and statement.expression is not None:
+                name = _name(statement)
+                if name in counted:
+                    files = f"'{index}/dt=*/{name}/*.parquet'"
+                    raw = f"SELECT * FROM read_parquet({files}, hive_partitioning = true, union_by_name = true)"
+                    con.execute(f"CREATE OR REPLACE VIEW {name}_parts AS {raw}")
+                    query = statement.expression.sql(dialect="duckdb")
+                    assert con.execute(f"SELECT count(*) FROM ({query})").fetchone() == counted[name], engine
+    clickhouse = ddl("clickhouse", "s3://bucket/prefix/index/")
+    assert "FROM sessions_parts\nORDER BY entry_key, archived_at\nLIMIT 1 BY entry_key;" in clickhouse
+    assert "SELECT DISTINCT player, session_id, instance, ended_at\nFROM players_parts;" in clickhouse
+
+
 def test_the_readme_documents_every_table_as_the_schema_declares_it() -> None:
     text = README.read_text(encoding="utf-8")
     for t in TABLES:
         assert markdown(t) in text, f"README's {t.name} table differs: regenerate it from archiver/index/schema.py"
+
+
+def test_sql_never_downloads_an_extension(archive: ObjectStore) -> None:
+    # A query needing httpfs is refused at once (offline), not sent to fetch it from the internet.
+    result = run_cli(archive, ["sql", "SELECT * FROM read_parquet('s3://bucket/x.parquet')"])
+    assert result.exit_code == 2 and result.output.count("\n") == 1
+    assert result.output.startswith("error: sql: ") and "requires the extension httpfs to be loaded" in result.output
 
 
 def test_unknown_ddl_engine_and_missing_query_are_usage_errors(archive: ObjectStore) -> None:

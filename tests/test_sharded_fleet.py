@@ -1,7 +1,8 @@
 """A fleet of 3 shards x 2 replicas (in-process daemons) against one fake and one directory store:
 each replica group exports every active session exactly once, every ended session is archived
 exactly once with the upstream's bytes, and losing a replica of each pair, then going from 3 to 4
-shards mid-run, loses nothing and produces no conflict."""
+shards mid-run, loses nothing and produces no conflict; two replicas compacting the index count
+each archive once."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import gzip
 import hashlib
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import duckdb
 import httpx
 import pytest
 
@@ -22,8 +26,11 @@ from archiver.credentials import Token
 from archiver.daemon import Daemon
 from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
+from archiver.index.compact import compact
+from archiver.index.ddl import ddl
 from archiver.layout import keys
 from archiver.layout.manifest import parse_index_entry, parse_manifest
+from archiver.retrieval.query import list_sessions
 from archiver.settings import Settings
 from archiver.sharding import Shard, shard_of
 from archiver.store import ObjectStore, open_store
@@ -196,8 +203,28 @@ def test_three_shards_of_two_replicas_export_once_archive_once_and_survive_losse
         assert not list(tmp_path.glob("state-*/conflicts/*"))
         # At most fetched twice (both replicas, or old and new owner), never more.
         assert fake.request_count("GET /artifacts") <= 2 * len(ended)
+        index_counts_each_archive_once(fleet.store_dir, ended)
     finally:
         fleet.stop_all()
+
+
+def index_counts_each_archive_once(store_dir: Path, ended: set[str]) -> None:
+    """Shard 0's two replicas compact the archive at once, as their daemons would a day later (every
+    hour and the day closed): `ls` and an engine's DDL count each archive once."""
+    later = time.time() + 2 * 86400
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs = [
+            pool.submit(compact, open_store(store_dir.as_uri()), since=later - 3 * 86400, until=later, now=later,
+                        warn=print)
+            for _ in range(2)
+        ]  # fmt: skip
+        reports = [run.result() for run in runs]
+    assert all(r.skipped == 0 for r in reports) and max(r.entries for r in reports) == len(ended)
+    store = open_store(store_dir.as_uri())
+    assert sorted(e.session_id for e in list_sessions(store, since=later - 3 * 86400, now=later)) == sorted(ended)
+    con = duckdb.connect()
+    con.execute(ddl("duckdb", str(store_dir / "index")))
+    assert con.execute("SELECT count(*), count(DISTINCT session_id) FROM sessions").fetchone() == (len(ended),) * 2
 
 
 def test_the_fake_enforces_a_list_rate_limit_per_minute() -> None:

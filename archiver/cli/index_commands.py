@@ -69,7 +69,8 @@ def compact_command(since: str | None, until: str | None, progress: bool | None,
 )  # fmt: skip
 @click.option(
     "--ddl", metavar="ENGINE", default=None,
-    help="Print the DDL declaring the index's tables for ENGINE (athena, trino, spark, clickhouse, duckdb) instead.",
+    help="Print the DDL declaring the index's tables for ENGINE (athena, trino, spark, clickhouse, duckdb) instead: "
+    "the parts as TABLE_parts, and each table a view over them counting each archive once.",
 )  # fmt: skip
 @click.option(
     "--index-url",
@@ -103,7 +104,7 @@ def sql_command(
     store = store_for(resolve(kwargs))
     try:
         first = start if start is not None else earliest_entry(store)
-        result = run_sql(store, query, since=now if first is None else first, until=end, warn=stderr_warn)
+        result = run_sql(store, query, since=now if first is None else first, until=end, now=now, warn=stderr_warn)
     finally:
         store.close()
     render(result, sys.stdout, fmt)

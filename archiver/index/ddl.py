@@ -3,7 +3,12 @@
 Every dialect reads closed days' parts, ``{location}dt=YYYY-MM-DD/{table}/*.parquet`` (hourly
 parts of the current day are for `archiver` itself). Athena uses partition projection (no
 crawler, no partition to add); Trino registers one partition per day; Spark and ClickHouse read
-the files by a glob; DuckDB reads them with hive partitioning and counts each entry once.
+the files by a glob. Two replicas racing on different late entries may write overlapping
+``late`` parts, so each engine gets the parts as ``{table}_parts`` and, under the table's own
+name, a view counting each archive once: the first row of each ``entry_key`` in ``sessions``
+(``row_number()``; ClickHouse ``LIMIT 1 BY``), distinct rows in ``players`` and ``items`` (a
+function of the archive's entry, so a repeat is a whole-row repeat). DuckDB reads the files in
+one view that does the same.
 """
 
 from __future__ import annotations
@@ -49,39 +54,66 @@ def _location(location: str) -> str:
     return location if location.endswith("/") else location + "/"
 
 
+#: The view's row number of an archive's copies (1: the one counted).
+COPY = "archive_copy"
+
+
+def raw_name(t: Table) -> str:
+    """The name of the table (or view) declaring ``t``'s parts as they are, repeats included."""
+    return f"{t.name}_parts"
+
+
+def once(t: Table, *, partition: bool = True, clickhouse: bool = False) -> str:
+    """A view named ``t.name`` over ``raw_name(t)`` that counts each archive once (see the module)."""
+    cols = ", ".join([*t.names, *(["dt"] if partition else [])])
+    source = raw_name(t)
+    if t.name != "sessions":
+        body = f"SELECT DISTINCT {cols}\nFROM {source}"
+    elif clickhouse:
+        body = f"SELECT {cols}\nFROM {source}\nORDER BY entry_key, archived_at\nLIMIT 1 BY entry_key"
+    else:
+        body = (
+            f"SELECT {cols}\nFROM (\n  SELECT *, row_number() OVER (PARTITION BY entry_key ORDER BY archived_at) "
+            f"AS {COPY}\n  FROM {source}\n) AS copies\nWHERE {COPY} = 1"
+        )
+    verb = "CREATE VIEW IF NOT EXISTS" if clickhouse else "CREATE OR REPLACE VIEW"
+    return f"{verb} {t.name} AS\n{body};\n"
+
+
 def athena(t: Table, location: str) -> str:
-    """Athena: an external Parquet table with partition projection on ``dt``."""
+    """Athena: an external Parquet table with partition projection on ``dt``, and its view."""
     loc = _location(location)
     return (
-        f"CREATE EXTERNAL TABLE IF NOT EXISTS {t.name} (\n{_cols(t, _HIVE, '`')}\n)\n"
+        f"CREATE EXTERNAL TABLE IF NOT EXISTS {raw_name(t)} (\n{_cols(t, _HIVE, '`')}\n)\n"
         "PARTITIONED BY (dt string)\nSTORED AS PARQUET\n"
         f"LOCATION '{loc}'\nTBLPROPERTIES (\n"
         "  'projection.enabled' = 'true',\n  'projection.dt.type' = 'date',\n"
         "  'projection.dt.format' = 'yyyy-MM-dd',\n  'projection.dt.range' = '2020-01-01,NOW',\n"
         "  'projection.dt.interval' = '1',\n  'projection.dt.interval.unit' = 'DAYS',\n"
         f"  'storage.location.template' = '{loc}dt=${{dt}}/{t.name}/',\n"
-        f"  'archiver.index_schema' = '{INDEX_SCHEMA_VERSION}'\n);\n"
+        f"  'archiver.index_schema' = '{INDEX_SCHEMA_VERSION}'\n);\n" + once(t)
     )
 
 
 def trino(t: Table, location: str) -> str:
-    """Trino (Hive connector): a table partitioned by ``dt``; each day registered with its directory."""
+    """Trino (Hive connector): a table partitioned by ``dt``, each day registered with its directory; its view."""
     loc = _location(location)
     return (
-        f"CREATE TABLE IF NOT EXISTS {t.name} (\n{_cols(t, _TRINO)},\n  dt varchar\n)\n"
+        f"CREATE TABLE IF NOT EXISTS {raw_name(t)} (\n{_cols(t, _TRINO)},\n  dt varchar\n)\n"
         f"WITH (format = 'PARQUET', partitioned_by = ARRAY['dt'], external_location = '{loc}');\n"
-        f"-- each day: CALL system.register_partition(CURRENT_SCHEMA, '{t.name}', ARRAY['dt'], "
-        f"ARRAY['2026-01-01'], '{loc}dt=2026-01-01/{t.name}/');\n"
+        f"-- each day: CALL system.register_partition(CURRENT_SCHEMA, '{raw_name(t)}', ARRAY['dt'], "
+        f"ARRAY['2026-01-01'], '{loc}dt=2026-01-01/{t.name}/');\n" + once(t)
     )
 
 
 def spark(t: Table, location: str) -> str:
-    """Spark SQL: a view over the closed days' parts by glob."""
+    """Spark SQL: a view over the closed days' parts by glob, and its view."""
     loc = _location(location)
     return (
-        f"CREATE OR REPLACE TEMPORARY VIEW {t.name} (\n"
+        f"CREATE OR REPLACE TEMPORARY VIEW {raw_name(t)} (\n"
         + ",\n".join(f"  {c.name}" for c in t.columns)
         + f"\n)\nUSING parquet\nOPTIONS (path '{loc}dt=*/{t.name}/*.parquet', mergeSchema 'true');\n"
+        + once(t, partition=False).replace("CREATE OR REPLACE VIEW", "CREATE OR REPLACE TEMPORARY VIEW")
     )
 
 
@@ -90,14 +122,24 @@ def _ch_type(c: Column) -> str:
     return base if c.required or c.kind.endswith(("_map", "_list")) else f"Nullable({base})"
 
 
+def clickhouse_url(location: str) -> str:
+    """The URL ClickHouse's ``s3()`` reads ``location`` at: ``s3://B/P`` as the virtual-hosted AWS URL
+    ``https://B.s3.amazonaws.com/P`` (every ClickHouse release takes it; ``https://B/P`` would make
+    the bucket a host); an ``http(s)://`` endpoint URL (another region, an S3-compatible store) as is."""
+    if not location.startswith("s3://"):
+        return location
+    bucket, _, key = location.removeprefix("s3://").partition("/")
+    return f"https://{bucket}.s3.amazonaws.com/{key}"
+
+
 def clickhouse(t: Table, location: str) -> str:
-    """ClickHouse: a view over the ``s3()`` table function with the schema spelled out."""
+    """ClickHouse: a view over the ``s3()`` table function with the schema spelled out, and its view."""
     loc = _location(location)
     structure = ", ".join(f"{c.name} {_ch_type(c)}" for c in t.columns)
-    url = loc.replace("s3://", "https://", 1) if loc.startswith("s3://") else loc
+    url = clickhouse_url(loc)
     return (
-        f"CREATE VIEW IF NOT EXISTS {t.name} AS\nSELECT * FROM s3(\n  '{url}dt=*/{t.name}/*.parquet',\n"
-        f"  'Parquet',\n  '{structure}'\n);\n"
+        f"CREATE VIEW IF NOT EXISTS {raw_name(t)} AS\nSELECT * FROM s3(\n  '{url}dt=*/{t.name}/*.parquet',\n"
+        f"  'Parquet',\n  '{structure}'\n);\n" + once(t, partition=False, clickhouse=True)
     )
 
 

@@ -1,8 +1,10 @@
-"""Reading the index: which parts and which uncovered JSON hours a time range needs, and the
-``sessions`` rows of those parts that pass `ls`'s filters (each JSON entry once)."""
+"""Reading the index: which parts and which JSON hours a time range needs (those no part covers and
+the recent ones late entries may still reach), and the ``sessions`` rows of those parts that pass
+`ls`'s filters (each JSON entry once)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,6 +19,12 @@ from archiver.store.base import ObjectStore
 
 #: Parallel listings of a plan (S3 latency, not bandwidth, bounds them).
 LIST_WORKERS = 16
+#: Hours ending less than this before now are listed as JSON even when a part covers them, so an
+#: archive written after its hour was compacted is read at once: an archive is written within the
+#: upstream's retention (4 h) of its session's end, this adds a 2 h margin (an upload retried
+#: from the spool, a compaction interval). An entry written later still (a store outage of hours,
+#: a backfill of an old session) is read from the next compaction's ``late`` part on.
+LATE_WINDOW = 6 * parts.HOUR
 
 
 @dataclass
@@ -24,8 +32,12 @@ class Plan:
     """What a range reads: parts (their ``sessions`` keys) and the JSON hour partitions no part covers."""
 
     part_refs: list[parts.PartRef] = field(default_factory=list)
-    #: ``(partition prefix, hour start)``, oldest first.
+    #: ``(partition prefix, hour start)`` of the hours to list entry by entry, oldest first.
     json_hours: list[tuple[str, int]] = field(default_factory=list)
+    #: Those of ``json_hours`` a part covers (listed for late entries: ``LATE_WINDOW``).
+    rechecked: set[str] = field(default_factory=set)
+    #: The parts of the days holding a rechecked hour.
+    recheck_refs: list[parts.PartRef] = field(default_factory=list)
 
     def files(self, files: PartFiles, table: str = "sessions") -> list[Path]:
         """Local files of the plan's parts for ``table`` (those not cached yet fetched in parallel)."""
@@ -35,11 +47,28 @@ class Plan:
         with ThreadPoolExecutor(max_workers=min(LIST_WORKERS, len(keys)), thread_name_prefix="index-parts") as pool:
             return list(pool.map(files.path, keys))
 
+    def in_parts(self, files: PartFiles, prefix: str) -> frozenset[str]:
+        """The entry keys (with ``prefix``) of the rechecked hours that a part already holds: readers
+        listing those hours skip them, so each archive is counted once."""
+        if not self.rechecked:
+            return frozenset()
+        paths = [files.path(r.key) for r in self.recheck_refs]
+        con = connect()
+        try:
+            found = con.execute(f"SELECT DISTINCT entry_key FROM read_parquet({sql_list(paths)})").fetchall()
+        finally:
+            con.close()
+        return frozenset(prefix + key for (key,) in found)
 
-def plan(store: ObjectStore, since: float, until: float, workers: int = LIST_WORKERS) -> Plan:
-    """The parts and uncovered hours of ``[since, until]``: one listing per day, two for a day without
-    a day part (its hourly parts), none of a covered hour's entries; the days listed in parallel."""
+
+def plan(
+    store: ObjectStore, since: float, until: float, *, now: float | None = None, workers: int = LIST_WORKERS
+) -> Plan:
+    """The parts and JSON hours of ``[since, until]``: one listing per day, two for a day without a
+    day part (its hourly parts), none of a covered hour's entries unless it ended less than
+    ``LATE_WINDOW`` before ``now`` (``None``: a caller reading only the parts); the days listed in parallel."""
     result = Plan()
+    recent = -math.inf if now is None else now - LATE_WINDOW
     prefix = store.prefix
     first_hour = int(since // parts.HOUR * parts.HOUR)
     days = parts.days(since, until)
@@ -50,16 +79,25 @@ def plan(store: ObjectStore, since: float, until: float, workers: int = LIST_WOR
 
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(days))), thread_name_prefix="index-plan") as pool:
         for day, (day_parts, hourly) in zip(days, pool.map(listed, days), strict=True):
-            if hourly is None:
-                result.part_refs += day_parts
-                continue
+            refs = day_parts if hourly is None else hourly
+            covered = set(range(24)) if hourly is None else {p.hour for p in hourly}
+            result.part_refs += refs
             start = parts.day_start(day)
-            covered = {p.hour for p in hourly}
-            result.part_refs += hourly
+            if hourly is None and start + parts.DAY <= recent:
+                continue  # a closed day, wholly before the late window: its part covers every hour
+            rechecked = False
             for hour, partition in enumerate(parts.entry_hours(prefix, day)):
                 begins = start + hour * parts.HOUR
-                if hour not in covered and first_hour <= begins <= until:
+                if not first_hour <= begins <= until:
+                    continue
+                if hour not in covered:
                     result.json_hours.append((partition, begins))
+                elif begins + parts.HOUR > recent:
+                    result.json_hours.append((partition, begins))
+                    result.rechecked.add(partition)
+                    rechecked = True
+            if rechecked:
+                result.recheck_refs += refs
     return result
 
 

@@ -38,13 +38,14 @@ class Result:
 
 
 def open_tables(
-    store: ObjectStore, since: float, until: float, work: Path, warn: Callable[[str], None]
+    store: ObjectStore, since: float, until: float, work: Path, warn: Callable[[str], None], *, now: float
 ) -> duckdb.DuckDBPyConnection:
     """A connection with the views ``sessions``, ``players`` and ``items`` over ``[since, until]``."""
-    plan = reader.plan(store, since, until)
+    plan = reader.plan(store, since, until, now=now)
     files = PartFiles(store)
     staged: dict[str, list[dict[str, Any]]] = {t.name: [] for t in TABLES}
-    entry_keys = [k for partition, _ in plan.json_hours for k in list_entries(store, partition)]
+    in_parts = plan.in_parts(files, store.prefix)
+    entry_keys = [k for partition, _ in plan.json_hours for k in list_entries(store, partition) if k not in in_parts]
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="sql") as pool:
         for rows in pool.map(lambda k: read_archive_rows(store, k, warn), entry_keys):
             if rows is not None:
@@ -71,10 +72,14 @@ def open_tables(
         union = " UNION ALL ".join(sources)
         # Each JSON entry once (replicas' late parts may repeat one); players and items rows are
         # a function of the entry, so repeats are whole-row repeats.
-        # ``dt``: the entry's day partition, as engines reading the parts with hive partitioning see it.
-        union = (
-            f"SELECT *, CAST(substr(entry_key, 10, 10) AS DATE) AS dt FROM ({union})" if t.name == "sessions" else union
+        # ``dt``: the entry's day partition, as engines reading the parts with hive partitioning see it
+        # (every table has it there); the UTC day of the end for rows without an entry key.
+        dt = (
+            "CAST(substr(entry_key, 10, 10) AS DATE)"
+            if t.name == "sessions"
+            else "DATE '1970-01-01' + CAST(floor(ended_at / 86400) AS INTEGER)"
         )
+        union = f"SELECT *, {dt} AS dt FROM ({union})"
         body = (
             f"SELECT * FROM ({union}) QUALIFY row_number() OVER (PARTITION BY entry_key ORDER BY archived_at) = 1"
             if t.name == "sessions"
@@ -84,10 +89,12 @@ def open_tables(
     return con
 
 
-def run_sql(store: ObjectStore, query: str, *, since: float, until: float, warn: Callable[[str], None]) -> Result:
+def run_sql(
+    store: ObjectStore, query: str, *, since: float, until: float, now: float, warn: Callable[[str], None]
+) -> Result:
     """The result of ``query`` over the index tables of ``[since, until]``; ``SqlError`` for a bad query."""
     with tempfile.TemporaryDirectory(prefix="archiver-sql-") as tmp:
-        con = open_tables(store, since, until, Path(tmp), warn)
+        con = open_tables(store, since, until, Path(tmp), warn, now=now)
         try:
             cursor = con.execute(query)
             columns = [d[0] for d in cursor.description or ()]

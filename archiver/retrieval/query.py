@@ -210,9 +210,10 @@ def list_sessions(
     found = []
     if use_index:
         # Hours the columnar index covers are read from its parts; only the others from JSON entries.
-        plan = index_reader.plan(store, start, last)
+        plan = index_reader.plan(store, start, last, now=now)
+        files = PartFiles(store)
         found = index_reader.session_entries(
-            plan.files(PartFiles(store)),
+            plan.files(files),
             since=start,
             until=until,
             image=image,
@@ -221,14 +222,17 @@ def list_sessions(
             limit=limit,
         )
         hours = list(reversed(plan.json_hours))
+        in_parts = plan.in_parts(files, store.prefix)
     else:
         hours = [(p, 0) for p in reversed(keys.index_partitions(store.prefix, start, last))]
+        in_parts = frozenset()
     partitions = [p for p, _ in hours]
     starts = dict(hours)
 
     def list_partition(partition: str) -> list[str]:
-        # Only `{sid}.json` directly inside the partition is an entry.
-        return [k for k in store.list_keys(partition) if k.endswith(".json") and "/" not in k[len(partition) :]]
+        # Only `{sid}.json` directly inside the partition is an entry; one a part holds was read from it.
+        listed = store.list_keys(partition)
+        return [k for k in listed if k.endswith(".json") and "/" not in k[len(partition) :] and k not in in_parts]
 
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="ls") as pool:
         for batch in _chunks(partitions, max(1, workers)):

@@ -180,15 +180,17 @@ def _index_targets(
     every = keys.index_partitions(store.prefix, start, last)
     edges = {every[0], every[-1]} if every else set()
     # Hours the columnar index covers come from its parts; only the others are listed.
-    plan = index_reader.plan(store, start, last)
+    plan = index_reader.plan(store, start, last, now=now)
     partitions = [partition for partition, _ in plan.json_hours]
-    indexed = index_reader.session_entries(plan.files(PartFiles(store)), since=start, until=until)
+    files = PartFiles(store)
+    indexed = index_reader.session_entries(plan.files(files), since=start, until=until)
+    in_parts = plan.in_parts(files, store.prefix)  # late entries' hours are listed too: the others skipped
 
     def from_partition(partition: str) -> tuple[list[tuple[str, str]], list[str]]:
         named, unnamed = [], []
         for key in store.list_keys(partition):
             name = key[len(partition) :]
-            if "/" in name or not name.endswith(".json"):
+            if "/" in name or not name.endswith(".json") or key in in_parts:
                 continue
             target = None if partition in edges else _target_from_name(name[: -len(".json")])
             if target is None:
