@@ -34,6 +34,8 @@ class Tuning:
     unknown_status_grace: float = 300.0
     #: The API's own 404 for a candidate ends it only when a describe this much later says so too.
     not_found_confirm: float = 30.0
+    #: Complete sessions a worker leases at once; their archived marks share one commit (issue 35).
+    finalize_batch: int = 16
     #: A session being finalized is not taken by another worker for this long.
     finalize_lease: float = 300.0
     #: Finalization re-attempts: exponential from initial to max.

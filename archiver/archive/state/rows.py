@@ -108,6 +108,16 @@ class StoredOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchivedMark:
+    """A session whose manifest is written, to be marked `archived` (with its transparency log leaf)."""
+
+    key: str
+    manifest_key: str
+    now: float | None = None
+    log_entry: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class NewItem:
     """An item to create when a session's end is confirmed."""
 
