@@ -44,7 +44,7 @@ def test_a_flood_of_endings_commits_the_state_db_a_few_times_per_batch_not_per_s
 ) -> None:
     """Before grouping, every session paid an end, a spooled and an archived commit (durable, each
     a sync of the WAL) and two claims: over 3 durable and 5 in all per session (measured at e464cac:
-    3.2 and 6.6). Ends and finalizations grouped, a batch of endings shares them."""
+    3.2 and 6.6). Ends, spooled marks and archived marks grouped, a batch of endings shares them."""
     ids = [fake_service.add_session(TOKEN, id=f"flood-{n:03d}") for n in range(SESSIONS)]
     settings = Settings(state_dir=tmp_path / "state", artifact_paths=(), fetch_workers=2, upload_workers=2)
     state = CountingStateDB(settings.state_dir / "state.db")
@@ -77,9 +77,9 @@ def test_a_flood_of_endings_commits_the_state_db_a_few_times_per_batch_not_per_s
         pipeline.stop(10.0)
         client.close()
         state.close()
-    # Left per session: its fetch claim and spooled mark (one item each here); the rest is shared.
-    assert durable / SESSIONS < 2.0, (commits, durable)
-    assert commits / SESSIONS < 4.0, (commits, durable)
+    # Measured grouped: about 0.45 durable and 1.2 in all per session (upload claims take a few at once).
+    assert durable / SESSIONS < 1.0, (commits, durable)
+    assert commits / SESSIONS < 2.0, (commits, durable)
 
 
 def test_a_new_state_db_has_small_pages_and_an_existing_one_keeps_its_own(tmp_path: Path) -> None:

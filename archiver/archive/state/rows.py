@@ -108,6 +108,37 @@ class StoredOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class ExtraItem:
+    """A logs item added when another one is spooled (a live capture kept beside the after-end
+    body): already spooled, it is uploaded like any other."""
+
+    path: str
+    source: str
+    key: str
+    spool_path: str
+    size: int
+    sha256: str
+    content_type: str
+    capture: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SpooledMark:
+    """A fetched item whose spool file is durable, to be marked `spooled` (with its extra logs items)."""
+
+    item_id: int
+    spool_path: str
+    size: int
+    sha256: str
+    content_type: str
+    source: str
+    key: str
+    fetched_at: float
+    capture: str | None = None
+    extras: tuple[ExtraItem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ArchivedMark:
     """A session whose manifest is written, to be marked `archived` (with its transparency log leaf)."""
 
@@ -124,21 +155,6 @@ class NewItem:
     kind: str
     path: str
     source: str
-
-
-@dataclass(frozen=True, slots=True)
-class ExtraItem:
-    """A logs item added when another one is spooled (a live capture kept beside the after-end
-    body): already spooled, it is uploaded like any other."""
-
-    path: str
-    source: str
-    key: str
-    spool_path: str
-    size: int
-    sha256: str
-    content_type: str
-    capture: str | None
 
 
 @dataclass(frozen=True, slots=True)
