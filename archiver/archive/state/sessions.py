@@ -177,7 +177,7 @@ class SessionRepo(Connection):
 
     def claim_candidates(self, now_mono: float, lease: float, limit: int) -> list[SessionRow]:
         """Candidates due for a describe; leased (`wake_at` moved) so another confirmer skips them."""
-        with self.write() as db:
+        with self.write(durable=False) as db:  # a lease: `reset_in_flight` zeroes every wake_at at start
             rows = db.execute(
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'candidate' AND wake_at <= ? "
                 "ORDER BY first_seen_ended LIMIT ?",
