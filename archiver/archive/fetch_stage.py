@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from archiver.archive.fetch import LIVE_WAIT_MARGIN, Fetcher, Finished, Retry, Spooled, waits_for_capture
 from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
-from archiver.archive.state import ItemRow
+from archiver.archive.state import ItemRow, SpooledMark
 from archiver.vocabulary import ItemStatus, Outcome
 
 log = logging.getLogger("archiver.pipeline")  # one logger for the whole pipeline, as before the split
@@ -37,9 +37,16 @@ class FetchStage(Stage):
                 self.wake.wait(generation, idle, FETCH)
 
     def work_once(self) -> float | None:
-        """Fetch the due item with the earliest deadline; None when one was taken, else how long to
-        wait. Every exception is handled here, the worker's edge."""
-        item: ItemRow | None = None
+        """Fetch a batch of due items, earliest deadline first; None when some were taken, else how
+        long to wait. Every exception is handled here, the worker's edge.
+
+        The spooled marks of a batch share one commit (each spool file was fsynced before it is
+        handed over, so the order fsync → commit holds), made at the latest `spooled_commit_after`
+        after the first of them; nothing acts on an item before its commit.
+        """
+        items: list[ItemRow] = []
+        spooled: list[tuple[ItemRow, Spooled, float]] = []
+        taken = 0  # items of the batch handed to _fetch so far
         try:
             now, now_mono = self.clock(), self._mono()
             live = self.fetcher.live
@@ -54,20 +61,64 @@ class FetchStage(Stage):
                 margins.append(candidate.deadline - LIVE_WAIT_MARGIN - now)
                 return True
 
-            item = self.state.claim_fetch(now_mono, skip=waiting if live is not None else None)
-            if item is None:
+            items = self.state.claim_fetches(
+                now_mono, self.tuning.fetch_batch, skip=waiting if live is not None else None
+            )
+            if not items:
                 if not margins:
                     return self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH))
                 gate = self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH, after=now_mono))
                 return max(0.0, min(gate, *margins))
-            self._fetch(item)
+            first_spooled = 0.0
+            for item in items:
+                if self.wake.stop.is_set():
+                    break
+                taken += 1
+                self._fetch(item, spooled)
+                if spooled and not first_spooled:
+                    first_spooled = self._mono()
+                if spooled and self._mono() - first_spooled >= self.tuning.spooled_commit_after:
+                    self._commit_spooled(spooled)
+                    spooled, first_spooled = [], 0.0
         except Exception as exc:  # loop edge: count it, put the item back, keep the worker alive
             log.exception("fetch worker failed")
             self.metrics.error("fetch")
-            if item is not None:
-                self._release(item, f"internal error: {type(exc).__name__}: {exc}")
+            if taken and not any(s[0].id == items[taken - 1].id for s in spooled):
+                self._release(items[taken - 1], f"internal error: {type(exc).__name__}: {exc}")
             self.wake.stop.wait(1.0)
+        finally:
+            for item in items[taken:]:  # claimed, not attempted (stopping, or an error): pending again
+                with contextlib.suppress(Exception):
+                    self.state.unclaim_item(item.id, not_before=0.0)
+            self._commit_spooled(spooled)
         return None
+
+    def _commit_spooled(self, spooled: list[tuple[ItemRow, Spooled, float]]) -> None:
+        """One commit marks the batch's fetched items `spooled`; only then are they the upload stage's."""
+        if not spooled:
+            return
+        try:
+            self.state.mark_spooled_many(
+                [
+                    SpooledMark(
+                        item.id, spool_path=str(r.path), size=r.size, sha256=r.sha256, content_type=r.content_type,
+                        source=r.source, key=r.key, fetched_at=now, capture=r.capture, extras=tuple(r.extras),
+                    )
+                    for item, r, now in spooled
+                ]
+            )  # fmt: skip
+        except Exception as exc:  # the worker's edge: fetched again later (their spool files are rewritten)
+            log.exception("could not record %d fetched items; fetching them again", len(spooled))
+            self.metrics.error("fetch")
+            for item, _, _ in spooled:
+                self._release(item, f"internal error: {type(exc).__name__}: {exc}")
+            return
+        for item, result, now in spooled:
+            if item.kind == "logs" and self.fetcher.live is not None:
+                self.fetcher.live.forget(item.session_key)  # the spool holds what was kept of it
+            self.metrics.add_bytes("fetch", item.kind, result.received)
+            self.metrics.fetch_completed(item.deadline - now)
+        self.wake.notify(UPLOAD)
 
     def _release(self, item: ItemRow, error: str) -> None:
         with contextlib.suppress(Exception):
@@ -76,26 +127,28 @@ class FetchStage(Stage):
                 item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + delay, error=error
             )
 
-    def _fetch(self, item: ItemRow) -> None:
+    def _fetch(self, item: ItemRow, spooled: list[tuple[ItemRow, Spooled, float]]) -> None:
         if self._skip_fetch is not None and self._skip_fetch(item):
             self.wake.notify()
             return
         remaining = item.deadline - self.clock()
         if remaining <= 0 and item.attempts > 1:
-            self._expire(item, f"fetch deadline passed; last error: {item.last_error}")
+            self._expire(item, spooled, f"fetch deadline passed; last error: {item.last_error}")
             return
         result = self.fetcher.fetch(item, remaining=remaining)
         now = self.clock()
         if isinstance(result, Spooled):
-            self._spooled(item, result, now)
+            spooled.append((item, result, now))
         elif isinstance(result, Finished):
             log.info("item %s of %r: %s (%s)", item.kind, item.session_id, result.outcome, result.error)
             self.finish(item, result.outcome, error=result.error, source=result.source)
         else:
-            self._retry_fetch(item, result, now)
+            self._retry_fetch(item, result, now, spooled)
         self._refresh_gauges()
 
-    def _expire(self, item: ItemRow, error: str, source: str | None = None) -> None:
+    def _expire(
+        self, item: ItemRow, spooled: list[tuple[ItemRow, Spooled, float]], error: str, source: str | None = None
+    ) -> None:
         """The deadline passed: logs with a live capture are archived from it, as if the read after
         the end (failing until now) had found nothing; anything else expires."""
         try:
@@ -110,24 +163,14 @@ class FetchStage(Stage):
             return
         log.warning("logs of %r: reading them after the end failed until the deadline (%s); archiving the live "
                     "capture", item.session_id, error)  # fmt: skip
-        self._spooled(item, captured, self.clock())
+        spooled.append((item, captured, self.clock()))
 
-    def _spooled(self, item: ItemRow, result: Spooled, now: float) -> None:
-        r = result
-        self.state.mark_spooled(
-            item.id, spool_path=str(r.path), size=r.size, sha256=r.sha256, content_type=r.content_type,
-            source=r.source, key=r.key, fetched_at=now, capture=r.capture, extras=r.extras,
-        )  # fmt: skip
-        if item.kind == "logs" and self.fetcher.live is not None:
-            self.fetcher.live.forget(item.session_key)  # the spool holds what was kept of it
-        self.metrics.add_bytes("fetch", item.kind, result.received)
-        self.metrics.fetch_completed(item.deadline - now)
-        self.wake.notify(UPLOAD)
-
-    def _retry_fetch(self, item: ItemRow, result: Retry, now: float) -> None:
+    def _retry_fetch(
+        self, item: ItemRow, result: Retry, now: float, spooled: list[tuple[ItemRow, Spooled, float]]
+    ) -> None:
         left = item.deadline - now
         if left <= 0:
-            self._expire(item, result.error, result.source)
+            self._expire(item, spooled, result.error, result.source)
             return
         if result.wait is not None:  # waiting, not failing: its capture began following after the claim
             log.debug("%s of %r waits: %s", item.kind, item.session_id, result.error)

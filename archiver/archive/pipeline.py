@@ -403,15 +403,31 @@ class Pipeline:
         self._wake.notify(FETCH, UPLOAD)
         return True
 
+    def _end_confirmed(self, ends: Sequence[tuple[str, Session | None]]) -> None:
+        """End a batch's confirmed candidates in one commit (a flood of endings: one commit per batch)."""
+        rows = self.state.end_sessions(
+            ends, deadline_for=self._deadline_for, items_for=self._items_for, now=self.clock()
+        )
+        for row in rows:
+            self.metrics.sessions_ended()
+            log.info("session %r ended (%s); fetch deadline %.0f", row.id, row.status, row.fetch_deadline or 0)
+        if rows:
+            self._wake.notify(FETCH, UPLOAD)
+
     def _confirm_loop(self) -> None:
         while not self._stop.is_set():
             generation = self._wake.snapshot(CONFIRM)
             try:
                 rows = self.state.claim_candidates(self._mono(), self.tuning.confirm_lease, self.tuning.confirm_batch)
-                for row in rows:
-                    if self._stop.is_set():
-                        break
-                    self._confirm(row)
+                ends: list[tuple[str, Session | None]] = []
+                try:
+                    for row in rows:
+                        if self._stop.is_set():
+                            break
+                        self._confirm(row, ends)
+                finally:
+                    # Even when a describe raised: the ends confirmed before it are not redone.
+                    self._end_confirmed(ends)
                 if not rows:
                     self._wake.wait(generation, self._wake.until(self.state.next_candidate_wake()), CONFIRM)
             except Exception:  # loop edge: a bug must not silently end confirmations
@@ -419,8 +435,9 @@ class Pipeline:
                 self.metrics.error("confirm")
                 self._stop.wait(1.0)
 
-    def _confirm(self, row: SessionRow) -> None:
-        """Describe a candidate; end it only on positive evidence (see the module docstring)."""
+    def _confirm(self, row: SessionRow, ends: list[tuple[str, Session | None]]) -> None:
+        """Describe a candidate; end it only on positive evidence (see the module docstring): an
+        end is added to `ends`, which the caller commits for the whole batch at once."""
         try:
             described = self.client.describe_session(row.id, policy=self._confirm_policy)
         except NotFoundError as exc:
@@ -433,7 +450,7 @@ class Pipeline:
             first = self.state.candidate_not_found(row.key, now, self._mono() + self.tuning.not_found_confirm)
             if now - first >= self.tuning.not_found_confirm:
                 # Removed (we were down, or the window is over): ended; its fetches will tell.
-                self._end(row.key, None)
+                ends.append((row.key, None))
             return
         except ApiError as exc:
             log.warning("describing candidate %r failed (retrying): %s", row.id, exc)
@@ -442,13 +459,13 @@ class Pipeline:
         if session_key_of(described) != row.key:
             # The id now names another instance (reused after this one ended): this one is over.
             log.info("session %r was reused by a newer instance; its earlier instance has ended", row.id)
-            self._end(row.key, None)
+            ends.append((row.key, None))
             return
         absent_for = self.clock() - (row.first_seen_ended or self.clock())
         if described.terminal or (
             described.status == UNKNOWN_STATUS and absent_for >= self.tuning.unknown_status_grace
         ):
-            self._end(row.key, described)
+            ends.append((row.key, described))
         else:
             self.state.candidate_alive(row.key, self.clock(), self._mono() + self.tuning.confirm_recheck)
 

@@ -34,6 +34,12 @@ class Tuning:
     unknown_status_grace: float = 300.0
     #: The API's own 404 for a candidate ends it only when a describe this much later says so too.
     not_found_confirm: float = 30.0
+    #: Pending items a fetch worker claims at once; their spooled marks share one commit (issue 35).
+    fetch_batch: int = 16
+    #: A fetch batch commits its spooled items at the latest this long after the first of them.
+    spooled_commit_after: float = 0.5
+    #: Complete sessions a worker leases at once; their archived marks share one commit (issue 35).
+    finalize_batch: int = 16
     #: A session being finalized is not taken by another worker for this long.
     finalize_lease: float = 300.0
     #: Finalization re-attempts: exponential from initial to max.

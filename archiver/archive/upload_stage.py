@@ -17,7 +17,7 @@ from pathlib import Path
 from archiver.archive.fetch import Spool
 from archiver.archive.outcomes import OutcomeCommitter
 from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
-from archiver.archive.state import ItemRow, SessionRow
+from archiver.archive.state import ArchivedMark, ItemRow, SessionRow
 from archiver.archive.upload import Conflict, SpoolBroken, Stored, Uploader
 from archiver.durable import fsync_dir
 from archiver.errors import (
@@ -268,36 +268,61 @@ class UploadStage(Stage):
         return target
 
     def _finalize_one(self) -> bool:
-        """Write the manifest and index entry of one complete session; False when none is due.
+        """Write the manifests and index entries of a batch of complete sessions, then mark them
+        archived in one commit; False when none is due.
 
         A session whose finalization fails for any other reason than the store being down is
         backed off on its own (the others go on), and given up as `failed` once its fetch deadline
-        has passed: its reason is kept for `archiver status` and counted.
+        has passed: its reason is kept for `archiver status` and counted. A crash before the commit
+        leaves the batch `finalizing` with its manifests written: the next start writes them again,
+        byte for byte (`archived_at` is fixed), which the create-once store takes as already there.
         """
         if not self._manifest_may_be_due():
             return False
-        row = self.state.claim_finalize(self._mono(), self.tuning.finalize_lease)
-        if row is None:
+        rows = self.state.claim_finalizes(self._mono(), self.tuning.finalize_lease, self.tuning.finalize_batch)
+        if not rows:
             return False
+        written: list[tuple[SessionRow, ArchivedMark, int]] = []
         try:
-            self._finalize(row)
-        except StoreError:
-            self.state.finalize_retry(row.key, 0.0, "store unavailable")
-            raise
-        except Exception as exc:  # the session's edge: one bad session must not stop the others
-            log.exception("finalizing session %r failed", row.id)
-            self.metrics.error("finalize")
-            reason = f"{type(exc).__name__}: {exc}"
-            if row.fetch_deadline is not None and self.clock() >= row.fetch_deadline:
-                if self.state.fail_session(row.key, reason, self.clock()):
-                    self.metrics.session_failed()
-                    log.error("session %r failed: no manifest could be written before its deadline: %s", row.id,
-                              reason)  # fmt: skip
-            else:
-                attempts = row.finalize_attempts + 1
-                delay = backoff(self.tuning.finalize_backoff_initial, self.tuning.finalize_backoff_max, attempts)
-                self.state.finalize_retry(row.key, self._mono() + delay, reason)
+            for n, row in enumerate(rows):
+                try:
+                    written.append(self._finalize(row))
+                except StoreError:
+                    self.state.finalize_retry(row.key, 0.0, "store unavailable")
+                    self.state.release_finalize([r.key for r in rows[n + 1 :]])
+                    raise
+                except Exception as exc:  # the session's edge: one bad session must not stop the others
+                    self._finalize_failed(row, exc)
+        finally:
+            self._mark_archived(written)
         return True
+
+    def _finalize_failed(self, row: SessionRow, exc: Exception) -> None:
+        log.exception("finalizing session %r failed", row.id)
+        self.metrics.error("finalize")
+        reason = f"{type(exc).__name__}: {exc}"
+        if row.fetch_deadline is not None and self.clock() >= row.fetch_deadline:
+            if self.state.fail_session(row.key, reason, self.clock()):
+                self.metrics.session_failed()
+                log.error("session %r failed: no manifest could be written before its deadline: %s", row.id,
+                          reason)  # fmt: skip
+        else:
+            attempts = row.finalize_attempts + 1
+            delay = backoff(self.tuning.finalize_backoff_initial, self.tuning.finalize_backoff_max, attempts)
+            self.state.finalize_retry(row.key, self._mono() + delay, reason)
+
+    def _mark_archived(self, written: list[tuple[SessionRow, ArchivedMark, int]]) -> None:
+        """One commit marks every session of the batch whose manifest is written `archived`."""
+        if not written:
+            return
+        self.state.mark_archived_many([mark for _, mark, _ in written])
+        for session, mark, items in written:
+            now = mark.now if mark.now is not None else self.clock()
+            delay = now - (session.first_seen_ended if session.first_seen_ended is not None else now)
+            self.metrics.archive_completed(delay_seconds=max(0.0, delay), now=now)
+            log.info("session %r archived (%d items): %s", session.id, items, mark.manifest_key)
+        self._store_ok()
+        self.wake.notify(UPLOAD)
 
     def _manifest_may_be_due(self) -> bool:
         """False when no finalizing session can be due: the last look found none, no write of this
@@ -321,7 +346,7 @@ class UploadStage(Stage):
         self._no_manifest_due = (generation, look_again if gate is None else min(gate, look_again))
         return False
 
-    def _finalize(self, session: SessionRow) -> None:
+    def _finalize(self, session: SessionRow) -> tuple[SessionRow, ArchivedMark, int]:
         items = self.state.items_of(session.key)
         log_entry: bytes | None = None
         try:
@@ -338,10 +363,4 @@ class UploadStage(Stage):
             log.error("session %r: %s; not overwriting the existing manifest", session.id, exc)
             self.metrics.error("manifest")
             manifest_key = keys.manifest_key(self.store.prefix, session.id, instance=session.instance or None)
-        now = self.clock()
-        self.state.mark_archived(session.key, manifest_key, now, log_entry=log_entry)
-        delay = now - (session.first_seen_ended if session.first_seen_ended is not None else now)
-        self.metrics.archive_completed(delay_seconds=max(0.0, delay), now=now)
-        log.info("session %r archived (%d items): %s", session.id, len(items), manifest_key)
-        self._store_ok()
-        self.wake.notify(UPLOAD)
+        return session, ArchivedMark(session.key, manifest_key, self.clock(), log_entry), len(items)

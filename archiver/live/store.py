@@ -42,6 +42,8 @@ log = logging.getLogger("archiver.live")
 DIR_NAME = "live"
 DB_NAME = "captures.db"
 SCHEMA_VERSION = 1
+#: Bytes per page of a new checkpoint DB (as the state DB's, archive/state/schema.py: issue 35).
+PAGE_SIZE = 1024
 #: A segment still being followed (the others are `policy.Finish` values).
 FOLLOWING = "following"
 #: A capture's shape: NDJSON `{streamType, line}` entries, or plain text lines.
@@ -148,6 +150,9 @@ class CaptureStore:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
+            # Small pages for a new DB (an existing one keeps its own): each checkpoint rewrites
+            # the rows of every session it covers, and the WAL takes every changed page whole.
+            self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]

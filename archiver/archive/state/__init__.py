@@ -33,6 +33,7 @@ from archiver.archive.state.items import ItemRepo
 from archiver.archive.state.journal import SqliteJournal
 from archiver.archive.state.logqueue import LogRepo
 from archiver.archive.state.rows import (
+    ArchivedMark,
     Backlog,
     ExtraItem,
     ItemRow,
@@ -40,21 +41,24 @@ from archiver.archive.state.rows import (
     PendingItem,
     Reopened,
     SessionRow,
+    SpooledMark,
     StoredOutcome,
     created_ms_of,
     layout_instance,
     session_key,
     session_key_of,
 )
-from archiver.archive.state.schema import BUSY_TIMEOUT_MS, DB_NAME, SCHEMA_VERSION
+from archiver.archive.state.schema import BUSY_TIMEOUT_MS, DB_NAME, PAGE_SIZE, SCHEMA_VERSION
 from archiver.archive.state.sessions import SessionRepo
 from archiver.vocabulary import TERMINAL_STATES, SessionState
 
 __all__ = [
     "BUSY_TIMEOUT_MS",
     "DB_NAME",
+    "PAGE_SIZE",
     "SCHEMA_VERSION",
     "TERMINAL_STATES",
+    "ArchivedMark",
     "Backlog",
     "ExtraItem",
     "ItemRow",
@@ -62,6 +66,7 @@ __all__ = [
     "PendingItem",
     "Reopened",
     "SessionRow",
+    "SpooledMark",
     "SqliteJournal",
     "StateDB",
     "StoredOutcome",

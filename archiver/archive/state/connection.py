@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
-from archiver.archive.state.schema import DB_NAME, MIGRATIONS, SCHEMA, SCHEMA_VERSION, connect
+from archiver.archive.state.schema import DB_NAME, MIGRATIONS, PAGE_SIZE, SCHEMA, SCHEMA_VERSION, connect
 from archiver.errors import StateError
 
 
@@ -51,6 +51,8 @@ class Connection:
             else:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 self._conn = connect(path)
+                # Only a new, empty DB takes it (before WAL mode is set); an existing one ignores it.
+                self._conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
                 mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StateError(f"state DB {path}: the filesystem does not support WAL mode")

@@ -14,6 +14,7 @@ from archiver.archive.state.rows import (
     ExtraItem,
     ItemRow,
     PendingItem,
+    SpooledMark,
     StoredOutcome,
     chunks,
     item_row,
@@ -38,7 +39,15 @@ class ItemRepo(Connection):
         return [item_row(r) for r in rows]
 
     def claim_fetch(self, now_mono: float, skip: Callable[[ItemRow], bool] | None = None) -> ItemRow | None:
-        """The pending item with the earliest deadline whose retry gate is open, now `fetching`.
+        """The pending item with the earliest deadline whose retry gate is open, now `fetching`."""
+        claimed = self.claim_fetches(now_mono, 1, skip)
+        return claimed[0] if claimed else None
+
+    def claim_fetches(
+        self, now_mono: float, limit: int, skip: Callable[[ItemRow], bool] | None = None
+    ) -> list[ItemRow]:
+        """Up to `limit` pending items whose retry gate is open, earliest deadline first, now `fetching`
+        (one non-durable commit).
 
         ``skip``: items it is true for are passed over and stay as they are (a logs item waiting
         for its live capture): no write, no attempt counted. When every open item is skipped the
@@ -47,16 +56,23 @@ class ItemRepo(Connection):
         with self.write(durable=False) as db:  # a lost claim is one recovery undoes anyway
             cursor = db.execute(
                 f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'pending_fetch' AND not_before <= ? "
-                "ORDER BY deadline, id" + ("" if skip else " LIMIT 1"),
-                (now_mono,),
+                "ORDER BY deadline, id" + ("" if skip else " LIMIT ?"),
+                (now_mono,) if skip else (now_mono, limit),
             )
-            row = next((r for r in cursor if skip is None or not skip(item_row(r))), None)
+            rows = []
+            for r in cursor:
+                if skip is None or not skip(item_row(r)):
+                    rows.append(r)
+                    if len(rows) >= limit:
+                        break
             cursor.close()
-            if row is None:
-                return None
-            db.execute("UPDATE items SET status = 'fetching', attempts = attempts + 1 WHERE id = ?", (row[0],))
-        item = item_row(row)
-        return dataclasses.replace(item, status=ItemStatus.FETCHING, attempts=item.attempts + 1)
+            db.executemany(
+                "UPDATE items SET status = 'fetching', attempts = attempts + 1 WHERE id = ?", [(r[0],) for r in rows]
+            )
+        return [
+            dataclasses.replace(item, status=ItemStatus.FETCHING, attempts=item.attempts + 1)
+            for item in map(item_row, rows)
+        ]
 
     def claim_upload(self, now_mono: float) -> ItemRow | None:
         """The spooled item with the earliest deadline whose retry gate is open, now `uploading`."""
@@ -131,20 +147,35 @@ class ItemRepo(Connection):
     ) -> None:
         """The fetched item is in the spool; ``extras`` (more logs items of its session, spooled
         too) are added in the same transaction, so its session never looks complete without them."""
+        self.mark_spooled_many(
+            [
+                SpooledMark(
+                    item_id, spool_path, size, sha256, content_type, source, key, fetched_at, capture, tuple(extras)
+                )
+            ]
+        )
+
+    def mark_spooled_many(self, marks: Sequence[SpooledMark]) -> None:
+        """`mark_spooled` for fetched items whose spool files are durable, in one transaction (a
+        flood of endings: one commit per fetch batch, issue 35)."""
+        if not marks:
+            return
         with self.write() as db:
-            db.executemany(
-                "INSERT OR IGNORE INTO items (session_key, session_id, instance, kind, path, status, deadline, "
-                "source, key, spool_path, size, sha256, content_type, fetched_at, capture) "
-                "SELECT session_key, session_id, instance, kind, ?, 'spooled', deadline, ?, ?, ?, ?, ?, ?, ?, ? "
-                "FROM items WHERE id = ? AND status = 'fetching'",
-                [_extra_values(e, fetched_at, item_id) for e in extras],
-            )
-            db.execute(
-                "UPDATE items SET status = 'spooled', spool_path = ?, size = ?, sha256 = ?, "
-                "content_type = ?, source = ?, key = ?, fetched_at = ?, capture = ?, not_before = 0, "
-                "last_error = NULL WHERE id = ? AND status = 'fetching'",
-                (spool_path, size, sha256, content_type, source, key, fetched_at, capture, item_id),
-            )
+            for m in marks:
+                db.executemany(
+                    "INSERT OR IGNORE INTO items (session_key, session_id, instance, kind, path, status, deadline, "
+                    "source, key, spool_path, size, sha256, content_type, fetched_at, capture) "
+                    "SELECT session_key, session_id, instance, kind, ?, 'spooled', deadline, ?, ?, ?, ?, ?, ?, ?, ? "
+                    "FROM items WHERE id = ? AND status = 'fetching'",
+                    [_extra_values(e, m.fetched_at, m.item_id) for e in m.extras],
+                )
+                db.execute(
+                    "UPDATE items SET status = 'spooled', spool_path = ?, size = ?, sha256 = ?, "
+                    "content_type = ?, source = ?, key = ?, fetched_at = ?, capture = ?, not_before = 0, "
+                    "last_error = NULL WHERE id = ? AND status = 'fetching'",
+                    (m.spool_path, m.size, m.sha256, m.content_type, m.source, m.key, m.fetched_at, m.capture,
+                     m.item_id),
+                )  # fmt: skip
 
     def retry_item(self, item_id: int, *, status: ItemStatus, not_before: float, error: str) -> None:
         """Back to `status` (pending_fetch or spooled), not to be picked before `not_before`.

@@ -108,15 +108,6 @@ class StoredOutcome:
 
 
 @dataclass(frozen=True, slots=True)
-class NewItem:
-    """An item to create when a session's end is confirmed."""
-
-    kind: str
-    path: str
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
 class ExtraItem:
     """A logs item added when another one is spooled (a live capture kept beside the after-end
     body): already spooled, it is uploaded like any other."""
@@ -129,6 +120,41 @@ class ExtraItem:
     sha256: str
     content_type: str
     capture: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class SpooledMark:
+    """A fetched item whose spool file is durable, to be marked `spooled` (with its extra logs items)."""
+
+    item_id: int
+    spool_path: str
+    size: int
+    sha256: str
+    content_type: str
+    source: str
+    key: str
+    fetched_at: float
+    capture: str | None = None
+    extras: tuple[ExtraItem, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedMark:
+    """A session whose manifest is written, to be marked `archived` (with its transparency log leaf)."""
+
+    key: str
+    manifest_key: str
+    now: float | None = None
+    log_entry: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewItem:
+    """An item to create when a session's end is confirmed."""
+
+    kind: str
+    path: str
+    source: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from archiver.archive.state.connection import Connection
 from archiver.archive.state.rows import (
     SESSION_COLUMNS,
     STATE_COLUMN,
+    ArchivedMark,
     NewItem,
     Reopened,
     SessionRow,
@@ -176,7 +177,7 @@ class SessionRepo(Connection):
 
     def claim_candidates(self, now_mono: float, lease: float, limit: int) -> list[SessionRow]:
         """Candidates due for a describe; leased (`wake_at` moved) so another confirmer skips them."""
-        with self.write() as db:
+        with self.write(durable=False) as db:  # a lease: `reset_in_flight` zeroes every wake_at at start
             rows = db.execute(
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'candidate' AND wake_at <= ? "
                 "ORDER BY first_seen_ended LIMIT ?",
@@ -240,6 +241,25 @@ class SessionRepo(Connection):
         """
         with self.write() as db:
             return self._end(db, key, described, deadline_for, items_for, now, backfill=backfill)
+
+    def end_sessions(
+        self,
+        ends: Sequence[tuple[str, Session | None]],
+        *,
+        deadline_for: Callable[[SessionRow], float],
+        items_for: Callable[[SessionRow], Sequence[NewItem]],
+        now: float,
+    ) -> list[SessionRow]:
+        """`end_session` for many confirmed candidates (key, describe) in one transaction: a flood
+        of endings costs one commit per confirmation batch, not one per session (issue 35). Returns
+        the rows that ended (the others were no candidates any more)."""
+        if not ends:
+            return []
+        with self.write() as db:
+            rows = [
+                self._end(db, key, described, deadline_for, items_for, now, backfill=False) for key, described in ends
+            ]
+        return [row for row in rows if row is not None]
 
     def add_candidates(self, ended: Sequence[Session], now: float) -> int:
         """Sessions found ended that the DB has never seen (reconciliation): candidates, to be
@@ -363,7 +383,12 @@ class SessionRepo(Connection):
     # --- finalization -----------------------------------------------------------------------
 
     def claim_finalize(self, now_mono: float, lease: float) -> SessionRow | None:
-        """A complete session due for its manifest, leased so that no other worker takes it meanwhile.
+        """A complete session due for its manifest, leased so that no other worker takes it meanwhile."""
+        rows = self.claim_finalizes(now_mono, lease, 1)
+        return rows[0] if rows else None
+
+    def claim_finalizes(self, now_mono: float, lease: float, limit: int) -> list[SessionRow]:
+        """Up to `limit` complete sessions due for their manifests, leased in one (non-durable) commit.
 
         Ordered by retry gate, so a session whose finalization keeps failing (backed off) never
         keeps the others waiting.
@@ -375,18 +400,26 @@ class SessionRepo(Connection):
                 "SELECT 1 FROM sessions WHERE state = 'finalizing' AND wake_at <= ? LIMIT 1", (now_mono,)
             ).fetchone()
         if due is None:
-            return None
+            return []
         # The lease lives in wake_at, monotonic and reset at start-up: a crash may lose it.
         with self.write(durable=False) as db:
-            row = db.execute(
+            rows = db.execute(
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'finalizing' AND wake_at <= ? "
-                "ORDER BY wake_at, archived_at LIMIT 1",
-                (now_mono,),
-            ).fetchone()
-            if row is None:
-                return None
-            db.execute("UPDATE sessions SET wake_at = ? WHERE key = ?", (now_mono + lease, row[0]))
-        return session_row(row)
+                "ORDER BY wake_at, archived_at LIMIT ?",
+                (now_mono, limit),
+            ).fetchall()
+            db.executemany("UPDATE sessions SET wake_at = ? WHERE key = ?", [(now_mono + lease, r[0]) for r in rows])
+        return [session_row(r) for r in rows]
+
+    def release_finalize(self, session_keys: Sequence[str]) -> None:
+        """Hand back leased sessions not attempted (due again now); non-durable: a restart resets leases anyway."""
+        if not session_keys:
+            return
+        with self.write(durable=False) as db:
+            self._finalize_may_be_due()
+            db.executemany(
+                "UPDATE sessions SET wake_at = 0 WHERE key = ? AND state = 'finalizing'", [(k,) for k in session_keys]
+            )
 
     def next_finalize_wake(self) -> float | None:
         with self.read() as db:
@@ -421,20 +454,28 @@ class SessionRepo(Connection):
     ) -> bool:
         """The session is archived; with ``log_entry``, its leaf is queued for the transparency log in
         the same transaction, so no crash can lose it between the manifest and the log."""
+        return bool(self.mark_archived_many([ArchivedMark(key, manifest_key, now, log_entry)]))
+
+    def mark_archived_many(self, marks: Sequence[ArchivedMark]) -> set[str]:
+        """`mark_archived` for sessions whose manifests are written, in one transaction (a flood of
+        endings: one commit per batch of manifests). Returns the keys marked (still finalizing)."""
+        if not marks:
+            return set()
+        done: set[str] = set()
         with self.write() as db:
-            done = bool(
-                db.execute(
+            for m in marks:
+                if db.execute(
                     "UPDATE sessions SET state = 'archived', manifest_key = ?, done_at = COALESCE(?, archived_at), "
                     "last_error = NULL WHERE key = ? AND state = 'finalizing'",
-                    (manifest_key, now, key),
-                ).rowcount
-            )
-            if done and log_entry is not None:
-                db.execute(
-                    "INSERT OR IGNORE INTO log_pending (session_key, entry, added_at) VALUES (?, ?, ?)",
-                    (key, log_entry, now if now is not None else 0.0),
-                )
-            return done
+                    (m.manifest_key, m.now, m.key),
+                ).rowcount:
+                    done.add(m.key)
+                    if m.log_entry is not None:
+                        db.execute(
+                            "INSERT OR IGNORE INTO log_pending (session_key, entry, added_at) VALUES (?, ?, ?)",
+                            (m.key, m.log_entry, m.now if m.now is not None else 0.0),
+                        )
+        return done
 
     def prune(self, before: float) -> int:
         """Forget terminal sessions (and their items) done before `before`: the store is the record."""
