@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from archiver.errors import PayloadError
+from archiver.textsafe import valid_utf8
 from archiver.upstream.checks import (
     INT64_MAX,
     INT64_MIN,
@@ -29,7 +30,6 @@ from archiver.upstream.checks import (
     require_str,
     type_name,
     unwrap,
-    valid_utf8,
 )
 from archiver.upstream.checks import decode_json as decode_json
 
