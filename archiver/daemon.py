@@ -25,14 +25,14 @@ from archiver.archive import crashpoints
 from archiver.durable import StateDirLock
 from archiver.errors import ConfigError
 from archiver.exporter.exposition import Snapshot, SnapshotRenderer
-from archiver.exporter.httpserver import MetricsServer
+from archiver.exporter.metricsserver import MetricsServer
 from archiver.exporter.poller import ENDPOINTS, SESSIONS, Poller, PollResult
 from archiver.exporter.selfmetrics import SelfMetrics
-from archiver.exporter.webconfig import load_web_config
 from archiver.settings import Settings
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.listparser import SessionListParser
 from archiver.upstream.models import Session
+from archiver.web.webconfig import load_web_config
 
 if TYPE_CHECKING:
     from archiver.index import schedule as index_schedule

@@ -114,7 +114,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     tune_allocator()  # as `archiver run` does at start-up
 
     from archiver.exporter.exposition import SnapshotRenderer
-    from archiver.exporter.httpserver import MetricsServer
+    from archiver.exporter.metricsserver import MetricsServer
     from archiver.exporter.poller import METRICS, SESSIONS, Poller
     from archiver.exporter.selfmetrics import SelfMetrics
     from archiver.upstream.api import SessionHostClient, Token

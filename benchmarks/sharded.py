@@ -49,7 +49,7 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
     tune_allocator()
 
     from archiver.exporter.exposition import SnapshotRenderer
-    from archiver.exporter.httpserver import MetricsServer
+    from archiver.exporter.metricsserver import MetricsServer
     from archiver.exporter.poller import SESSIONS, Poller
     from archiver.exporter.selfmetrics import SelfMetrics
     from archiver.sharding import Shard

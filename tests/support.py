@@ -36,7 +36,6 @@ from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
 from archiver.cli import main, resolve, settings_options
 from archiver.errors import ConfigError
-from archiver.exporter.webconfig import WebConfig
 from archiver.layout import keys
 from archiver.layout import manifest as codec
 from archiver.layout.manifest import Manifest, ManifestItem, build_manifest
@@ -45,6 +44,7 @@ from archiver.retry import FOLLOW_LOGS
 from archiver.settings import OPTIONS, Settings
 from archiver.store import ObjectStore
 from archiver.upstream.models import Session
+from archiver.web.webconfig import WebConfig
 
 if TYPE_CHECKING:
     import helm_python as helm

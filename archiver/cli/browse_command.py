@@ -32,8 +32,8 @@ def browse(**kwargs: Any) -> None:
     from archiver.browse.app import BrowseApp
     from archiver.browse.server import BrowseServer
     from archiver.browse.urls import mount
-    from archiver.exporter.webconfig import load_web_config
     from archiver.retrieval.budget import SearchBudget
+    from archiver.web.webconfig import load_web_config
 
     settings, values, early = read_command(kwargs, "browse")  # a deprecated name's line, written once configured
     logsetup.configure(settings.log_format, settings.log_level, early=early)

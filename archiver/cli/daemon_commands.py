@@ -50,8 +50,8 @@ def run(**kwargs: Any) -> None:
 def fake_service(tokens: tuple[str, ...], **kwargs: Any) -> None:
     """The fake session hosting service alone (for trying things out and for your own CI)."""
     from archiver import logs as logsetup
-    from archiver.exporter.webconfig import load_web_config
     from archiver.fake.main import options_from_values, serve_forever
+    from archiver.web.webconfig import load_web_config
 
     settings, values, early = read_command(kwargs, "fake-service")
     logsetup.configure(settings.log_format, settings.log_level, early=early)
