@@ -27,7 +27,7 @@ from archiver.errors import ConfigError
 from archiver.exporter.exposition import Snapshot, SnapshotRenderer
 from archiver.exporter.metricsserver import MetricsServer
 from archiver.exporter.poller import ENDPOINTS, SESSIONS, Poller, PollResult
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.listparser import SessionListParser

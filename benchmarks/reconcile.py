@@ -72,7 +72,7 @@ def measure(upstream: str, workdir: Path, ended_count: int) -> dict[str, Any]:
 
     from archiver.archive.pipeline import Pipeline
     from archiver.archive.state import StateDB
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.settings import Settings
     from archiver.store import FileStore
     from archiver.upstream.api import SessionHostClient, Token

@@ -116,7 +116,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     from archiver.exporter.exposition import SnapshotRenderer
     from archiver.exporter.metricsserver import MetricsServer
     from archiver.exporter.poller import METRICS, SESSIONS, Poller
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.upstream.api import SessionHostClient, Token
     from archiver.upstream.listparser import STREAM_WINDOW, SessionListParser
     from archiver.upstream.models import SessionList

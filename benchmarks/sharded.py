@@ -51,7 +51,7 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
     from archiver.exporter.exposition import SnapshotRenderer
     from archiver.exporter.metricsserver import MetricsServer
     from archiver.exporter.poller import SESSIONS, Poller
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.sharding import Shard
     from archiver.upstream.api import SessionHostClient, Token
     from archiver.upstream.listparser import SessionListParser

@@ -90,7 +90,7 @@ def run_ours(endpoint: str, state_dir: Path, files: list[Path], tag: str, worker
 
     from archiver.archive.pipeline import Pipeline, Tuning
     from archiver.archive.state import StateDB
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.settings import Settings
     from archiver.store import open_store
     from archiver.upstream.api import SessionHostClient, Token

@@ -49,7 +49,7 @@ def _run(config: dict[str, Any]) -> int:
 
     from archiver.archive.pipeline import Pipeline, Tuning
     from archiver.archive.state import StateDB
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.retry import RetryPolicy
     from archiver.settings import Settings
     from archiver.store import open_store

@@ -122,7 +122,7 @@ def test_a_store_that_does_not_answer_the_probe_leaves_writes_checking_first(tmp
     from prometheus_client import CollectorRegistry
 
     from archiver.archive.store_health import probe_store
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.store import open_store
 
     (tmp_path / "archive").mkdir()

@@ -28,7 +28,7 @@ from archiver.exporter.exposition import (
     label_names_for,
     scrape_parts,
 )
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.upstream.metrics import MetricFamily, parse_upstream_metrics
 from archiver.upstream.models import Session, parse_session
 from tests.support import raw_session

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families as text_pars
 from archiver.errors import ConfigError
 from archiver.exporter.exposition import Snapshot, SnapshotRenderer
 from archiver.exporter.metricsserver import MetricsServer, accepts_gzip, wants_openmetrics
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.upstream.metrics import parse_upstream_metrics
 from archiver.upstream.models import parse_session
 from archiver.web.webconfig import load_web_config

@@ -7,8 +7,8 @@ import threading
 
 from prometheus_client import CollectorRegistry
 
-from archiver.exporter.livemetrics import LiveMetrics
 from archiver.live.report import LiveStats
+from archiver.metrics.live import LiveMetrics
 
 
 def _stats(lines: int) -> LiveStats:

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 from archiver.cli import main
 from archiver.command_options import COMMAND_OPTIONS
 from archiver.exporter.exposition import FAMILIES
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.settings import option_table
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()

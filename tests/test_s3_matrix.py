@@ -29,11 +29,11 @@ from prometheus_client import CollectorRegistry
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
 from archiver.credentials import Token
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
 from archiver.fake.content import REPLAY
 from archiver.fake.oracle import LOGS
 from archiver.layout.manifest import Manifest, parse_manifest
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retrieval import retrieve
 from archiver.settings import Settings
 from archiver.store import S3Store, make_s3_client, open_store

@@ -8,9 +8,9 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry
 
-from archiver.exporter import selfmetrics
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.exporter.snapshot import scrape_parts
+from archiver.metrics import selfmetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 
 
 def test_self_metrics_are_rendered_again_only_after_an_event() -> None:

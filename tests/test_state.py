@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 from archiver.archive.pipeline import Pipeline, Tuning
 from archiver.archive.state import DB_NAME, SCHEMA_VERSION, StateDB
 from archiver.errors import StateError
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.store import FileStore
 from archiver.vocabulary import Outcome

@@ -32,8 +32,8 @@ from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
 from archiver.credentials import Token
 from archiver.errors import StoreUnavailableError
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
 from archiver.store.file import FileStore

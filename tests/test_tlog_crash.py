@@ -38,7 +38,7 @@ def _run(config: dict[str, Any]) -> int:
 
     from archiver.archive import log_stage
     from archiver.archive.state import StateDB
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.store import open_store
 
     log_stage.BATCH = BATCH_SIZE

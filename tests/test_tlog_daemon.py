@@ -14,9 +14,9 @@ from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
 from archiver.credentials import Token
 from archiver.errors import LogVerificationError
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
 from archiver.layout import keys
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.sharding import Shard
 from archiver.store import ObjectStore, open_store

@@ -16,8 +16,8 @@ from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
 from archiver.credentials import Token
 from archiver.daemon import Daemon
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.settings import Settings
 from archiver.sharding import Shard, shard_of
 from archiver.store import open_store

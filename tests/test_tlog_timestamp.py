@@ -15,7 +15,7 @@ from archiver.archive.log_stage import LogStage
 from archiver.archive.state import StateDB
 from archiver.cli import main
 from archiver.errors import LogError, LogVerificationError
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import open_store
 from archiver.tlog import timestamp
 from archiver.tlog.leaf import Leaf

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from archiver.archive.crashpoints import crashpoint
 from archiver.archive.state import StateDB
 from archiver.errors import ArchiverError, LogError, LogVerificationError, StoreError
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.sharding import Shard
 from archiver.store.base import ObjectStore
 from archiver.tlog import checkpoint as cp

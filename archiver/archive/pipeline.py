@@ -51,10 +51,10 @@ from archiver.errors import (
     ApiError,
     NotFoundError,
 )
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.live import store as live_store
 from archiver.live.engine import LiveCapture
 from archiver.live.store import CaptureStore
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
 from archiver.store.base import ObjectStore

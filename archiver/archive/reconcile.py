@@ -11,7 +11,7 @@ from collections.abc import Callable
 from archiver.archive.stage import Clock
 from archiver.archive.state import StateDB, session_key
 from archiver.errors import ApiError
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
 from archiver.settings import Settings
 from archiver.textsafe import printable

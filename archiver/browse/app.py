@@ -36,9 +36,9 @@ from archiver.errors import (
     SessionNotArchivedError,
     StoreError,
 )
-from archiver.exporter.processmetrics import register_process_collectors
-from archiver.exporter.processmetrics import render as render_metrics
 from archiver.layout.manifest import IndexEntry, ManifestItem
+from archiver.metrics.process import register_process_collectors
+from archiver.metrics.process import render as render_metrics
 from archiver.retrieval import logformat
 from archiver.retrieval.budget import SearchBudget
 
