@@ -22,13 +22,13 @@ from prometheus_client import CollectorRegistry
 from archiver import __version__
 from archiver import logs as logsetup
 from archiver.archive import crashpoints
+from archiver.config.settings import Settings
 from archiver.durable import StateDirLock
 from archiver.errors import ConfigError
 from archiver.exporter.exposition import Snapshot, SnapshotRenderer
 from archiver.exporter.metricsserver import MetricsServer
 from archiver.exporter.poller import ENDPOINTS, SESSIONS, Poller, PollResult
 from archiver.metrics.selfmetrics import SelfMetrics
-from archiver.settings import Settings
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.listparser import SessionListParser
 from archiver.upstream.models import Session

@@ -15,12 +15,12 @@ from typing import TextIO
 from archiver import logs as logsetup
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
+from archiver.config.settings import Settings
 from archiver.credentials import Token
 from archiver.daemon import Daemon
 from archiver.errors import ArchiverError
 from archiver.fake import FakeService
 from archiver.layout.manifest import parse_manifest
-from archiver.settings import Settings
 from archiver.store import open_store
 from archiver.web.webconfig import load_web_config
 

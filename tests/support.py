@@ -35,13 +35,14 @@ from archiver.archive.state import DB_NAME, ItemRow, NewItem, StateDB, session_k
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
 from archiver.cli import main, resolve, settings_options
+from archiver.config.options import OPTIONS
+from archiver.config.settings import Settings
 from archiver.errors import ConfigError
 from archiver.layout import keys
 from archiver.layout import manifest as codec
 from archiver.layout.manifest import Manifest, ManifestItem, build_manifest
 from archiver.live.policy import Tuning as LiveTuning
 from archiver.retry import FOLLOW_LOGS
-from archiver.settings import OPTIONS, Settings
 from archiver.store import ObjectStore
 from archiver.upstream.models import Session
 from archiver.web.webconfig import WebConfig

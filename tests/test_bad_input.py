@@ -25,15 +25,15 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from archiver import inputs
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
 from archiver.cli import main
-from archiver.command_options import COMMAND_OPTIONS
+from archiver.config import inputs
+from archiver.config.command_options import COMMAND_OPTIONS
+from archiver.config.options import OPTIONS
 from archiver.errors import ApiRequestError
 from archiver.fake import FakeService
 from archiver.layout import keys
-from archiver.settings import OPTIONS
 from archiver.store import open_store
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.transport import quote_segment

@@ -29,12 +29,12 @@ from archiver.archive.state import StateDB
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
 from archiver.browse.urls import session_path
+from archiver.config.settings import Settings
 from archiver.fake import FakeService
 from archiver.layout import keys
 from archiver.layout.manifest import manifest_to_bytes, parse_manifest
 from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retrieval import retrieve
-from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
 from archiver.textsafe import printable
 from archiver.upstream.api import SessionHostClient, Token

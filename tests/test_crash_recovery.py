@@ -49,9 +49,9 @@ def _run(config: dict[str, Any]) -> int:
 
     from archiver.archive.pipeline import Pipeline, Tuning
     from archiver.archive.state import StateDB
+    from archiver.config.settings import Settings
     from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.retry import RetryPolicy
-    from archiver.settings import Settings
     from archiver.store import open_store
     from archiver.upstream.api import SessionHostClient, Token
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from archiver.config.settings import load_settings
 from archiver.daemon import Daemon, tune_allocator
 from archiver.durable import StateDirLock
 from archiver.errors import ConfigError
 from archiver.fake import FakeService
-from archiver.settings import load_settings
 from tests.fixtures_fake import TEST_TOKEN
 from tests.support import wait_until
 

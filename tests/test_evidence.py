@@ -19,6 +19,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from archiver import doctor
+from archiver.config.settings import Settings, load_settings
 from archiver.errors import ConfigError, ObjectConflictError
 from archiver.evidence import Evidence
 from archiver.layout import keys
@@ -33,7 +34,6 @@ from archiver.layout.manifest import (
 )
 from archiver.retrieval import retrieve
 from archiver.retrieval.proof import checksum_verdict
-from archiver.settings import Settings, load_settings
 from archiver.store import S3Store, make_s3_client, open_store
 from archiver.store.base import composite_checksum, sha256_checksum
 from tests.fixtures_retrieval import archive_from_fake  # noqa: F401  (a fixture: the real pipeline into `store`)

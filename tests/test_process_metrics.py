@@ -15,9 +15,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
+from archiver.config.settings import load_settings
 from archiver.daemon import Daemon
 from archiver.fake import FakeService
-from archiver.settings import load_settings
 from archiver.store import open_store
 from tests.fixtures_fake import TEST_TOKEN
 from tests.support import wait_until

@@ -28,6 +28,7 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
+from archiver.config.settings import Settings
 from archiver.credentials import Token
 from archiver.fake import FakeService
 from archiver.fake.content import REPLAY
@@ -35,7 +36,6 @@ from archiver.fake.oracle import LOGS
 from archiver.layout.manifest import Manifest, parse_manifest
 from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retrieval import retrieve
-from archiver.settings import Settings
 from archiver.store import S3Store, make_s3_client, open_store
 from archiver.store.s3_probe import OPTIONAL_OPERATIONS, StoreFindings, missing_guarantees
 from archiver.upstream.api import SessionHostClient

@@ -30,12 +30,12 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
+from archiver.config.settings import Settings
 from archiver.credentials import Token
 from archiver.errors import StoreUnavailableError
 from archiver.fake import FakeService
 from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
-from archiver.settings import Settings
 from archiver.store.file import FileStore
 from archiver.upstream.api import SessionHostClient
 from archiver.vocabulary import ItemStatus, Outcome, SessionState

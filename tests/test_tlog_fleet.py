@@ -14,11 +14,11 @@ import pytest
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
+from archiver.config.settings import Settings
 from archiver.credentials import Token
 from archiver.daemon import Daemon
 from archiver.fake import FakeService
 from archiver.metrics.selfmetrics import SelfMetrics
-from archiver.settings import Settings
 from archiver.sharding import Shard, shard_of
 from archiver.store import open_store
 from archiver.tlog.audit import audit

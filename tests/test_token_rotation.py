@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 from archiver import logs
+from archiver.config.settings import load_settings
 from archiver.credentials import Token
 from archiver.daemon import Daemon
 from archiver.errors import UnauthorizedError
 from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
-from archiver.settings import load_settings
 from archiver.upstream.api import SessionHostClient
 from tests.support import wait_until
 

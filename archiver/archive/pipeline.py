@@ -47,6 +47,7 @@ from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, St
 from archiver.archive.store_health import check_store, probe_store
 from archiver.archive.upload import Uploader
 from archiver.archive.upload_stage import UploadStage
+from archiver.config.settings import Settings
 from archiver.errors import (
     ApiError,
     NotFoundError,
@@ -56,7 +57,6 @@ from archiver.live.engine import LiveCapture
 from archiver.live.store import CaptureStore
 from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
-from archiver.settings import Settings
 from archiver.store.base import ObjectStore
 from archiver.tlog.keyfile import load_signer
 from archiver.tlog.witness import Witness

@@ -21,12 +21,14 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes, urlsplit
 import jinja2
 from prometheus_client import CollectorRegistry
 
-from archiver import __version__, inputs
+from archiver import __version__
 from archiver.browse import params as p
 from archiver.browse import ranges, views
 from archiver.browse.listing import ListQuery, cursor_of, page_sessions, parse_list_query
 from archiver.browse.search import DEFAULT_BUDGET, SearchRun, ShownHit, parse_search_query
 from archiver.browse.urls import Mount, quote_segment, with_query
+from archiver.config import inputs
+from archiver.config.values import MAX_COUNT
 from archiver.errors import (
     ArchiveIntegrityError,
     InputError,
@@ -48,7 +50,6 @@ from archiver.retrieval.reading import archived_logs, logs_source, open_logs
 from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore
 from archiver.tlog.prove import prove, read_locator
-from archiver.values import MAX_COUNT
 
 #: Sessions on one list page.
 PAGE_SIZE = 50
@@ -195,7 +196,7 @@ class BrowseApp:
             return self._error(400, "Bad request", f"a path segment is too long (at most {p.MAX_VALUE} characters)")
         try:
             return self._route(segments, params, headers)
-        except InputError as exc:  # an id or number out of archiver.inputs' bounds
+        except InputError as exc:  # an id or number out of archiver.config.inputs' bounds
             return self._error(400, "Bad request", str(exc))
         except SessionNotArchivedError as exc:
             return self._error(404, "Not archived", str(exc))

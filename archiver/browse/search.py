@@ -23,7 +23,7 @@ from typing import Any, TextIO, cast
 
 from archiver.browse import params as p
 from archiver.browse.listing import ListQuery, parse_list_query
-from archiver.command_options import BROWSE_OPTIONS
+from archiver.config.command_options import BROWSE_OPTIONS
 from archiver.errors import ArchiverError
 from archiver.index import grepfilter
 from archiver.layout.manifest import iso_utc

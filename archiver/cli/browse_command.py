@@ -1,6 +1,6 @@
 """`archiver browse`: the evidence browser's command, with the exporter conventions' web flags.
 
-Its own options (`archiver.command_options.BROWSE_OPTIONS`: ``--web.listen-address``,
+Its own options (`archiver.config.command_options.BROWSE_OPTIONS`: ``--web.listen-address``,
 ``--web.config.file``, ``--web.external-url``, ``--web.route-prefix``, ``--search.max-seconds``,
 ``--search.max-bytes``; in the file's ``[browse]``
 table), the store options and the log options; the former ``--listen``, ``--web-config-file`` and

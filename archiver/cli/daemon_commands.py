@@ -25,8 +25,9 @@ from archiver.cli.base import (
     settings_options,
 )
 from archiver.cli.params import SENDABLE_ID
+from archiver.config.options import DAEMON_SCOPES, STATUS_SCOPES
+from archiver.config.settings import SETTINGS_LOGGER
 from archiver.errors import ConfigError
-from archiver.settings import DAEMON_SCOPES, SETTINGS_LOGGER, STATUS_SCOPES
 from archiver.textsafe import printable
 
 
@@ -107,8 +108,8 @@ def status(fmt: str, **kwargs: Any) -> None:
 @friendly_errors
 def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
     """Archive these sessions now (backfill, while the upstream still holds them)."""
+    from archiver.config.values import parse_duration
     from archiver.daemon import archive_now
-    from archiver.settings import parse_duration
 
     try:
         timeout = parse_duration(wait)

@@ -11,8 +11,9 @@ import click
 
 from archiver.cli.base import friendly_errors, instance_option, main, resolve, settings_options, store_for
 from archiver.cli.params import SESSION_ID, LocalPath
+from archiver.config.options import STORE_SCOPES
+from archiver.config.settings import Settings
 from archiver.errors import ConfigError, LocalFileError, LogVerificationError
-from archiver.settings import STORE_SCOPES, Settings
 from archiver.tlog.note import Verifier
 
 KEY_HELP = "The log's public key (name+id+key, from `archiver keygen`) or a file holding it."

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from archiver.config.values import parse_duration
 from archiver.errors import (
     ArchiveIntegrityError,
     ManifestError,
@@ -29,7 +30,6 @@ from archiver.layout.manifest import (
     parse_manifest,
 )
 from archiver.retrieval.pattern import Pattern, compile_pattern
-from archiver.settings import parse_duration
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
 

@@ -6,7 +6,7 @@ import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from archiver import inputs
+from archiver.config import inputs
 from archiver.errors import ConfigError, InvalidKeyError
 from archiver.evidence import NO_EVIDENCE, Evidence
 from archiver.store.base import (

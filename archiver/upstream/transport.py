@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpcore
 import httpx
 
-from archiver import inputs
+from archiver.config import inputs
 from archiver.credentials import Token
 from archiver.errors import ApiRequestError, ApiTransportError
 
