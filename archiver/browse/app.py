@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes, urlsplit
 import jinja2
 from prometheus_client import CollectorRegistry
 
-from archiver import __version__
+from archiver import __version__, logshape
 from archiver.browse import params as p
 from archiver.browse import ranges, views
 from archiver.browse.listing import ListQuery, cursor_of, page_sessions, parse_list_query
@@ -41,7 +41,6 @@ from archiver.errors import (
 from archiver.layout.manifest import IndexEntry, ManifestItem
 from archiver.metrics.process import register_process_collectors
 from archiver.metrics.process import render as render_metrics
-from archiver.retrieval import logformat
 from archiver.retrieval.budget import SearchBudget
 
 # The retrieval code this package reads: queries and safe keys, log lines, human sizes.
@@ -313,7 +312,7 @@ class BrowseApp:
         """A page of plain log lines (stream filter, case-insensitive search), read as a stream up to that page."""
         try:
             stream = p.one(params, "stream", limit=16)
-            if stream not in ("", logformat.STDOUT, logformat.STDERR):
+            if stream not in ("", logshape.STDOUT, logshape.STDERR):
                 raise ValueError("stream: must be stdout or stderr")
             search = p.one(params, "q", strip=False)
             start = p.number(params, "start", default=0, low=0, high=p.MAX_START)
@@ -323,7 +322,7 @@ class BrowseApp:
             return self._error(400, "Bad request", str(exc))
         loaded = load_archive(self.store, sid, instance, note=quiet)
         opened = open_logs(self.store, loaded, capture=capture)
-        lines = logformat.read_lines(opened.chunks, opened.shape)
+        lines = logshape.read_lines(opened.chunks, opened.shape)
         needle = search.casefold()
         shown: list[tuple[int, str, str]] = []
         matched = 0

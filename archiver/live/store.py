@@ -36,17 +36,16 @@ from pathlib import Path
 from archiver.errors import StateError
 from archiver.live.policy import Finish
 from archiver.live.resume import Kept
+from archiver.logshape import NDJSON, TEXT, starts_like_json
 
 log = logging.getLogger("archiver.live")
 
 DIR_NAME = "live"
 DB_NAME = "captures.db"
+# A capture's shape is `logshape.NDJSON` (`{streamType, line}` entries) or `logshape.TEXT` (plain lines).
 SCHEMA_VERSION = 1
 #: A segment still being followed (the others are `policy.Finish` values).
 FOLLOWING = "following"
-#: A capture's shape: NDJSON `{streamType, line}` entries, or plain text lines.
-NDJSON = "ndjson"
-TEXT = "text"
 _READ_BLOCK = 1024 * 1024
 
 _SCHEMA = """
@@ -205,7 +204,7 @@ class CaptureStore:
                 entry.unlink()
                 continue
             with entry.open("rb") as f:  # the answer's shape was not recorded: its first line tells
-                shape = NDJSON if f.read(64).lstrip()[:1] == b"{" else TEXT
+                shape = NDJSON if starts_like_json(f.read(64)) else TEXT
             log.info("live capture of %r: segment %s began after the last checkpoint; kept", other.session_id, index)
             found.append(
                 dataclasses.replace(other, index=int(index), shape=shape, kept=kept, state=FOLLOWING, path=entry)
