@@ -25,9 +25,10 @@ from archiver.archive import crashpoints
 from archiver.config.settings import Settings
 from archiver.durable import StateDirLock
 from archiver.errors import ConfigError
-from archiver.exporter.exposition import Snapshot, SnapshotRenderer
+from archiver.exporter.exposition import SnapshotRenderer
 from archiver.exporter.metricsserver import MetricsServer
 from archiver.exporter.poller import ENDPOINTS, SESSIONS, Poller, PollResult
+from archiver.exporter.snapshot import Snapshot
 from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.listparser import SessionListParser

@@ -220,7 +220,7 @@ def child_baseline(paths: list[Path], allowlist: list[str]) -> None:
     """The same series through prometheus_client Gauges, the way a direct-instrumentation exporter does."""
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-    from archiver.exporter.exposition import label_names_for
+    from archiver.exporter.families import label_names_for
     from archiver.upstream.sessionlist import parse_session_list
 
     label_names = label_names_for(allowlist)

@@ -34,7 +34,7 @@ from archiver.archive.fetch import Spool
 from archiver.archive.state import DB_NAME, ItemRow, NewItem, StateDB, session_key_of
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
-from archiver.cli import main, resolve, settings_options
+from archiver.cli.base import main, resolve, settings_options
 from archiver.config.options import OPTIONS
 from archiver.config.settings import Settings
 from archiver.errors import ConfigError

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
-from archiver.cli import main
+from archiver.cli.base import main
 from archiver.config import inputs
 from archiver.config.command_options import COMMAND_OPTIONS
 from archiver.config.options import OPTIONS

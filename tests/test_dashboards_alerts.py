@@ -15,7 +15,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from archiver.exporter.exposition import FAMILIES
+from archiver.exporter.families import FAMILIES
 from archiver.metrics.selfmetrics import SelfMetrics
 from tests.render_rules import STANDALONE_SELECTOR as RULES_SELECTOR
 

@@ -287,7 +287,7 @@ def test_verify_cli_proves_without_download(moto_endpoint: str, tmp_path: Path) 
     """`archiver verify ID` (no --deep) reports the objects proved by the store; --format json counts them."""
     from click.testing import CliRunner
 
-    from archiver.cli import main
+    from archiver.cli.base import main
 
     s3_store = open_store(f"s3://{fresh_bucket(moto_endpoint)}/", s3_endpoint_url=moto_endpoint)
     assert isinstance(s3_store, S3Store)
@@ -372,7 +372,7 @@ def test_hold_and_release_every_object_of_an_archive(
     `release` clears it; a bucket without Object Lock refuses with one line, no traceback."""
     from click.testing import CliRunner
 
-    from archiver.cli import main
+    from archiver.cli.base import main
 
     m = request.getfixturevalue("archive_from_fake")(shape="text")
     base = ["--store", store.url, "--s3-endpoint-url", moto_endpoint]

@@ -20,8 +20,7 @@ import httpx
 import pytest
 from click.core import ParameterSource
 
-from archiver.cli import main
-from archiver.cli.base import read_command
+from archiver.cli.base import main, read_command
 from archiver.config.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
 from archiver.config.options import DAEMON_SCOPES, OPTIONS, STATUS_SCOPES, STORE_SCOPES, Option
 from tests.fixtures_http import TLSFiles

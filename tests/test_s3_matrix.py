@@ -353,7 +353,7 @@ def test_check_says_every_guarantee_the_worst_store_lacks_and_none_on_a_faithful
 def cli(*args: str) -> tuple[int, str]:
     from click.testing import CliRunner
 
-    from archiver.cli import main
+    from archiver.cli.base import main
 
     result = CliRunner().invoke(main, list(args))
     return result.exit_code, result.output

@@ -14,8 +14,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from archiver.cli import main, settings_options
-from archiver.cli.base import resolve_values
+from archiver.cli.base import main, resolve_values, settings_options
 from archiver.config.options import OPTIONS, Alias, Option, check_options
 from archiver.config.settings import COMPOSED, Settings, load_settings
 from archiver.config.values import as_int, parse_duration, parse_listen, parse_size

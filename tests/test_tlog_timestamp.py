@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.log_stage import LogStage
 from archiver.archive.state import StateDB
-from archiver.cli import main
+from archiver.cli.base import main
 from archiver.errors import LogError, LogVerificationError
 from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import open_store

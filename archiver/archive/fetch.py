@@ -30,7 +30,8 @@ from archiver.layout import keys
 from archiver.live.store import SegmentRow
 from archiver.logshape import NDJSON, declared, starts_like_json
 from archiver.retry import FETCH_ITEM, RetryPolicy
-from archiver.upstream.api import Download, SessionHostClient
+from archiver.upstream.api import SessionHostClient
+from archiver.upstream.transport import Download
 from archiver.vocabulary import Outcome
 
 log = logging.getLogger("archiver.fetch")  # the name it had before the rooms: log filters keep working

@@ -27,7 +27,7 @@ from archiver.browse.listing import ListQuery, parse_list_query
 from archiver.config.command_options import BROWSE_OPTIONS
 from archiver.errors import ArchiverError
 from archiver.index import grepfilter
-from archiver.layout.manifest import iso_utc
+from archiver.layout.codec import iso_utc
 from archiver.retrieval.budget import SearchBudget, SearchMeter
 from archiver.retrieval.grep import GrepReport, Matcher, grep_sessions, lower_priority
 from archiver.retrieval.query import LEGACY, list_sessions, load_archive, quiet

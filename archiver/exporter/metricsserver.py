@@ -13,7 +13,7 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from archiver import __version__
-from archiver.exporter.exposition import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, Snapshot, scrape_parts
+from archiver.exporter.snapshot import CONTENT_TYPE_OPENMETRICS, CONTENT_TYPE_TEXT, Snapshot, scrape_parts
 from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.web.server import BackgroundHTTPServer, ReadOnlyHandler
 from archiver.web.webconfig import WebConfig

@@ -20,15 +20,8 @@ from archiver.errors import (
 from archiver.index import reader as index_reader
 from archiver.index.engine import PartFiles
 from archiver.layout import keys
-from archiver.layout.manifest import (
-    LATEST_TIME,
-    IndexEntry,
-    Manifest,
-    ManifestItem,
-    iso_utc,
-    parse_index_entry,
-    parse_manifest,
-)
+from archiver.layout.codec import iso_utc
+from archiver.layout.manifest import LATEST_TIME, IndexEntry, Manifest, ManifestItem, parse_index_entry, parse_manifest
 from archiver.retrieval.pattern import Pattern, compile_pattern
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable

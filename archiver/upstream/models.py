@@ -31,20 +31,6 @@ from archiver.upstream.checks import (
     type_name,
     unwrap,
 )
-from archiver.upstream.checks import decode_json as decode_json
-
-# The answers of the other endpoints live in responses.py, re-exported (`x as x`) so the client reads
-# every payload type from `models`.
-from archiver.upstream.responses import CreatedSession as CreatedSession
-from archiver.upstream.responses import ErrorBody as ErrorBody
-from archiver.upstream.responses import Location as Location
-from archiver.upstream.responses import PlayersResult as PlayersResult
-from archiver.upstream.responses import PortMapping as PortMapping
-from archiver.upstream.responses import parse_created as parse_created
-from archiver.upstream.responses import parse_error_body as parse_error_body
-from archiver.upstream.responses import parse_locations as parse_locations
-from archiver.upstream.responses import parse_players_result as parse_players_result
-from archiver.upstream.responses import parse_tag_exists as parse_tag_exists
 
 #: Statuses the real service is known to send (OpenAPI SessionStatus); anything else is "unknown".
 KNOWN_STATUSES = frozenset(
