@@ -12,8 +12,8 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline, Tuning
 from archiver.archive.state import StateDB
+from archiver.config.credentials import Token
 from archiver.config.settings import Settings
-from archiver.credentials import Token
 from archiver.fake import FakeService
 from archiver.live.engine import LiveCapture
 from archiver.metrics.selfmetrics import SelfMetrics

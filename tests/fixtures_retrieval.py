@@ -19,8 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
+from archiver.config.credentials import Token
 from archiver.config.settings import Settings
-from archiver.credentials import Token
 from archiver.fake import FakeService
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest

@@ -120,8 +120,8 @@ def run_v010(config: dict[str, Any]) -> int:
 
     from archiver.archive.pipeline import Pipeline, Tuning
     from archiver.archive.state import StateDB
+    from archiver.config.credentials import Token
     from archiver.config.settings import Settings
-    from archiver.credentials import Token
     from archiver.fake import FakeClock, FakeService, UnknownSessionError
     from archiver.fake.logs import render_text, session_log
     from archiver.metrics.selfmetrics import SelfMetrics

@@ -408,7 +408,7 @@ def test_ids_up_to_the_limit_still_reach_the_store_and_the_upstream(world: World
 
 
 def test_the_upstream_client_refuses_an_unsendable_id_with_a_typed_error(world: World) -> None:
-    from archiver.credentials import Token
+    from archiver.config.credentials import Token
 
     with SessionHostClient.connect(world.api_url, Token(TEST_TOKEN)) as client:
         for bad in ("x" * 100_000, "\udcff", ""):

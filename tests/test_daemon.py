@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from archiver.app.daemon import Daemon, tune_allocator
 from archiver.config.settings import load_settings
-from archiver.daemon import Daemon, tune_allocator
 from archiver.durable import StateDirLock
 from archiver.errors import ConfigError
 from archiver.fake import FakeService

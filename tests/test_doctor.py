@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from archiver import doctor
+from archiver.app import doctor
 from archiver.config.settings import Settings
 from archiver.fake import FakeService
 from archiver.store import ObjectStore, open_store

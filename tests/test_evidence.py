@@ -18,10 +18,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from archiver import doctor
+from archiver.app import doctor
+from archiver.config.evidence import Evidence
 from archiver.config.settings import Settings, load_settings
 from archiver.errors import ConfigError, ObjectConflictError
-from archiver.evidence import Evidence
 from archiver.layout import keys
 from archiver.layout.manifest import (
     Manifest,

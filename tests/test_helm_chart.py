@@ -465,7 +465,7 @@ def test_a_sharded_pod_name_gives_the_daemon_its_shard(chart: helm.Chart, tmp_pa
     """The rendered config plus the chart's args and the pod name `arch-archiver-3`, read by
     archiver.config.settings as `archiver run` does: shard 1 of 2, replica 1."""
     from archiver.config.settings import load_settings
-    from archiver.sharding import Shard
+    from archiver.config.sharding import Shard
 
     docs = render(chart, {**MINIMAL, "shards": 2, "replicasPerShard": 2})
     config_file = tmp_path / "config.toml"

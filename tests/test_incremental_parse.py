@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.errors import ApiDecodeError, PayloadError
 from archiver.exporter.poller import Poller
 from archiver.fake import FakeService

@@ -47,7 +47,7 @@ def test_the_package_keeps_its_floors() -> None:
         # the lowest floor reaching for the entry point
         ("archiver/textsafe.py", "import archiver.cli", "archiver.textsafe -> archiver.cli"),
         # a lower room importing a higher one
-        ("archiver/store/file.py", "import archiver.daemon", "archiver.store.file -> archiver.daemon"),
+        ("archiver/store/file.py", "import archiver.app.daemon", "archiver.store.file -> archiver.app.daemon"),
         # two rooms of one floor: neither imports the other
         ("archiver/tlog/leaf.py", "import archiver.fake.clock", "archiver.tlog.leaf -> archiver.fake.clock"),
     ],

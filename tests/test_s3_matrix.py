@@ -28,8 +28,8 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
+from archiver.config.credentials import Token
 from archiver.config.settings import Settings
-from archiver.credentials import Token
 from archiver.fake import FakeService
 from archiver.fake.content import REPLAY
 from archiver.fake.oracle import LOGS
@@ -326,7 +326,7 @@ def test_check_says_every_guarantee_the_worst_store_lacks_and_none_on_a_faithful
 ) -> None:
     """`archiver check` against the worst store: create-once writes FAIL (naming both calls), one
     WARN line per other missing guarantee, never silent; against SeaweedFS as it is: all OK."""
-    from archiver import doctor
+    from archiver.app import doctor
 
     bucket = fresh_bucket(seaweed_server)
     with QuirkyS3Proxy(seaweed_server.endpoint, WORST) as proxy:

@@ -16,16 +16,16 @@ from pathlib import Path
 import httpx
 import pytest
 
+from archiver.app.daemon import Daemon
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
+from archiver.config.credentials import Token
 from archiver.config.settings import Settings
-from archiver.credentials import Token
-from archiver.daemon import Daemon
+from archiver.config.sharding import Shard, shard_of
 from archiver.fake import FakeService
 from archiver.layout import keys
 from archiver.layout.manifest import parse_index_entry, parse_manifest
 from archiver.metrics.selfmetrics import SelfMetrics
-from archiver.sharding import Shard, shard_of
 from archiver.store import ObjectStore, open_store
 from archiver.store.file import FileStore
 from archiver.upstream.api import SessionHostClient

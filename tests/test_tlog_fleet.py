@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from archiver.app.daemon import Daemon
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
+from archiver.config.credentials import Token
 from archiver.config.settings import Settings
-from archiver.credentials import Token
-from archiver.daemon import Daemon
+from archiver.config.sharding import Shard, shard_of
 from archiver.fake import FakeService
 from archiver.metrics.selfmetrics import SelfMetrics
-from archiver.sharding import Shard, shard_of
 from archiver.store import open_store
 from archiver.tlog.audit import audit
 from archiver.tlog.checkpoint import Checkpoint

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from archiver import logs
+from archiver.app import logs
+from archiver.app.daemon import Daemon
+from archiver.config.credentials import Token
 from archiver.config.settings import load_settings
-from archiver.credentials import Token
-from archiver.daemon import Daemon
 from archiver.errors import UnauthorizedError
 from archiver.fake import FakeService
 from archiver.retry import RetryPolicy

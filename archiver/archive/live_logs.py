@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from archiver import logshape
-from archiver.gzipstream import gunzip
 from archiver.live.policy import Finish
 from archiver.live.store import FOLLOWING, CaptureStore, SegmentRow
+from archiver.store.gzipstream import gunzip
 
 #: Bytes read at a time from a spool file or a capture.
 _BLOCK = 256 * 1024

@@ -15,7 +15,7 @@ import click
 from click.core import ParameterSource
 
 from archiver import __version__
-from archiver import logs as logsetup
+from archiver.app import logs as logsetup
 from archiver.cli.params import INSTANCE, ArchiverGroup, LocalPath
 from archiver.config.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
 from archiver.config.options import DAEMON_SCOPES, OPTIONS, Alias, Option, by_key

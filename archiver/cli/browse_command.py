@@ -28,7 +28,7 @@ def browse(**kwargs: Any) -> None:
     import signal
     import threading
 
-    from archiver import logs as logsetup
+    from archiver.app import logs as logsetup
     from archiver.browse.app import BrowseApp
     from archiver.browse.server import BrowseServer
     from archiver.browse.urls import mount

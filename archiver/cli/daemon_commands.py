@@ -36,7 +36,7 @@ from archiver.textsafe import printable
 @friendly_errors
 def run(**kwargs: Any) -> None:
     """The daemon: poll the upstream, export /metrics, archive ended sessions."""
-    from archiver import daemon
+    from archiver.app import daemon
 
     settings, early = read_settings(kwargs)
     daemon.run_forever(settings, early=early)
@@ -50,7 +50,7 @@ def run(**kwargs: Any) -> None:
 @friendly_errors
 def fake_service(tokens: tuple[str, ...], **kwargs: Any) -> None:
     """The fake session hosting service alone (for trying things out and for your own CI)."""
-    from archiver import logs as logsetup
+    from archiver.app import logs as logsetup
     from archiver.fake.main import options_from_values, serve_forever
     from archiver.web.webconfig import load_web_config
 
@@ -108,8 +108,8 @@ def status(fmt: str, **kwargs: Any) -> None:
 @friendly_errors
 def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
     """Archive these sessions now (backfill, while the upstream still holds them)."""
+    from archiver.app.daemon import archive_now
     from archiver.config.values import parse_duration
-    from archiver.daemon import archive_now
 
     try:
         timeout = parse_duration(wait)
@@ -132,7 +132,7 @@ def demo(**kwargs: Any) -> None:
     import signal
     import threading
 
-    from archiver.demo import DemoOptions, run_demo
+    from archiver.app.demo import DemoOptions, run_demo
 
     _, values, early = read_command(kwargs, "demo")
     stop = threading.Event()
@@ -161,8 +161,8 @@ def demo(**kwargs: Any) -> None:
 @friendly_errors
 def check(fmt: str, **kwargs: Any) -> None:
     """Check the configuration: token accepted, store writable with create-once writes, state dir writable."""
-    from archiver import doctor
-    from archiver import logs as logsetup
+    from archiver.app import doctor
+    from archiver.app import logs as logsetup
 
     settings, early = read_settings(kwargs)
     if early:  # a deprecated option name: its line in the configured log format

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from archiver.config.evidence import LOCK_MODES, SSE_MODES
 from archiver.config.values import (
     as_bool,
     as_choice,
@@ -35,7 +36,6 @@ from archiver.config.values import (
     parse_size,
     positive,
 )
-from archiver.evidence import LOCK_MODES, SSE_MODES
 
 ENV_PREFIX = "ARCHIVER_"
 

@@ -21,6 +21,8 @@ from typing import Any, Final
 
 from archiver.config import inputs
 from archiver.config.command_options import COMMAND_OPTIONS
+from archiver.config.credentials import Token
+from archiver.config.evidence import LOCK_MODES, SSE_MODES, Evidence
 from archiver.config.options import (
     OPTIONS,
     OPTIONS_BY_KEY,
@@ -28,11 +30,9 @@ from archiver.config.options import (
     Option,
     by_key,
 )
+from archiver.config.sharding import Shard, ordinal_from_pod_name, pod_name, shard_from_ordinal
 from archiver.config.values import MAX_WORKERS, as_list
-from archiver.credentials import Token
 from archiver.errors import ConfigError
-from archiver.evidence import LOCK_MODES, SSE_MODES, Evidence
-from archiver.sharding import Shard, ordinal_from_pod_name, pod_name, shard_from_ordinal
 
 TOKEN_ENV = "ARCHIVER_API_TOKEN"
 #: Tables of the TOML file that are not plain options.

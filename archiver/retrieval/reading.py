@@ -11,7 +11,6 @@ from archiver.errors import (
     ArchiveIntegrityError,
     SessionNotArchivedError,
 )
-from archiver.gzipstream import Hashing, gunzip
 from archiver.layout.manifest import (
     Manifest,
     ManifestItem,
@@ -28,6 +27,7 @@ from archiver.retrieval.query import (
 )
 from archiver.retrieval.render import escape_line
 from archiver.store.base import ObjectStore
+from archiver.store.gzipstream import Hashing, gunzip
 from archiver.textsafe import printable
 from archiver.vocabulary import Outcome
 

@@ -23,6 +23,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from archiver.config.evidence import NO_EVIDENCE, Evidence
 from archiver.errors import (
     ObjectConflictError,
     ObjectNotFoundError,
@@ -32,7 +33,6 @@ from archiver.errors import (
     StoreUnavailableError,
     excerpt,
 )
-from archiver.evidence import NO_EVIDENCE, Evidence
 from archiver.layout.manifest import is_sha256
 from archiver.retry import STORE, RetryPolicy
 from archiver.store import s3_probe

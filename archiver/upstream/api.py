@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import httpx
 
 from archiver import __version__
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.errors import (
     ApiDecodeError,
     ApiError,

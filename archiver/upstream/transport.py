@@ -14,7 +14,7 @@ import httpcore
 import httpx
 
 from archiver.config import inputs
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.errors import ApiRequestError, ApiTransportError
 
 

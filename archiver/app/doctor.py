@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from archiver.config.evidence import Evidence
 from archiver.config.settings import TOKEN_ENV, Settings
 from archiver.errors import (
     ApiError,
@@ -26,7 +27,6 @@ from archiver.errors import (
     StoreUnsupportedError,
     UnauthorizedError,
 )
-from archiver.evidence import Evidence
 from archiver.retrieval.retrieve import human_size
 from archiver.retry import STORE_INTERACTIVE, UPSTREAM_REQUEST_INTERACTIVE
 from archiver.store import ObjectStore, S3Store, open_store

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from archiver import logs as logsetup
+from archiver.app import logs as logsetup
+from archiver.app.daemon import Daemon
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
+from archiver.config.credentials import Token
 from archiver.config.settings import Settings
-from archiver.credentials import Token
-from archiver.daemon import Daemon
 from archiver.errors import ArchiverError
 from archiver.fake import FakeService
 from archiver.layout.manifest import parse_manifest

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from prometheus_client import CollectorRegistry
 
 from archiver import __version__
-from archiver import logs as logsetup
+from archiver.app import logs as logsetup
 from archiver.archive import crashpoints
 from archiver.config.settings import Settings
 from archiver.durable import StateDirLock
