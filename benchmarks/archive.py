@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         child_fake(int(args.child[1]))
         return 0
 
-    from archiver.app.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()  # this process is the archiver: started as `archiver run` starts
     results: dict[str, Any] = {

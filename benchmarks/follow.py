@@ -230,7 +230,7 @@ def child_follower(url: str, streams: int, window: float, warmup: float) -> None
 
 def child_polls(upstream: str, follow_url: str, polls: int, streams: int, server_pid: int) -> None:
     """The 10k poll cycle without following and while following `streams` (the conditions: the module docstring)."""
-    from archiver.app.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()  # as `archiver run` does at start-up
     from archiver.exporter.exposition import SnapshotRenderer

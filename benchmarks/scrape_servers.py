@@ -109,7 +109,7 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     poller's SessionListParser) then SnapshotRenderer.render, as Daemon._on_poll does."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.app.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()  # as `archiver run` does at start-up
 

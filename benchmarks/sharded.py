@@ -44,7 +44,7 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
     """The daemon's poll path for one shard (`total` 1: the unsharded daemon)."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.app.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()
 

@@ -146,7 +146,7 @@ def process_cpu() -> float:
 def child_ours(endpoint: str, state_dir: str, files_dir: str, tag: str, workers: str) -> None:
     """`run_ours` in a process of its own, started as `archiver run` starts (allocator tuning), so
     neither its RSS nor its allocator settings mix with the peers'; prints the result as JSON."""
-    from archiver.app.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()
     files = sorted(Path(files_dir).iterdir())

@@ -47,6 +47,7 @@ def _run(config: dict[str, Any]) -> int:
     """Archive until every expected session is archived (exit 0), or give up (exit 3)."""
     from prometheus_client import CollectorRegistry
 
+    from archiver.archive import crashpoints
     from archiver.archive.pipeline import Pipeline, Tuning
     from archiver.archive.state import StateDB
     from archiver.config.settings import Settings
@@ -56,6 +57,7 @@ def _run(config: dict[str, Any]) -> int:
     from archiver.upstream.api import SessionHostClient, Token
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    crashpoints.arm()  # what an entry point does (archiver.app.process.apply)
     settings = Settings(
         state_dir=Path(config["state_dir"]),
         artifact_paths=tuple(config["paths"]),

@@ -14,7 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from archiver.app.daemon import Daemon, tune_allocator
+from archiver.app.daemon import Daemon
+from archiver.app.process import tune_allocator
 from archiver.config.settings import load_settings
 from archiver.durable import StateDirLock
 from archiver.errors import ConfigError

@@ -148,12 +148,6 @@ class _OptionalGauge(Collector):
         return [GaugeMetricFamily(self._name, self._documentation)]
 
 
-#: Whether `SelfMetrics.render` reuses its last bytes until an event method runs. The registry's
-#: render is most of what a scrape costs beyond sending the snapshot's prepared bytes, and scrapes
-#: come far more often than the events that change these metrics. False renders at every scrape
-#: (to rule the cache out when a value looks stale).
-RENDER_CACHE = True
-
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -184,8 +178,14 @@ class SelfMetrics:
         version: str = __version__,
         endpoints: Iterable[str] = ("sessions", "metrics"),
         process_metrics: bool = True,
+        render_cache: bool = True,
     ) -> None:
         self.registry = registry
+        #: Whether `render` reuses its last bytes until an event method runs. The registry's render is
+        #: most of what a scrape costs beyond sending the snapshot's prepared bytes, and scrapes come
+        #: far more often than the events that change these metrics. False renders at every scrape
+        #: (to rule the cache out when a value looks stale).
+        self.render_cache = render_cache
         if process_metrics:
             # Rendered with the rest (see `render`): as fresh as the last event, at least every poll.
             register_process_collectors(registry)
@@ -507,13 +507,13 @@ class SelfMetrics:
         """The registry in the requested format; the OpenMetrics body ends with `# EOF` (it goes last).
 
         Rendered again only when an event method ran since the last render of that format (see
-        `RENDER_CACHE`). The generation is read before rendering: an event that lands during the
+        `render_cache`). The generation is read before rendering: an event that lands during the
         render moves it, so the next scrape renders again and nothing is ever served stale past one
         scrape.
         """
         generation = self._generation
         cached = self._rendered.get(openmetrics)
-        if RENDER_CACHE and cached is not None and cached[0] == generation:
+        if self.render_cache and cached is not None and cached[0] == generation:
             return cached[1]
         if openmetrics:
             # prometheus_client's OpenMetrics writer has no annotations.
