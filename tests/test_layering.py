@@ -4,6 +4,8 @@ sits on no floor."""
 
 from __future__ import annotations
 
+import configparser
+import re
 import shutil
 import subprocess
 import sys
@@ -70,3 +72,14 @@ def test_a_module_on_no_floor_breaks_the_contract(tmp_path: Path) -> None:
     result = lint_imports(root)
     assert result.returncode != 0, result.stdout
     assert "archiver.stray" in result.stdout + result.stderr
+
+
+def test_the_map_draws_the_floors_the_contract_checks() -> None:
+    """ARCHITECTURE.md §1's floors, top to bottom, are the layers of the `floors` contract."""
+    config = configparser.ConfigParser()
+    config.read(REPO / ".importlinter")
+    contract = [line.strip() for line in config["importlinter:contract:floors"]["layers"].splitlines() if line.strip()]
+    text = (REPO / "ARCHITECTURE.md").read_text()
+    block = text[text.index("The floors, top to bottom") : text.index("| Room | Modules | Owns |")]
+    drawn = [m.group(1) for m in re.finditer(r"^    ([a-z][a-z_ |]*?)(?:  |$)", block, re.MULTILINE)]
+    assert drawn == contract
