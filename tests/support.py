@@ -430,7 +430,7 @@ def _stored(store: ObjectStore, key: str, data: bytes, **fields: Any) -> Manifes
 
 def store_endpoint(store: ObjectStore) -> str:
     """The endpoint URL of the S3 server an S3 store talks to."""
-    client = store._client  # type: ignore[attr-defined]
+    client = store.client  # type: ignore[attr-defined]
     return str(client.meta.endpoint_url)
 
 

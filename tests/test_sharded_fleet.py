@@ -339,7 +339,7 @@ def test_a_log_another_archiver_compressed_otherwise_is_the_same_evidence(
     key = keys.logs_key(store.prefix, sid, "txt", h.instance(sid))
     if writer == "no-checksum":
         bucket, _, _prefix = store.url.removeprefix("s3://").partition("/")
-        store._client.put_object(Bucket=bucket, Key=key, Body=theirs)  # type: ignore[attr-defined]
+        store.client.put_object(Bucket=bucket, Key=key, Body=theirs)  # type: ignore[attr-defined]
     else:
         store.put_bytes(key, theirs, content_type="application/gzip")
 

@@ -198,6 +198,16 @@ class Pipeline:
             )  # fmt: skip
         return cls(settings, client, store, state, metrics, live=live)
 
+    # --- the stages (a test hook: the state-machine test steps them with `work_once`) ------------
+
+    @property
+    def fetches(self) -> FetchStage:
+        return self._fetches
+
+    @property
+    def uploads(self) -> UploadStage:
+        return self._uploads
+
     # --- the store ----------------------------------------------------------------------------
 
     @property

@@ -182,6 +182,15 @@ class S3Store(MultipartUploads):
 
     # --- plumbing -----------------------------------------------------------------------------
 
+    @property
+    def client(self) -> S3Client:
+        """The injected S3 client (a test hook: tests forge objects behind the store's back with it)."""
+        return self._client
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
+
     def where(self, key: str | None) -> str:
         """The ``s3://`` URL of ``key`` (of the prefix for None), as messages name it."""
         return f"s3://{self._bucket}/{key}" if key is not None else f"s3://{self._bucket}/{self.prefix}"
