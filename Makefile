@@ -139,6 +139,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check archiver tests benchmarks
 	$(BIN)/ruff format --check archiver tests benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) $(BROWSER_VENV) $(NEWEST_VENV) $(TOOLS_VENV) $(BUILD_VENV) $(DEMO_VENV) dist build \

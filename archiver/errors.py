@@ -6,7 +6,7 @@ traceback. Anything else escaping is a bug. The whole tree::
 
     ArchiverError
     ├── ConfigError                 invalid option, config file, web config, listen address
-    ├── InputError (ValueError)     an id, instance, path or count out of bounds (archiver/inputs.py)
+    ├── InputError (ValueError)     an id, instance, path or count out of bounds (archiver/config/inputs.py)
     │   └── PatternError            a search pattern invalid, or one RE2 cannot run (retrieval/pattern.py)
     ├── StateError                  state DB missing (read-only open), newer schema, corrupt
     ├── TooLargeError               a download passed its size limit while streaming to the spool
@@ -117,7 +117,7 @@ class ConfigError(ArchiverError):
 
 class InputError(ArchiverError, ValueError):
     """A value handed in at an edge (an id, an instance name, a path, a count) is out of the bounds
-    `archiver.inputs` sets; the message says which bound. The CLI exits 2, the browser answers 400."""
+    `archiver.config.inputs` sets; the message says which bound. The CLI exits 2, the browser answers 400."""
 
 
 class PatternError(InputError):
@@ -178,7 +178,7 @@ class ApiDecodeError(ApiError):
 
 class ApiRequestError(ApiError):
     """A request the client refuses to send: a session id or artifact path that is empty, longer than
-    ``archiver.inputs`` allows, or not UTF-8 (no URL can carry it; retrying cannot help)."""
+    ``archiver.config.inputs`` allows, or not UTF-8 (no URL can carry it; retrying cannot help)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -104,6 +104,13 @@ def upstream_poll(interval: float) -> RetryPolicy:
     )
 
 
+#: Every operation the policies above name (the label values of archiver_retries_total, all
+#: pre-created), in the order the metric lists them.
+OPERATIONS: tuple[str, ...] = tuple(
+    dict.fromkeys(policy.operation for policy in (UPSTREAM_REQUEST, upstream_poll(1.0), FETCH_ITEM, FOLLOW_LOGS, STORE))
+)
+
+
 def is_transient(exc: BaseException) -> bool:
     """Transport errors, 5xx, 420 and 429 are worth another try; every other failure is final."""
     return isinstance(exc, ArchiverError) and bool(getattr(exc, "transient", False))

@@ -1,4 +1,5 @@
-"""Making untrusted text (caller-chosen ids, upstream strings) safe to print on a terminal or in a log line."""
+"""Making untrusted text (caller-chosen ids, upstream strings) safe to print on a terminal or in a log line,
+and telling whether it encodes as UTF-8 at all (the lowest floor's text primitive)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,18 @@ def one_line(text: str) -> str:
     lone surrogates) escaped the same way, backslashes left alone (messages quote values already
     shown with ``repr`` or ``printable``); an error message stays one line whatever path it names."""
     return text if text.isprintable() else "".join(_escaped(ch) for ch in text)
+
+
+def valid_utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8, i.e. holds no lone surrogate (JSON's "\\ud800" decodes to one,
+    and it would fail later, in SQLite, the store or the exposition)."""
+    if text.isascii():
+        return True  # the common case, and far cheaper than encoding
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _escaped(ch: str) -> str:

@@ -168,8 +168,8 @@ class Archiver:
 
         from archiver.archive.pipeline import Pipeline, Tuning
         from archiver.archive.state import StateDB
-        from archiver.exporter.selfmetrics import SelfMetrics
-        from archiver.settings import Settings
+        from archiver.config.settings import Settings
+        from archiver.metrics.selfmetrics import SelfMetrics
         from archiver.store import open_store
         from archiver.upstream.api import SessionHostClient, Token
 
@@ -377,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         child_fake(int(args.child[1]))
         return 0
 
-    from archiver.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()  # this process is the archiver: started as `archiver run` starts
     results: dict[str, Any] = {

@@ -172,7 +172,7 @@ def child_server() -> None:
 
 
 def _engine(url: str, state: Path, streams: int) -> Any:
-    from archiver.credentials import Token
+    from archiver.config.credentials import Token
     from archiver.live.engine import LiveCapture
     from archiver.live.store import CaptureStore
 
@@ -230,7 +230,7 @@ def child_follower(url: str, streams: int, window: float, warmup: float) -> None
 
 def child_polls(upstream: str, follow_url: str, polls: int, streams: int, server_pid: int) -> None:
     """The 10k poll cycle without following and while following `streams` (the conditions: the module docstring)."""
-    from archiver.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()  # as `archiver run` does at start-up
     from archiver.exporter.exposition import SnapshotRenderer

@@ -72,8 +72,8 @@ def measure(upstream: str, workdir: Path, ended_count: int) -> dict[str, Any]:
 
     from archiver.archive.pipeline import Pipeline
     from archiver.archive.state import StateDB
-    from archiver.exporter.selfmetrics import SelfMetrics
-    from archiver.settings import Settings
+    from archiver.config.settings import Settings
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.store import FileStore
     from archiver.upstream.api import SessionHostClient, Token
     from archiver.upstream.listparser import SessionListParser

@@ -9,7 +9,7 @@ client does not share a GIL with the server); this process is only the HTTP clie
 - ours: a child runs the daemon's poll path (Poller.poll_once: SessionHostClient + the poller's
   SessionListParser, then SnapshotRenderer.render) against a stand-in upstream in another process
   serving realistic `GET /session` bodies over 127.0.0.1 (~2 % of sessions changing per poll), and
-  serves the snapshots with archiver.exporter.httpserver.MetricsServer;
+  serves the snapshots with archiver.exporter.metricsserver.MetricsServer;
 - baseline: a child sets the same series on prometheus_client Gauges and serves them with
   prometheus_client's own start_http_server (gzip when the client asks, as Prometheus does).
 Scrape times are request sent → last body byte received (no client-side decompression, which is the

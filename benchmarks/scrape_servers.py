@@ -109,14 +109,14 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     poller's SessionListParser) then SnapshotRenderer.render, as Daemon._on_poll does."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()  # as `archiver run` does at start-up
 
     from archiver.exporter.exposition import SnapshotRenderer
-    from archiver.exporter.httpserver import MetricsServer
+    from archiver.exporter.metricsserver import MetricsServer
     from archiver.exporter.poller import METRICS, SESSIONS, Poller
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.upstream.api import SessionHostClient, Token
     from archiver.upstream.listparser import STREAM_WINDOW, SessionListParser
     from archiver.upstream.models import SessionList
@@ -220,7 +220,7 @@ def child_baseline(paths: list[Path], allowlist: list[str]) -> None:
     """The same series through prometheus_client Gauges, the way a direct-instrumentation exporter does."""
     from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
-    from archiver.exporter.exposition import label_names_for
+    from archiver.exporter.families import label_names_for
     from archiver.upstream.sessionlist import parse_session_list
 
     label_names = label_names_for(allowlist)

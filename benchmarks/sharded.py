@@ -44,15 +44,15 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
     """The daemon's poll path for one shard (`total` 1: the unsharded daemon)."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()
 
+    from archiver.config.sharding import Shard
     from archiver.exporter.exposition import SnapshotRenderer
-    from archiver.exporter.httpserver import MetricsServer
+    from archiver.exporter.metricsserver import MetricsServer
     from archiver.exporter.poller import SESSIONS, Poller
-    from archiver.exporter.selfmetrics import SelfMetrics
-    from archiver.sharding import Shard
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.upstream.api import SessionHostClient, Token
     from archiver.upstream.listparser import SessionListParser
 

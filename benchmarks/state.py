@@ -22,8 +22,8 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
-from archiver.exporter.selfmetrics import SelfMetrics
-from archiver.settings import Settings
+from archiver.config.settings import Settings
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import FileStore
 from archiver.upstream.models import Session
 

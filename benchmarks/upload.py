@@ -90,8 +90,8 @@ def run_ours(endpoint: str, state_dir: Path, files: list[Path], tag: str, worker
 
     from archiver.archive.pipeline import Pipeline, Tuning
     from archiver.archive.state import StateDB
-    from archiver.exporter.selfmetrics import SelfMetrics
-    from archiver.settings import Settings
+    from archiver.config.settings import Settings
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.store import open_store
     from archiver.upstream.api import SessionHostClient, Token
 
@@ -146,7 +146,7 @@ def process_cpu() -> float:
 def child_ours(endpoint: str, state_dir: str, files_dir: str, tag: str, workers: str) -> None:
     """`run_ours` in a process of its own, started as `archiver run` starts (allocator tuning), so
     neither its RSS nor its allocator settings mix with the peers'; prints the result as JSON."""
-    from archiver.daemon import tune_allocator
+    from archiver.app.process import tune_allocator
 
     tune_allocator()
     files = sorted(Path(files_dir).iterdir())

@@ -53,12 +53,12 @@ from typing import Any
 
 import httpx
 
+from archiver import logshape
 from archiver.fake import FakeService
 from archiver.fake.oracle import LOGS
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
 from archiver.layout.players import player_entries
-from archiver.retrieval import logformat
 from tests.fixtures_s3 import SeaweedServer, weed_binary
 from tests.support import free_port
 
@@ -875,8 +875,8 @@ class ChaosRun:
         """An archived log against the fake's own lines: the same lines in the same order, or (its
         manifest saying `gap`) a line prefix of them; anything else is wrong. True when exact."""
         body = gzip.decompress(self.bodies[key])
-        shape = logformat.sniff(body[:64], "application/x-ndjson" if key.endswith(".jsonl.gz") else "text/plain")
-        archived = [line.text for line in logformat.read_lines([body], shape)]
+        shape = logshape.sniff(body[:64], "application/x-ndjson" if key.endswith(".jsonl.gz") else "text/plain")
+        archived = [line.text for line in logshape.read_lines([body], shape)]
         truth = [line for _, line in self.fake.log_lines(self.token, sid)]
         if archived == truth:
             self.report.logs_exact += 1

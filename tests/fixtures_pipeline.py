@@ -12,12 +12,12 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline, Tuning
 from archiver.archive.state import StateDB
-from archiver.credentials import Token
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.config.credentials import Token
+from archiver.config.settings import Settings
 from archiver.fake import FakeService
 from archiver.live.engine import LiveCapture
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
-from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
 from archiver.upstream.api import SessionHostClient
 

@@ -19,12 +19,12 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
-from archiver.credentials import Token
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.config.credentials import Token
+from archiver.config.settings import Settings
 from archiver.fake import FakeService
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
-from archiver.settings import Settings
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import ObjectStore, open_store
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN

@@ -116,16 +116,16 @@ def run_v010(config: dict[str, Any]) -> int:
         print(f"imported {archiver.__file__}, not the export at {export}", file=sys.stderr)
         return 2
 
+    from archiver.credentials import Token
+    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.settings import Settings
     from prometheus_client import CollectorRegistry
 
     from archiver.archive.pipeline import Pipeline, Tuning
     from archiver.archive.state import StateDB
-    from archiver.credentials import Token
-    from archiver.exporter.selfmetrics import SelfMetrics
     from archiver.fake import FakeClock, FakeService, UnknownSessionError
     from archiver.fake.logs import render_text, session_log
     from archiver.retry import RetryPolicy
-    from archiver.settings import Settings
     from archiver.store import open_store
     from archiver.upstream.api import SessionHostClient
 

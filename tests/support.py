@@ -34,17 +34,18 @@ from archiver.archive.fetch import Spool
 from archiver.archive.state import DB_NAME, ItemRow, NewItem, StateDB, session_key_of
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
-from archiver.cli import main, resolve, settings_options
+from archiver.cli.base import main, resolve, settings_options
+from archiver.config.options import OPTIONS
+from archiver.config.settings import Settings
 from archiver.errors import ConfigError
-from archiver.exporter.webconfig import WebConfig
 from archiver.layout import keys
 from archiver.layout import manifest as codec
 from archiver.layout.manifest import Manifest, ManifestItem, build_manifest
 from archiver.live.policy import Tuning as LiveTuning
 from archiver.retry import FOLLOW_LOGS
-from archiver.settings import OPTIONS, Settings
 from archiver.store import ObjectStore
 from archiver.upstream.models import Session
+from archiver.web.webconfig import WebConfig
 
 if TYPE_CHECKING:
     import helm_python as helm
@@ -449,7 +450,7 @@ def _stored(store: ObjectStore, key: str, data: bytes, **fields: Any) -> Manifes
 
 def store_endpoint(store: ObjectStore) -> str:
     """The endpoint URL of the S3 server an S3 store talks to."""
-    client = store._client  # type: ignore[attr-defined]
+    client = store.client  # type: ignore[attr-defined]
     return str(client.meta.endpoint_url)
 
 

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from archiver import retry
 from archiver.errors import (
     ApiDecodeError,
     ApiStatusError,
@@ -25,8 +26,8 @@ from archiver.errors import (
     UnauthorizedError,
     UnprocessableError,
 )
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
 from archiver.upstream.api import SessionFilter, SessionHostClient, Token
 from tests.fixtures_fake import TEST_TOKEN, openapi_hooks
@@ -282,6 +283,17 @@ def test_token_is_never_in_reprs() -> None:
     assert "super-secret" not in repr(token) and "super-secret" not in str(token)
     with pytest.raises(ValueError):
         Token("  ")
+
+
+def test_every_operation_a_retry_policy_names_has_its_retries_series_from_the_start() -> None:
+    """archiver_retries_total's label values come from retry.py's policies, each pre-created at 0."""
+    policies = [value for value in vars(retry).values() if isinstance(value, RetryPolicy)]
+    named = {policy.operation for policy in policies} | {retry.upstream_poll(10.0).operation}
+    assert {"upstream_request", "upstream_poll", "fetch_item", "follow_logs", "store"} <= named
+    registry = CollectorRegistry()
+    SelfMetrics(registry)
+    for operation in named:
+        assert registry.get_sample_value("archiver_retries_total", {"operation": operation}) == 0, operation
 
 
 def test_retries_are_counted_by_operation_and_logged_without_the_token(

@@ -25,15 +25,15 @@ from click.testing import CliRunner, Result
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from archiver import inputs
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
-from archiver.cli import main
-from archiver.command_options import COMMAND_OPTIONS
+from archiver.cli.base import main
+from archiver.config import inputs
+from archiver.config.command_options import COMMAND_OPTIONS
+from archiver.config.options import OPTIONS
 from archiver.errors import ApiRequestError
 from archiver.fake import FakeService
 from archiver.layout import keys
-from archiver.settings import OPTIONS
 from archiver.store import open_store
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.transport import quote_segment
@@ -408,7 +408,7 @@ def test_ids_up_to_the_limit_still_reach_the_store_and_the_upstream(world: World
 
 
 def test_the_upstream_client_refuses_an_unsendable_id_with_a_typed_error(world: World) -> None:
-    from archiver.credentials import Token
+    from archiver.config.credentials import Token
 
     with SessionHostClient.connect(world.api_url, Token(TEST_TOKEN)) as client:
         for bad in ("x" * 100_000, "\udcff", ""):

@@ -29,16 +29,16 @@ from archiver.archive.state import StateDB
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
 from archiver.browse.urls import session_path
-from archiver.exporter.selfmetrics import SelfMetrics
-from archiver.exporter.webconfig import load_web_config
+from archiver.config.settings import Settings
 from archiver.fake import FakeService
 from archiver.layout import keys
 from archiver.layout.manifest import manifest_to_bytes, parse_manifest
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retrieval import retrieve
-from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
 from archiver.textsafe import printable
 from archiver.upstream.api import SessionHostClient, Token
+from archiver.web.webconfig import load_web_config
 from tests import fixtures_retrieval
 from tests.fixtures_fake import TEST_TOKEN
 from tests.fixtures_http import TLSFiles

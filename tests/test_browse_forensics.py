@@ -550,7 +550,7 @@ def test_the_former_browse_flags_still_work_with_one_deprecation_line_each(tmp_p
         assert len(deprecations) == 2, before
         assert "--listen is deprecated" in deprecations[0] and "use --web.listen-address instead" in deprecations[0]
         assert "use --web.config.file instead" in deprecations[1]
-        assert all(" level=warn logger=archiver.settings " in line for line in deprecations)
+        assert all(" level=warn logger=archiver.config.settings " in line for line in deprecations)
     finally:
         proc.terminate()
         proc.wait(timeout=10)

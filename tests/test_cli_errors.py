@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from archiver import errors
 from archiver.archive.state import StateDB
-from archiver.cli import main
+from archiver.cli.base import main
 
 ARCHIVER = str(Path(sys.executable).with_name("archiver"))
 

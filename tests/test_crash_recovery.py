@@ -47,15 +47,17 @@ def _run(config: dict[str, Any]) -> int:
     """Archive until every expected session is archived (exit 0), or give up (exit 3)."""
     from prometheus_client import CollectorRegistry
 
+    from archiver.archive import crashpoints
     from archiver.archive.pipeline import Pipeline, Tuning
     from archiver.archive.state import StateDB
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.config.settings import Settings
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.retry import RetryPolicy
-    from archiver.settings import Settings
     from archiver.store import open_store
     from archiver.upstream.api import SessionHostClient, Token
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    crashpoints.arm()  # what an entry point does (archiver.app.process.apply)
     settings = Settings(
         state_dir=Path(config["state_dir"]),
         artifact_paths=tuple(config["paths"]),

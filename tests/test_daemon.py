@@ -14,11 +14,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from archiver.daemon import Daemon, tune_allocator
+from archiver.app.daemon import Daemon
+from archiver.app.process import tune_allocator
+from archiver.config.settings import load_settings
 from archiver.durable import StateDirLock
 from archiver.errors import ConfigError
 from archiver.fake import FakeService
-from archiver.settings import load_settings
 from tests.fixtures_fake import TEST_TOKEN
 from tests.support import wait_until
 
@@ -122,7 +123,7 @@ def test_a_store_that_does_not_answer_the_probe_leaves_writes_checking_first(tmp
     from prometheus_client import CollectorRegistry
 
     from archiver.archive.store_health import probe_store
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.store import open_store
 
     (tmp_path / "archive").mkdir()

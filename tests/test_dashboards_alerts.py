@@ -15,8 +15,8 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from archiver.exporter.exposition import FAMILIES
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.exporter.families import FAMILIES
+from archiver.metrics.selfmetrics import SelfMetrics
 from tests.render_rules import STANDALONE_SELECTOR as RULES_SELECTOR
 
 REPO = Path(__file__).resolve().parent.parent
@@ -453,7 +453,7 @@ def test_store_up_is_absent_until_set_then_follows_the_last_outcome() -> None:
     like a store outage), then 1 or 0 as the latest operation or probe went."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
 
     registry = CollectorRegistry()
     metrics = SelfMetrics(registry)
@@ -471,7 +471,7 @@ def test_upstream_requests_use_the_poll_metrics_endpoint_names() -> None:
     from prometheus_client import CollectorRegistry
 
     from archiver.exporter.poller import ENDPOINTS
-    from archiver.exporter.selfmetrics import ENDPOINT_LABELS, SelfMetrics
+    from archiver.metrics.selfmetrics import ENDPOINT_LABELS, SelfMetrics
 
     source = (REPO / "archiver" / "upstream" / "api.py").read_text()
     request_names = set(re.findall(r'"((?:GET|POST|PUT|DELETE|PATCH|HEAD) /[^"]*)"\)?', source))

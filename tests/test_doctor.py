@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from archiver import doctor
+from archiver.app import doctor
+from archiver.config.settings import Settings
 from archiver.fake import FakeService
-from archiver.settings import Settings
 from archiver.store import ObjectStore, open_store
 from archiver.upstream.api import Token
 from tests.fixtures_fake import TEST_TOKEN

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.errors import ApiTransportError
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.transport import DIRECT_MIN_BYTES

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from archiver.exporter.selfmetrics import ERROR_EDGES, SelfMetrics
+from archiver.metrics.selfmetrics import ERROR_EDGES, SelfMetrics
 
 PACKAGE = Path(__file__).resolve().parent.parent / "archiver"
 

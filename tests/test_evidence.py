@@ -18,9 +18,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from archiver import doctor
+from archiver.app import doctor
+from archiver.config.evidence import Evidence
+from archiver.config.settings import Settings, load_settings
 from archiver.errors import ConfigError, ObjectConflictError
-from archiver.evidence import Evidence
 from archiver.layout import keys
 from archiver.layout.manifest import (
     Manifest,
@@ -33,7 +34,6 @@ from archiver.layout.manifest import (
 )
 from archiver.retrieval import retrieve
 from archiver.retrieval.proof import checksum_verdict
-from archiver.settings import Settings, load_settings
 from archiver.store import S3Store, make_s3_client, open_store
 from archiver.store.base import composite_checksum, sha256_checksum
 from tests.fixtures_retrieval import archive_from_fake  # noqa: F401  (a fixture: the real pipeline into `store`)
@@ -109,7 +109,7 @@ def write_manifest(store: S3Store, manifest: Manifest, *, replace: bool = False)
     mkey = keys.manifest_key(store.prefix, manifest.session_id)
     body = manifest_to_bytes(manifest)
     if replace:
-        store._client.put_object(Bucket=store._bucket, Key=mkey, Body=body)
+        store.client.put_object(Bucket=store.bucket, Key=mkey, Body=body)
         return
     store.put_bytes(mkey, body, content_type="application/json")
     store.put_bytes(
@@ -175,7 +175,7 @@ def test_a_replaced_object_without_checksum_is_a_problem(s3_store: S3Store, tmp_
     m = archive_files(s3_store, tmp_path, "s3", {"/srv/replay": b"genuine bytes"})
     key = m.items[0].key
     assert key is not None
-    s3_store._client.put_object(Bucket=s3_store._bucket, Key=key, Body=b"forged bytes!")
+    s3_store.client.put_object(Bucket=s3_store.bucket, Key=key, Body=b"forged bytes!")
     report = retrieve.verify(s3_store, session_ids=["s3"], now=NOW, deep=False)
     assert [(p.kind, p.key) for p in report.problems] == [("checksum_mismatch", key)]
 
@@ -186,8 +186,8 @@ def test_legacy_archives_are_reported_not_provable_without_deep(s3_store: S3Stor
     m = archive_files(s3_store, tmp_path, "old", {"/srv/a": b"legacy bytes"})
     key = m.items[0].key
     assert key is not None
-    s3_store._client.delete_object(Bucket=s3_store._bucket, Key=key)
-    s3_store._client.put_object(Bucket=s3_store._bucket, Key=key, Body=b"legacy bytes")  # as older versions did
+    s3_store.client.delete_object(Bucket=s3_store.bucket, Key=key)
+    s3_store.client.put_object(Bucket=s3_store.bucket, Key=key, Body=b"legacy bytes")  # as older versions did
     write_manifest(s3_store, with_item(m, 0, checksum_sha256=None), replace=True)
     report = retrieve.verify(s3_store, session_ids=["old"], now=NOW, deep=False)
     assert report.ok and (report.proved, report.unproven) == (0, 1)
@@ -208,7 +208,7 @@ def test_verify_since_reads_only_the_index_entries_of_the_edge_hours(moto_endpoi
     manifests = {sid: archive_files(store, tmp_path, sid, {"/srv/a": sid.encode()}, ended=e) for sid, e in ends.items()}
     forged = manifests["h3"].items[0].key
     assert forged is not None
-    store._client.put_object(Bucket=store._bucket, Key=forged, Body=b"XX")
+    store.client.put_object(Bucket=store.bucket, Key=forged, Body=b"XX")
     since = NOW - 6 * 3600
     listed = {e.session_id for e in retrieve.list_sessions(store, since=since, now=NOW)}
     assert listed == set(ends) - {"before"}
@@ -233,8 +233,8 @@ def test_verify_spread_over_processes_reports_the_same_as_one_process(moto_endpo
     }
     forged, gone = manifests["p2"].items[0].key, manifests["p4"].items[0].key
     assert forged is not None and gone is not None
-    store._client.put_object(Bucket=store._bucket, Key=forged, Body=b"X")  # same size, other bytes
-    store._client.delete_object(Bucket=store._bucket, Key=gone)
+    store.client.put_object(Bucket=store.bucket, Key=forged, Body=b"X")  # same size, other bytes
+    store.client.delete_object(Bucket=store.bucket, Key=gone)
     since = NOW - 3 * 3600
     single = retrieve.verify(store, since=since, now=NOW, deep=False, workers=2)
     store.requests_made.reset()
@@ -287,7 +287,7 @@ def test_verify_cli_proves_without_download(moto_endpoint: str, tmp_path: Path) 
     """`archiver verify ID` (no --deep) reports the objects proved by the store; --format json counts them."""
     from click.testing import CliRunner
 
-    from archiver.cli import main
+    from archiver.cli.base import main
 
     s3_store = open_store(f"s3://{fresh_bucket(moto_endpoint)}/", s3_endpoint_url=moto_endpoint)
     assert isinstance(s3_store, S3Store)
@@ -338,7 +338,7 @@ def test_an_object_locked_archive_cannot_be_deleted_or_overwritten(
         "object_lock_mode": "GOVERNANCE", "object_lock_days": "2",
     }  # fmt: skip
     client = admin_client(moto_endpoint)
-    bucket = store._bucket
+    bucket = store.bucket
     archived = [i for i in m.items if i.outcome == "archived"]
     object_keys = [i.key for i in archived] + [keys.manifest_key(store.prefix, m.session_id, m.instance)]
     for key in object_keys:
@@ -372,7 +372,7 @@ def test_hold_and_release_every_object_of_an_archive(
     `release` clears it; a bucket without Object Lock refuses with one line, no traceback."""
     from click.testing import CliRunner
 
-    from archiver.cli import main
+    from archiver.cli.base import main
 
     m = request.getfixturevalue("archive_from_fake")(shape="text")
     base = ["--store", store.url, "--s3-endpoint-url", moto_endpoint]

@@ -20,15 +20,10 @@ from prometheus_client.parser import text_string_to_metric_families as text_pars
 from prometheus_client.registry import Collector
 
 from archiver.errors import ConfigError, PayloadError
-from archiver.exporter.exposition import (
-    Snapshot,
-    SnapshotRenderer,
-    escape_label_value,
-    gzip_compress,
-    label_names_for,
-    scrape_parts,
-)
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.exporter.exposition import SnapshotRenderer
+from archiver.exporter.families import escape_label_value, label_names_for
+from archiver.exporter.snapshot import Snapshot, gzip_compress, scrape_parts
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.upstream.metrics import MetricFamily, parse_upstream_metrics
 from archiver.upstream.models import Session, parse_session
 from tests.support import raw_session

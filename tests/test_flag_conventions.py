@@ -102,7 +102,7 @@ def test_run_under_the_0x_names_works_and_logs_one_deprecation_line_each(
         ("--web-config-file", "--web.config.file"),
         ("ARCHIVER_LISTEN", "ARCHIVER_WEB_LISTEN_ADDRESS"),
     ]
-    assert all(LOGFMT.match(line) and " level=warn logger=archiver.settings " in line for line in deprecated)
+    assert all(LOGFMT.match(line) and " level=warn logger=archiver.config.settings " in line for line in deprecated)
 
 
 def test_check_says_a_deprecated_name_once_in_its_log_and_keeps_stdout_clean(tmp_path: Path) -> None:
@@ -150,7 +150,7 @@ def test_the_listen_address_under_every_spelling(tmp_path: Path, caplog: pytest.
     old_file.write_text('listen = ":9100"\n')
     new_file = tmp_path / "new.toml"
     new_file.write_text('web_listen_address = ":9101"\n')
-    with caplog.at_level(logging.WARNING, "archiver.settings"):
+    with caplog.at_level(logging.WARNING, "archiver.config.settings"):
         assert settings_from(["--config", str(old_file)]).listen == ("0.0.0.0", 9100)
         assert settings_from(["--config", str(new_file)]).listen == ("0.0.0.0", 9101)
         assert settings_from([], {"ARCHIVER_WEB_LISTEN_ADDRESS": ":9102"}).listen == ("0.0.0.0", 9102)

@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from archiver import logshape
 from archiver.layout import keys
 from archiver.layout.manifest import ManifestItem
-from archiver.retrieval import logformat, retrieve
+from archiver.retrieval import retrieve
 from archiver.retrieval.grep import WINDOW, Matcher, grep_sessions, search_chunks
 from archiver.store import ObjectStore
 from archiver.store.file import FileStore
@@ -350,12 +351,12 @@ def test_searching_whole_chunks_finds_what_searching_each_line_finds(pattern: st
     data = "".join(line + "\n" for line in lines).encode()
     matcher = Matcher(pattern)
     expected = [line.rstrip("\r") for line in lines if matcher.matches(line.rstrip("\r"))]
-    found = [line for _stream, line in search_chunks(_split(data, rng), logformat.TEXT, matcher, [0])]
+    found = [line for _stream, line in search_chunks(_split(data, rng), logshape.TEXT, matcher, [0])]
     assert found == expected
     # NDJSON: the same lines as entries; a plain pattern takes the chunked path, any other the per-line one.
     body = _ndjson([("stdout", line) for line in lines])
-    found = [line for _stream, line in search_chunks(_split(body, rng), logformat.NDJSON, matcher, [0])]
-    entries = [e.text for raw in body.decode().splitlines() if (e := logformat.ndjson_line(raw)) is not None]
+    found = [line for _stream, line in search_chunks(_split(body, rng), logshape.NDJSON, matcher, [0])]
+    entries = [e.text for raw in body.decode().splitlines() if (e := logshape.ndjson_line(raw)) is not None]
     assert found == [text for text in entries if matcher.matches(text)]
 
 
@@ -368,7 +369,7 @@ def test_windows_of_whole_lines_find_every_line_a_search_of_each_line_finds(patt
     data = "".join(line + "\n" for line in lines).encode()
     assert len(data) > 8 * WINDOW
     matcher = Matcher(pattern)
-    found = [line for _stream, line in search_chunks(_split(data, rng), logformat.TEXT, matcher, [0])]
+    found = [line for _stream, line in search_chunks(_split(data, rng), logshape.TEXT, matcher, [0])]
     assert found == [line for line in lines if re.search(pattern, line)]
 
 
@@ -377,7 +378,7 @@ def test_a_log_without_newlines_is_searched_in_bounded_pieces() -> None:
     data = b"x" * (3 * 1024 * 1024) + b"needle" + b"y" * 100
     counted = [0]
     found = list(search_chunks(iter([data[i : i + 65536] for i in range(0, len(data), 65536)]),
-                               logformat.TEXT, Matcher("needle"), counted))  # fmt: skip
+                               logshape.TEXT, Matcher("needle"), counted))  # fmt: skip
     assert len(found) == 1 and "needle" in found[0][1] and len(found[0][1]) <= 1024 * 1024 + 65536
     assert counted == [len(data)]
 
@@ -387,7 +388,7 @@ def test_lines_are_searched_as_shown_invalid_bytes_as_u_fffd_and_long_lines_neve
     name it); a line longer than MAX_LINE is cut between characters, never inside one."""
     data = "héllo\r\n".encode() + b"bad \xff byte\n" + "é".encode() * 600_001 + b"needle"
     chunks = [data[i : i + 65537] for i in range(0, len(data), 65537)]  # odd cuts: inside characters
-    found = [line for _s, line in search_chunks(iter(chunks), logformat.TEXT, Matcher("\ufffd|needle|é"), [0])]
+    found = [line for _s, line in search_chunks(iter(chunks), logshape.TEXT, Matcher("\ufffd|needle|é"), [0])]
     assert found[:2] == ["héllo", "bad \ufffd byte"] and found[-1].endswith("needle")
     assert all("\ufffd" not in line for line in found[2:]) and "".join(found[2:]) == "é" * 600_001 + "needle"
 

@@ -15,8 +15,8 @@ from archiver.archive.fetch import Spool
 from archiver.archive.outcomes import OutcomeCommitter
 from archiver.archive.stage import UPLOAD, Wakeups
 from archiver.archive.state import StateDB, StoredOutcome
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import FileStore
 from tests.fixtures_pipeline import TOKEN, Harness
 from tests.support import committed_statuses, ended, uploading, wait_until

@@ -336,11 +336,11 @@ def test_config_toml_parses_back_to_the_config_values(chart: helm.Chart, overrid
 
 
 def test_chart_config_keys_are_the_daemon_options() -> None:
-    """The schema allows exactly the TOML keys archiver.settings accepts, minus the flags the chart
+    """The schema allows exactly the TOML keys archiver.config.settings accepts, minus the flags the chart
     sets itself (--api-token-file, --web.config.file, --tlog-key-file from a Secret, and the shard
     options from `shards` and `replicasPerShard`: a shard count in the file that disagrees with the
     pod count would leave sessions without an owner)."""
-    from archiver.settings import OPTIONS
+    from archiver.config.options import OPTIONS
 
     schema = json.loads((CHART / "values.schema.json").read_text())
     chart_keys = set(schema["properties"]["config"]["properties"])
@@ -352,8 +352,8 @@ def test_chart_config_keys_are_the_daemon_options() -> None:
 
 
 def test_daemon_loads_the_rendered_config(chart: helm.Chart, tmp_path: Path) -> None:
-    """The ConfigMap's config.toml, read by archiver.settings like `archiver run --config` does."""
-    from archiver.settings import load_settings
+    """The ConfigMap's config.toml, read by archiver.config.settings like `archiver run --config` does."""
+    from archiver.config.settings import load_settings
 
     config_file = tmp_path / "config.toml"
     docs = render(chart, ALL_FEATURES)
@@ -463,9 +463,9 @@ def test_sharded_pods_start_without_waiting_on_each_other(chart: helm.Chart) -> 
 
 def test_a_sharded_pod_name_gives_the_daemon_its_shard(chart: helm.Chart, tmp_path: Path) -> None:
     """The rendered config plus the chart's args and the pod name `arch-archiver-3`, read by
-    archiver.settings as `archiver run` does: shard 1 of 2, replica 1."""
-    from archiver.settings import load_settings
-    from archiver.sharding import Shard
+    archiver.config.settings as `archiver run` does: shard 1 of 2, replica 1."""
+    from archiver.config.settings import load_settings
+    from archiver.config.sharding import Shard
 
     docs = render(chart, {**MINIMAL, "shards": 2, "replicasPerShard": 2})
     config_file = tmp_path / "config.toml"

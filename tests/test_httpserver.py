@@ -17,12 +17,13 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families 
 from prometheus_client.parser import text_string_to_metric_families as text_parse
 
 from archiver.errors import ConfigError
-from archiver.exporter.exposition import Snapshot, SnapshotRenderer
-from archiver.exporter.httpserver import MetricsServer, accepts_gzip, wants_openmetrics
-from archiver.exporter.selfmetrics import SelfMetrics
-from archiver.exporter.webconfig import load_web_config
+from archiver.exporter.exposition import SnapshotRenderer
+from archiver.exporter.metricsserver import MetricsServer, accepts_gzip, wants_openmetrics
+from archiver.exporter.snapshot import Snapshot
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.upstream.metrics import parse_upstream_metrics
 from archiver.upstream.models import parse_session
+from archiver.web.webconfig import load_web_config
 from tests.fixtures_http import TLSFiles
 
 PROMETHEUS_ACCEPT = (

@@ -16,14 +16,15 @@ from typing import Any
 import httpx
 import pytest
 
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.errors import ApiDecodeError, PayloadError
 from archiver.exporter.poller import Poller
 from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
 from archiver.upstream.api import SessionHostClient
+from archiver.upstream.checks import decode_json
 from archiver.upstream.listparser import SessionListParser
-from archiver.upstream.models import InvalidEntry, SessionList, decode_json
+from archiver.upstream.models import InvalidEntry, SessionList
 from archiver.upstream.sessionlist import parse_session_list
 from tests.fixtures_fake import TEST_TOKEN
 from tests.support import ENV, QUIRKS, SECRET, body, entry

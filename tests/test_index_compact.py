@@ -279,8 +279,8 @@ def test_verify_and_grep_select_the_same_sessions_from_parts(tmp_path: Path) -> 
 def test_every_replica_of_shard_0_and_no_other_shard_compacts(
     tmp_path: Path, shard: int, replica: int, compacts: bool
 ) -> None:
-    from archiver.daemon import Daemon
-    from archiver.settings import load_settings
+    from archiver.app.daemon import Daemon
+    from archiver.config.settings import load_settings
 
     settings = load_settings(
         {

@@ -24,7 +24,7 @@ from archiver.archive.fetch import LIVE_WAIT_MARGIN
 from archiver.archive.state.rows import session_key
 from archiver.archive.state.schema import DB_NAME as STATE_DB_NAME
 from archiver.browse.app import BrowseApp
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.fake import FakeClock, FakeService
 from archiver.fake.logs import render_ndjson, render_text
 from archiver.layout import keys

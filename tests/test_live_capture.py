@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from archiver.archive.state.rows import session_key
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.fake import FakeClock, FakeService
 from archiver.fake.logs import render_ndjson, render_text
 from archiver.live.engine import LiveCapture
@@ -201,7 +201,7 @@ _CHILD = textwrap.dedent(
     """
     import sys, threading
     from pathlib import Path
-    from archiver.credentials import Token
+    from archiver.config.credentials import Token
     from archiver.live.engine import LiveCapture
     from archiver.live.policy import Tuning
     from archiver.live.store import CaptureStore

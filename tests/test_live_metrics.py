@@ -8,8 +8,8 @@ import threading
 
 from prometheus_client import CollectorRegistry
 
-from archiver.exporter.livemetrics import LiveMetrics
 from archiver.live.report import FIRST_BYTE_BUCKETS, LiveStats, bucket_of
+from archiver.metrics.live import LiveMetrics
 
 
 def _stats(lines: int) -> LiveStats:

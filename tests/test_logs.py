@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from archiver import logs as logsetup
+from archiver.app import logs as logsetup
 
 SECRET = 'tok"en-hunter2'
 
@@ -38,7 +38,7 @@ def test_secrets_are_redacted_from_messages_fields_and_tracebacks(fmt: str) -> N
 
 
 def test_a_rotated_token_is_redacted_as_well_as_every_earlier_value(tmp_path: Path) -> None:
-    from archiver.credentials import Token
+    from archiver.config.credentials import Token
 
     path = tmp_path / "token"
     path.write_text("first-t0ken-value")

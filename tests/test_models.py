@@ -10,16 +10,9 @@ import pytest
 
 from archiver.errors import PayloadError
 from archiver.upstream import models
-from archiver.upstream.models import (
-    UNKNOWN_STATUS,
-    InvalidEntry,
-    decode_json,
-    parse_created,
-    parse_error_body,
-    parse_labels,
-    parse_ports,
-    parse_session,
-)
+from archiver.upstream.checks import decode_json
+from archiver.upstream.models import UNKNOWN_STATUS, InvalidEntry, parse_labels, parse_ports, parse_session
+from archiver.upstream.responses import parse_created, parse_error_body
 from archiver.upstream.sessionlist import parse_session_list
 from tests.support import list_entry
 

@@ -20,10 +20,9 @@ import httpx
 import pytest
 from click.core import ParameterSource
 
-from archiver.cli import main
-from archiver.cli.base import read_command
-from archiver.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
-from archiver.options import DAEMON_SCOPES, OPTIONS, STATUS_SCOPES, STORE_SCOPES, Option
+from archiver.cli.base import main, read_command
+from archiver.config.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
+from archiver.config.options import DAEMON_SCOPES, OPTIONS, STATUS_SCOPES, STORE_SCOPES, Option
 from tests.fixtures_http import TLSFiles
 from tests.support import ARCHIVER, free_port, wait_until
 

@@ -13,11 +13,11 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from archiver.app.daemon import Daemon
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
-from archiver.daemon import Daemon
+from archiver.config.settings import load_settings
 from archiver.fake import FakeService
-from archiver.settings import load_settings
 from archiver.store import open_store
 from tests.fixtures_fake import TEST_TOKEN
 from tests.support import wait_until

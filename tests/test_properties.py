@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.errors import PayloadError, upstream_excerpt
 from archiver.exporter.exposition import SnapshotRenderer
 from archiver.exporter.poller import Poller

@@ -9,11 +9,11 @@ import yaml
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry
 
-from archiver.cli import main
-from archiver.command_options import COMMAND_OPTIONS
-from archiver.exporter.exposition import FAMILIES
-from archiver.exporter.selfmetrics import SelfMetrics
-from archiver.settings import option_table
+from archiver.cli.base import main
+from archiver.config.command_options import COMMAND_OPTIONS
+from archiver.config.options import option_table
+from archiver.exporter.families import FAMILIES
+from archiver.metrics.selfmetrics import SelfMetrics
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
 

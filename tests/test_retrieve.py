@@ -394,7 +394,7 @@ def test_logs_piped_to_head_exits_quietly(file_store: ObjectStore, tmp_path: Pat
     Uses the real `archiver logs` command once cli.py wires it; until then print_logs behind
     cli.friendly_errors (what the command does) in a subprocess.
     """
-    from archiver import cli
+    from archiver.cli import base as cli
 
     lines = b"".join(b"line %06d\n" % i for i in range(50_000))  # far more than a pipe buffer
     put_session(file_store, "piped", ended_at=NOW - 60, logs=lines)
@@ -404,7 +404,7 @@ def test_logs_piped_to_head_exits_quietly(file_store: ObjectStore, tmp_path: Pat
         script = textwrap.dedent(
             """
             import sys
-            from archiver.cli import friendly_errors
+            from archiver.cli.base import friendly_errors
             from archiver.retrieval.retrieve import print_logs
             from archiver.store import open_store
 

@@ -28,14 +28,14 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
-from archiver.credentials import Token
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.config.credentials import Token
+from archiver.config.settings import Settings
 from archiver.fake import FakeService
 from archiver.fake.content import REPLAY
 from archiver.fake.oracle import LOGS
 from archiver.layout.manifest import Manifest, parse_manifest
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retrieval import retrieve
-from archiver.settings import Settings
 from archiver.store import S3Store, make_s3_client, open_store
 from archiver.store.s3_probe import OPTIONAL_OPERATIONS, StoreFindings, missing_guarantees
 from archiver.upstream.api import SessionHostClient
@@ -326,7 +326,7 @@ def test_check_says_every_guarantee_the_worst_store_lacks_and_none_on_a_faithful
 ) -> None:
     """`archiver check` against the worst store: create-once writes FAIL (naming both calls), one
     WARN line per other missing guarantee, never silent; against SeaweedFS as it is: all OK."""
-    from archiver import doctor
+    from archiver.app import doctor
 
     bucket = fresh_bucket(seaweed_server)
     with QuirkyS3Proxy(seaweed_server.endpoint, WORST) as proxy:
@@ -353,7 +353,7 @@ def test_check_says_every_guarantee_the_worst_store_lacks_and_none_on_a_faithful
 def cli(*args: str) -> tuple[int, str]:
     from click.testing import CliRunner
 
-    from archiver.cli import main
+    from archiver.cli.base import main
 
     result = CliRunner().invoke(main, list(args))
     return result.exit_code, result.output

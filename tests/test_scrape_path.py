@@ -5,12 +5,10 @@ from __future__ import annotations
 import gzip
 import threading
 
-import pytest
 from prometheus_client import CollectorRegistry
 
-from archiver.exporter import selfmetrics
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.exporter.snapshot import scrape_parts
+from archiver.metrics.selfmetrics import SelfMetrics
 
 
 def test_self_metrics_are_rendered_again_only_after_an_event() -> None:
@@ -37,10 +35,9 @@ def test_every_public_method_but_render_is_an_event_that_moves_the_render() -> N
     assert metrics.render(False) is not first and b"archiver_spool_bytes 7.0" in metrics.render(False)
 
 
-def test_with_the_render_cache_off_every_scrape_renders(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(selfmetrics, "RENDER_CACHE", False)
+def test_with_the_render_cache_off_every_scrape_renders() -> None:
     # Without the process_* families, whose CPU and RSS move between two renders.
-    metrics = SelfMetrics(CollectorRegistry(), process_metrics=False)
+    metrics = SelfMetrics(CollectorRegistry(), process_metrics=False, render_cache=False)
     first = metrics.render(True)
     assert metrics.render(True) is not first and metrics.render(True) == first
 

@@ -14,12 +14,11 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from archiver.cli import main, settings_options
-from archiver.cli.base import resolve_values
+from archiver.cli.base import main, resolve_values, settings_options
+from archiver.config.options import OPTIONS, Alias, Option, check_options
+from archiver.config.settings import COMPOSED, Settings, load_settings
+from archiver.config.values import as_int, parse_duration, parse_listen, parse_size
 from archiver.errors import ConfigError
-from archiver.options import OPTIONS, Alias, Option, check_options
-from archiver.settings import COMPOSED, Settings, load_settings
-from archiver.values import as_int, parse_duration, parse_listen, parse_size
 from tests.support import settings_from
 
 
@@ -253,7 +252,7 @@ def values_from(
 
 
 def deprecations(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "archiver.settings" and r.levelname == "WARNING"]
+    return [r.getMessage() for r in caplog.records if r.name == "archiver.config.settings" and r.levelname == "WARNING"]
 
 
 def test_a_new_option_name_derives_its_flag_env_var_and_toml_key() -> None:

@@ -20,19 +20,19 @@ import duckdb
 import httpx
 import pytest
 
+from archiver.app.daemon import Daemon
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
-from archiver.credentials import Token
-from archiver.daemon import Daemon
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.config.credentials import Token
+from archiver.config.settings import Settings
+from archiver.config.sharding import Shard, shard_of
 from archiver.fake import FakeService
 from archiver.index.compact import compact
 from archiver.index.ddl import ddl
 from archiver.layout import keys
 from archiver.layout.manifest import parse_index_entry, parse_manifest
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retrieval.query import list_sessions
-from archiver.settings import Settings
-from archiver.sharding import Shard, shard_of
 from archiver.store import ObjectStore, open_store
 from archiver.store.file import FileStore
 from archiver.upstream.api import SessionHostClient
@@ -366,7 +366,7 @@ def test_a_log_another_archiver_compressed_otherwise_is_the_same_evidence(
     key = keys.logs_key(store.prefix, sid, "txt", h.instance(sid))
     if writer == "no-checksum":
         bucket, _, _prefix = store.url.removeprefix("s3://").partition("/")
-        store._client.put_object(Bucket=bucket, Key=key, Body=theirs)  # type: ignore[attr-defined]
+        store.client.put_object(Bucket=bucket, Key=key, Body=theirs)  # type: ignore[attr-defined]
     else:
         store.put_bytes(key, theirs, content_type="application/gzip")
 

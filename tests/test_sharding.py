@@ -10,10 +10,10 @@ import json
 import pytest
 
 from archiver.archive.replicas import same_archive
+from archiver.config.settings import load_settings
+from archiver.config.sharding import Shard, shard_from_ordinal, shard_of, stable_hash
 from archiver.errors import ConfigError
 from archiver.layout.manifest import ManifestItem, build_manifest
-from archiver.settings import load_settings
-from archiver.sharding import Shard, shard_from_ordinal, shard_of, stable_hash
 from archiver.upstream.listparser import SessionListParser
 
 

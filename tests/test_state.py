@@ -10,9 +10,9 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline, Tuning
 from archiver.archive.state import DB_NAME, SCHEMA_VERSION, StateDB
+from archiver.config.settings import Settings
 from archiver.errors import StateError
-from archiver.exporter.selfmetrics import SelfMetrics
-from archiver.settings import Settings
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import FileStore
 from archiver.vocabulary import Outcome
 from tests.support import ended, listed_key, listed_session

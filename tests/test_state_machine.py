@@ -30,12 +30,12 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
-from archiver.credentials import Token
+from archiver.config.credentials import Token
+from archiver.config.settings import Settings
 from archiver.errors import StoreUnavailableError
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
-from archiver.settings import Settings
 from archiver.store.file import FileStore
 from archiver.upstream.api import SessionHostClient
 from archiver.vocabulary import ItemStatus, Outcome, SessionState
@@ -139,7 +139,7 @@ class ArchiveMachine(RuleBasedStateMachine):
         self.pipeline.recover()
         # Outcomes wait for the `commit` rule (or the next upload's), as they wait for the committer
         # thread in production: the crashes in between are part of the run.
-        self.pipeline._uploads.committer.defer()
+        self.pipeline.uploads.committer.defer()
 
     def _crash(self) -> None:
         """The process died: its connections go without another write; a new one starts and recovers."""
@@ -176,7 +176,7 @@ class ArchiveMachine(RuleBasedStateMachine):
 
             spool.write = write_then_crash  # type: ignore[method-assign]
         try:
-            self.pipeline._fetches.work_once()
+            self.pipeline.fetches.work_once()
         except SimulatedCrash:
             _seen("crashed mid-fetch")
             self._crash()
@@ -189,7 +189,7 @@ class ArchiveMachine(RuleBasedStateMachine):
     def upload(self, mode: str, commit: bool) -> None:
         self.store.mode = mode
         try:
-            self.pipeline._uploads.work_once()
+            self.pipeline.uploads.work_once()
         except SimulatedCrash:
             _seen("crashed mid-upload")
             self._crash()
@@ -203,18 +203,18 @@ class ArchiveMachine(RuleBasedStateMachine):
     def burst(self) -> None:
         """Fault-free fetches and uploads until none is due: several outcomes wait for one commit."""
         for _ in range(20):
-            fetched = self.pipeline._fetches.work_once() is None
-            uploaded = self.pipeline._uploads.work_once() is None
+            fetched = self.pipeline.fetches.work_once() is None
+            uploaded = self.pipeline.uploads.work_once() is None
             if not (fetched or uploaded):
                 break
         self._tick()
 
-    @precondition(lambda self: self.pipeline._uploads.committer.pending() > 0)
+    @precondition(lambda self: self.pipeline.uploads.committer.pending() > 0)
     @rule(crash=st.booleans())
     def commit(self, crash: bool) -> None:
         """The committer's turn: every outcome handed over so far in one transaction (`crash`: the
         process dies once it is committed, before any spool file is deleted)."""
-        committer = self.pipeline._uploads.committer
+        committer = self.pipeline.uploads.committer
         if committer.pending() > 1:
             _seen("several outcomes in one commit")
         if crash:
@@ -301,9 +301,9 @@ class ArchiveMachine(RuleBasedStateMachine):
             self.fake.clear_faults()
             self.store.mode = "ok"
             for _ in range(200):
-                fetched = self.pipeline._fetches.work_once() is None
-                uploaded = self.pipeline._uploads.work_once() is None
-                self.pipeline._uploads.committer.commit_pending()
+                fetched = self.pipeline.fetches.work_once() is None
+                uploaded = self.pipeline.uploads.work_once() is None
+                self.pipeline.uploads.committer.commit_pending()
                 self._tick()
                 with self.state.read() as db:
                     open_work = db.execute(

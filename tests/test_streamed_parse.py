@@ -18,10 +18,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from archiver.credentials import Token
+from archiver.config.credentials import Token
+from archiver.config.sharding import Shard
 from archiver.errors import ApiTransportError
 from archiver.retry import RetryPolicy
-from archiver.sharding import Shard
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.listparser import SessionListParser, WholeBodyNeeded
 from archiver.upstream.models import Session

@@ -17,7 +17,7 @@ import cryptography
 import pytest
 from click.testing import CliRunner
 
-from archiver.cli import main
+from archiver.cli.base import main
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest
 from archiver.store import ObjectStore

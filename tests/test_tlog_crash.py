@@ -36,12 +36,13 @@ def _run(config: dict[str, Any]) -> int:
     """Append the queue batch by batch until it is empty (exit 0)."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.archive import log_stage
+    from archiver.archive import crashpoints, log_stage
     from archiver.archive.state import StateDB
-    from archiver.exporter.selfmetrics import SelfMetrics
+    from archiver.metrics.selfmetrics import SelfMetrics
     from archiver.store import open_store
 
     log_stage.BATCH = BATCH_SIZE
+    crashpoints.arm()  # what an entry point does (archiver.app.process.apply)
     state = StateDB.open(Path(config["state_dir"]))
     store = open_store(Path(config["store"]).as_uri())
     stage = log_stage.LogStage(

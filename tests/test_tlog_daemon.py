@@ -13,13 +13,13 @@ from prometheus_client import CollectorRegistry
 from archiver.archive.log_stage import LogStage, writer_name
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
-from archiver.credentials import Token
+from archiver.config.credentials import Token
+from archiver.config.settings import Settings
+from archiver.config.sharding import Shard
 from archiver.errors import LogVerificationError
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.fake import FakeService
 from archiver.layout import keys
-from archiver.settings import Settings
-from archiver.sharding import Shard
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import ObjectStore, make_s3_client, open_store
 from archiver.tlog import merkle
 from archiver.tlog.backfill import backfill

@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from archiver.app.daemon import Daemon
 from archiver.archive.crashpoints import ENV_VAR, EXIT_CODE
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import StateDB
-from archiver.credentials import Token
-from archiver.daemon import Daemon
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.config.credentials import Token
+from archiver.config.settings import Settings
+from archiver.config.sharding import Shard, shard_of
 from archiver.fake import FakeService
-from archiver.settings import Settings
-from archiver.sharding import Shard, shard_of
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import open_store
 from archiver.tlog.audit import audit
 from archiver.tlog.checkpoint import Checkpoint

@@ -13,9 +13,9 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.log_stage import LogStage
 from archiver.archive.state import StateDB
-from archiver.cli import main
+from archiver.cli.base import main
 from archiver.errors import LogError, LogVerificationError
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import open_store
 from archiver.tlog import standalone, timestamp
 from archiver.tlog.leaf import Leaf

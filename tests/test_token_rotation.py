@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from archiver import logs
-from archiver.credentials import Token
-from archiver.daemon import Daemon
+from archiver.app import logs
+from archiver.app.daemon import Daemon
+from archiver.config.credentials import Token
+from archiver.config.settings import load_settings
 from archiver.errors import UnauthorizedError
 from archiver.fake import FakeService
 from archiver.retry import RetryPolicy
-from archiver.settings import load_settings
 from archiver.upstream.api import SessionHostClient
 from tests.support import wait_until
 

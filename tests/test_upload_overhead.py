@@ -22,7 +22,7 @@ from archiver.archive.state import ItemRow, StateDB, StoredOutcome
 from archiver.archive.upload import Stored, Uploader
 from archiver.archive.upload_stage import UploadStage
 from archiver.errors import ConfigError, StoreUnavailableError
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import FileStore, ObjectStore
 from archiver.store.base import MemoryJournal, PutOutcome
 from tests.support import committed_statuses, ended, settings_from, uploading, wait_until

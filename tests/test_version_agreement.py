@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import archiver
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import open_store
 from tests.support import ARCHIVER, CHART, MINIMAL, REPO, one, render
 

@@ -10,7 +10,7 @@ import bcrypt
 import pytest
 
 from archiver.errors import ConfigError
-from archiver.exporter.webconfig import BasicAuth, WebConfig, load_web_config, parse_web_config
+from archiver.web.webconfig import BasicAuth, WebConfig, load_web_config, parse_web_config
 from tests.fixtures_http import TLSFiles
 
 #: Cost 4 keeps the tests fast; production hashes use 10-12.

@@ -12,10 +12,10 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline
 from archiver.archive.state import PAGE_SIZE, StateDB
-from archiver.credentials import Token
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.config.credentials import Token
+from archiver.config.settings import Settings
 from archiver.fake import FakeService
-from archiver.settings import Settings
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import FileStore
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_pipeline import FAST, FAST_POLICY, TOKEN

@@ -2,14 +2,15 @@
 
 `ARCHIVER_CRASH_AT=after_spool_rename` kills the process (exit code 137, as after `kill -9`) the
 first time that point is reached; `after_part_upload:3` on the third hit. The environment is read
-once per process (tests start a fresh subprocess per crash), so an unset variable costs a dict
-lookup per call and production behaviour never changes.
+once, by `arm`, from an entry point (`archiver.app.process.apply`; a crash test's runner calls it
+itself), never on import; disarmed, a crash point costs one comparison and behaviour never changes.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from typing import Final
 
 from archiver.errors import ConfigError
@@ -46,24 +47,17 @@ def _parse(value: str | None) -> tuple[str, int] | None:
     return name, count
 
 
-def _arm(value: str | None) -> tuple[tuple[str, int] | None, ConfigError | None]:
-    # A bad value must not fail the import (a traceback far from the CLI): it disarms, and
-    # `check_environment()`, called before the daemon starts, reports it as a ConfigError.
-    try:
-        return _parse(value), None
-    except ConfigError as exc:
-        return None, exc
-
-
-_armed, _problem = _arm(os.environ.get(ENV_VAR))
+_armed: tuple[str, int] | None = None
 _hits = 0
 _lock = threading.Lock()
 
 
-def check_environment() -> None:
-    """Raise the ConfigError of a bad `ARCHIVER_CRASH_AT` (the daemon and backfill call it at start)."""
-    if _problem is not None:
-        raise _problem
+def arm(environ: Mapping[str, str] = os.environ) -> None:
+    """Arm the point `ARCHIVER_CRASH_AT` names (nothing when unset); ConfigError for a bad value."""
+    global _armed, _hits
+    armed = _parse(environ.get(ENV_VAR))
+    with _lock:
+        _armed, _hits = armed, 0
 
 
 def crashpoint(name: str) -> None:

@@ -27,9 +27,11 @@ from archiver.archive.state import ExtraItem, ItemRow
 from archiver.durable import fsync_dir
 from archiver.errors import ApiError, NotFoundError, TooLargeError
 from archiver.layout import keys
-from archiver.live.store import NDJSON, SegmentRow
+from archiver.live.store import SegmentRow
+from archiver.logshape import NDJSON, declared, starts_like_json
 from archiver.retry import FETCH_ITEM, RetryPolicy
-from archiver.upstream.api import Download, SessionHostClient
+from archiver.upstream.api import SessionHostClient
+from archiver.upstream.transport import Download
 from archiver.vocabulary import Outcome
 
 log = logging.getLogger("archiver.fetch")  # the name it had before the rooms: log filters keep working
@@ -129,14 +131,6 @@ def live_logs_source(session_id: str) -> str:
 
 def artifact_source(session_id: str, path: str) -> str:
     return f"GET /artifacts?session={quote(session_id, safe='')}&path={quote(path, safe='/')}"
-
-
-def _json_shaped(content_type: str, head: bytes) -> bool:
-    """JSON log shapes (NDJSON entries, the legacy `{"line": {...}}` object) go to `logs.jsonl.gz`."""
-    if "json" in content_type.lower():
-        return True
-    # A text/plain label on a JSON body: text log lines start with a timestamp, not a brace.
-    return head.lstrip()[:1] == b"{"
 
 
 def _usable_log_type(content_type: str) -> bool:
@@ -381,7 +375,9 @@ class Fetcher:
             return self._logs_result(item, spooled, download.content_type, source), download.content_type
 
     def _logs_result(self, item: ItemRow, spooled: SpoolFile, content_type: str, source: str) -> Spooled:
-        ext = "jsonl" if _json_shaped(content_type, spooled.head) else "txt"
+        # JSON shapes (NDJSON entries, the legacy `{"line": {...}}` object, or a text/plain label on
+        # a JSON body) go to `logs.jsonl.gz`.
+        ext = "jsonl" if declared(content_type) == NDJSON or starts_like_json(spooled.head) else "txt"
         return Spooled(
             path=spooled.path,
             size=spooled.size,

@@ -4,7 +4,7 @@ The rules (README, "Live log capture"): the logs read after the end are archived
 capture segment is kept beside them only when it is not a line prefix of them (the service lost
 or changed lines the stream saw), and when the after-end read finds nothing (404, or an empty
 body), or fails otherwise until the deadline, the capture is the logs. Lines are compared as
-`retrieval.logformat` reads them (the text of each NDJSON entry or plain line), blank lines left
+`logshape` reads them (the text of each NDJSON entry or plain line), blank lines left
 out on both sides: the capture never keeps one.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-from archiver.gzipstream import gunzip
+from archiver import logshape
 from archiver.live.policy import Finish
 from archiver.live.store import FOLLOWING, CaptureStore, SegmentRow
-from archiver.retrieval import logformat
+from archiver.store.gzipstream import gunzip
 
 #: Bytes read at a time from a spool file or a capture.
 _BLOCK = 256 * 1024
@@ -45,14 +45,14 @@ def texts(chunks: Iterable[bytes], shape: str | None, content_type: str = "") ->
             head += chunk
             if len(head.lstrip()) >= _HEAD:
                 break
-        shape = logformat.sniff(head, content_type)
+        shape = logshape.sniff(head, content_type)
 
     def replay() -> Iterator[bytes]:
         if head:
             yield head
         yield from iterator
 
-    return (line.text for line in logformat.read_lines(replay(), shape))
+    return (line.text for line in logshape.read_lines(replay(), shape))
 
 
 def spooled_texts(path: Path, content_type: str) -> Iterator[str]:

@@ -27,9 +27,9 @@ from collections.abc import Callable
 
 from archiver.archive.crashpoints import crashpoint
 from archiver.archive.state import StateDB
+from archiver.config.sharding import Shard
 from archiver.errors import ArchiverError, LogError, LogVerificationError, StoreError
-from archiver.exporter.selfmetrics import SelfMetrics
-from archiver.sharding import Shard
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store.base import ObjectStore
 from archiver.tlog import checkpoint as cp
 from archiver.tlog import timestamp

@@ -22,7 +22,7 @@ from archiver.archive.crashpoints import crashpoint
 from archiver.archive.fetch import Spool
 from archiver.archive.stage import UPLOAD, Clock, Wakeups
 from archiver.archive.state import ItemRow, StateDB, StoredOutcome
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.vocabulary import Outcome
 
 log = logging.getLogger("archiver.pipeline")  # one logger for the whole pipeline

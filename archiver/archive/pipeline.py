@@ -47,17 +47,17 @@ from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, St
 from archiver.archive.store_health import check_store, probe_store
 from archiver.archive.upload import Uploader
 from archiver.archive.upload_stage import UploadStage
+from archiver.config.settings import Settings
 from archiver.errors import (
     ApiError,
     NotFoundError,
 )
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.live import store as live_store
 from archiver.live.engine import LiveCapture
 from archiver.live.policy import Tuning as LiveTuning
 from archiver.live.store import CaptureStore
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.retry import RetryPolicy
-from archiver.settings import Settings
 from archiver.store.base import ObjectStore
 from archiver.tlog.keyfile import load_signer
 from archiver.tlog.witness import Witness
@@ -204,6 +204,16 @@ class Pipeline:
                 tuning=LiveTuning(first_byte_timeout=settings.follow_logs_first_byte_timeout),
             )  # fmt: skip
         return cls(settings, client, store, state, metrics, live=live)
+
+    # --- the stages (a test hook: the state-machine test steps them with `work_once`) ------------
+
+    @property
+    def fetches(self) -> FetchStage:
+        return self._fetches
+
+    @property
+    def uploads(self) -> UploadStage:
+        return self._uploads
 
     # --- the store ----------------------------------------------------------------------------
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from archiver.archive.state import ItemRow, StateDB
 from archiver.errors import StoreError
-from archiver.exporter.selfmetrics import SelfMetrics
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store.base import ObjectStore
 from archiver.vocabulary import ItemStatus
 

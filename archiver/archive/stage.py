@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from archiver import retry
 from archiver.archive.state import ItemRow, StateDB
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.vocabulary import Outcome
 
 Clock = Callable[[], float]

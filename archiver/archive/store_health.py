@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from archiver.errors import StoreError
-from archiver.exporter.selfmetrics import SelfMetrics
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import S3Store
 from archiver.store.base import ObjectStore
 

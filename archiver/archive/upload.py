@@ -25,7 +25,6 @@ from archiver.errors import (
     SourceFileError,
     StoreUnavailableError,
 )
-from archiver.gzipstream import Hashing, gunzip
 from archiver.layout import keys
 from archiver.layout.manifest import (
     Manifest,
@@ -38,6 +37,7 @@ from archiver.layout.manifest import (
 )
 from archiver.layout.players import player_entries
 from archiver.store.base import READ_CHUNK, MultipartJournal, ObjectStore, PutOutcome
+from archiver.store.gzipstream import Hashing, gunzip
 from archiver.vocabulary import Outcome
 
 log = logging.getLogger("archiver.upload")  # the name it had before the rooms: log filters keep working

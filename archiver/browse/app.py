@@ -21,12 +21,14 @@ from urllib.parse import parse_qs, quote, unquote_to_bytes, urlsplit
 import jinja2
 from prometheus_client import CollectorRegistry
 
-from archiver import __version__, inputs
+from archiver import __version__, logshape
 from archiver.browse import params as p
 from archiver.browse import ranges, views
 from archiver.browse.listing import ListQuery, cursor_of, page_sessions, parse_list_query
 from archiver.browse.search import DEFAULT_BUDGET, SearchRun, ShownHit, parse_search_query
 from archiver.browse.urls import Mount, quote_segment, with_query
+from archiver.config import inputs
+from archiver.config.values import MAX_COUNT
 from archiver.errors import (
     ArchiveIntegrityError,
     InputError,
@@ -36,10 +38,9 @@ from archiver.errors import (
     SessionNotArchivedError,
     StoreError,
 )
-from archiver.exporter.processmetrics import register_process_collectors
-from archiver.exporter.processmetrics import render as render_metrics
 from archiver.layout.manifest import IndexEntry, ManifestItem
-from archiver.retrieval import logformat
+from archiver.metrics.process import register_process_collectors
+from archiver.metrics.process import render as render_metrics
 from archiver.retrieval.budget import SearchBudget
 
 # The retrieval code this package reads: queries and safe keys, log lines, human sizes.
@@ -48,7 +49,6 @@ from archiver.retrieval.reading import archived_logs, logs_source, open_logs
 from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore
 from archiver.tlog.prove import prove, read_locator
-from archiver.values import MAX_COUNT
 
 #: Sessions on one list page.
 PAGE_SIZE = 50
@@ -195,7 +195,7 @@ class BrowseApp:
             return self._error(400, "Bad request", f"a path segment is too long (at most {p.MAX_VALUE} characters)")
         try:
             return self._route(segments, params, headers)
-        except InputError as exc:  # an id or number out of archiver.inputs' bounds
+        except InputError as exc:  # an id or number out of archiver.config.inputs' bounds
             return self._error(400, "Bad request", str(exc))
         except SessionNotArchivedError as exc:
             return self._error(404, "Not archived", str(exc))
@@ -312,7 +312,7 @@ class BrowseApp:
         """A page of plain log lines (stream filter, case-insensitive search), read as a stream up to that page."""
         try:
             stream = p.one(params, "stream", limit=16)
-            if stream not in ("", logformat.STDOUT, logformat.STDERR):
+            if stream not in ("", logshape.STDOUT, logshape.STDERR):
                 raise ValueError("stream: must be stdout or stderr")
             search = p.one(params, "q", strip=False)
             start = p.number(params, "start", default=0, low=0, high=p.MAX_START)
@@ -322,7 +322,7 @@ class BrowseApp:
             return self._error(400, "Bad request", str(exc))
         loaded = load_archive(self.store, sid, instance, note=quiet)
         opened = open_logs(self.store, loaded, capture=capture)
-        lines = logformat.read_lines(opened.chunks, opened.shape)
+        lines = logshape.read_lines(opened.chunks, opened.shape)
         needle = search.casefold()
         shown: list[tuple[int, str, str]] = []
         matched = 0

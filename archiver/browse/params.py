@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from archiver import inputs
+from archiver.config import inputs
 
 #: Longest value of any field: the longest session id (``inputs.MAX_ID_BYTES`` UTF-8 bytes) fits.
 MAX_VALUE = inputs.MAX_ID_BYTES

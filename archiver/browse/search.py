@@ -21,13 +21,13 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO, cast
 
+from archiver import logshape
 from archiver.browse import params as p
 from archiver.browse.listing import ListQuery, parse_list_query
-from archiver.command_options import BROWSE_OPTIONS
+from archiver.config.command_options import BROWSE_OPTIONS
 from archiver.errors import ArchiverError
 from archiver.index import grepfilter
-from archiver.layout.manifest import iso_utc
-from archiver.retrieval import logformat
+from archiver.layout.codec import iso_utc
 from archiver.retrieval.budget import SearchBudget, SearchMeter
 from archiver.retrieval.grep import GrepReport, Matcher, grep_sessions, lower_priority
 from archiver.retrieval.query import LEGACY, list_sessions, load_archive, quiet
@@ -199,7 +199,7 @@ class _Numberer:
     def _matching(self, sid: str, instance: str | None, capture: int) -> Iterator[tuple[int, str]]:
         loaded = load_archive(self._store, sid, instance or LEGACY, note=quiet)
         opened = open_logs(self._store, loaded, capture=capture)
-        for number, line in enumerate(logformat.read_lines(self._metered(opened.chunks), opened.shape), 1):
+        for number, line in enumerate(logshape.read_lines(self._metered(opened.chunks), opened.shape), 1):
             if self._matcher.matches(line.text):
                 yield number, line.text
 

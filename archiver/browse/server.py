@@ -14,8 +14,8 @@ import ssl
 
 from archiver import __version__
 from archiver.browse.app import BrowseApp, Response
-from archiver.exporter.httpserver import BackgroundHTTPServer, ReadOnlyHandler
-from archiver.exporter.webconfig import WebConfig
+from archiver.web.server import BackgroundHTTPServer, ReadOnlyHandler
+from archiver.web.webconfig import WebConfig
 
 log = logging.getLogger("archiver.browse")
 

@@ -1,5 +1,5 @@
 """`python -m archiver.cli`: the same as the `archiver` command."""
 
-from archiver.cli import main
+from archiver.cli.base import main
 
 main()

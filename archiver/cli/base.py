@@ -15,12 +15,11 @@ import click
 from click.core import ParameterSource
 
 from archiver import __version__
-from archiver import logs as logsetup
+from archiver.app import logs as logsetup
 from archiver.cli.params import INSTANCE, ArchiverGroup, LocalPath
-from archiver.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
-from archiver.errors import ArchiverError, ConfigError, InputError
-from archiver.options import DAEMON_SCOPES, OPTIONS, Alias, Option, by_key
-from archiver.settings import (
+from archiver.config.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
+from archiver.config.options import DAEMON_SCOPES, OPTIONS, Alias, Option, by_key
+from archiver.config.settings import (
     SETTINGS_LOGGER,
     Given,
     Origin,
@@ -29,6 +28,7 @@ from archiver.settings import (
     convert_values,
     read_config_file,
 )
+from archiver.errors import ArchiverError, ConfigError, InputError
 from archiver.textsafe import one_line
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def _read_config(
     """Eager `--config` callback: the TOML file becomes click's `default_map` (each key of an option
     the command takes, for the parameter of its spelling), so every option resolves flag > env var >
     file > default by click's own rules. Keys of the command's other options are known, not used;
-    a command's own options (`archiver.command_options`) come from its table (``[browse]``)."""
+    a command's own options (`archiver.config.command_options`) come from its table (``[browse]``)."""
     if value is None:
         return None
     try:
@@ -84,7 +84,7 @@ def _file_defaults(
 
 
 def table_options(scopes: frozenset[str], options: Sequence[Option]) -> Callable[[F], F]:
-    """Adds the options of `scopes` from an option table (see archiver.options.Option.scope) and
+    """Adds the options of `scopes` from an option table (see archiver.config.options.Option.scope) and
     their deprecated aliases (hidden); `resolve` / `resolve_values` convert what click found."""
 
     def decorate(func: F) -> F:
@@ -106,7 +106,7 @@ def table_options(scopes: frozenset[str], options: Sequence[Option]) -> Callable
                 func = click.option(
                     f"{opt.flag}/{opt.off_flag}",
                     opt.param,
-                    # Shown by --help; a value from this default is left to archiver.settings' own default.
+                    # Shown by --help; a value from this default is left to archiver.config.settings' own default.
                     default=opt.converted_default,
                     envvar=opt.env,
                     show_envvar=True,
@@ -118,9 +118,9 @@ def table_options(scopes: frozenset[str], options: Sequence[Option]) -> Callable
                 opt.flag,
                 opt.param,
                 multiple=opt.multiple,
-                # Shown by --help; a value from this default is left to archiver.settings' own default.
+                # Shown by --help; a value from this default is left to archiver.config.settings' own default.
                 default=opt.default,
-                # Raw values (strings, or TOML ints and lists): archiver.settings converts them all alike.
+                # Raw values (strings, or TOML ints and lists): archiver.config.settings converts them all alike.
                 type=click.UNPROCESSED,
                 envvar=opt.env,
                 show_envvar=True,
@@ -137,7 +137,7 @@ def settings_options(
     scopes: frozenset[str] = DAEMON_SCOPES, options: Sequence[Option] = OPTIONS, *, command: str | None = None
 ) -> Callable[[F], F]:
     """Adds the configuration options of `scopes` (`table_options`), the own options of `command`
-    (`archiver.command_options`; its scopes too when `scopes` is not given) and --config; click
+    (`archiver.config.command_options`; its scopes too when `scopes` is not given) and --config; click
     resolves each value from the flag, its env var or the file, and `resolve` converts them."""
     if command is not None and scopes is DAEMON_SCOPES:
         scopes = COMMAND_SCOPES[command]
@@ -164,7 +164,7 @@ def settings_options(
     return decorate
 
 
-#: Where click found a value, as archiver.settings ranks it (click's own default: not given).
+#: Where click found a value, as archiver.config.settings ranks it (click's own default: not given).
 _ORIGINS: dict[ParameterSource | None, Origin] = {
     ParameterSource.COMMANDLINE: Origin.FLAG,
     ParameterSource.ENVIRONMENT: Origin.ENV,
@@ -241,7 +241,7 @@ def friendly_errors(func: F) -> F:
         except ConfigError as exc:
             click.echo(f"error: configuration: {one_line(str(exc))}", err=True)
             sys.exit(2)
-        except InputError as exc:  # a value out of archiver.inputs' bounds: a usage mistake
+        except InputError as exc:  # a value out of archiver.config.inputs' bounds: a usage mistake
             click.echo(f"error: {one_line(str(exc))}", err=True)
             sys.exit(2)
         except ArchiverError as exc:

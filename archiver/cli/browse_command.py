@@ -1,6 +1,6 @@
 """`archiver browse`: the evidence browser's command, with the exporter conventions' web flags.
 
-Its own options (`archiver.command_options.BROWSE_OPTIONS`: ``--web.listen-address``,
+Its own options (`archiver.config.command_options.BROWSE_OPTIONS`: ``--web.listen-address``,
 ``--web.config.file``, ``--web.external-url``, ``--web.route-prefix``, ``--search.max-seconds``,
 ``--search.max-bytes``; in the file's ``[browse]``
 table), the store options and the log options; the former ``--listen``, ``--web-config-file`` and
@@ -28,12 +28,12 @@ def browse(**kwargs: Any) -> None:
     import signal
     import threading
 
-    from archiver import logs as logsetup
+    from archiver.app import logs as logsetup
     from archiver.browse.app import BrowseApp
     from archiver.browse.server import BrowseServer
     from archiver.browse.urls import mount
-    from archiver.exporter.webconfig import load_web_config
     from archiver.retrieval.budget import SearchBudget
+    from archiver.web.webconfig import load_web_config
 
     settings, values, early = read_command(kwargs, "browse")  # a deprecated name's line, written once configured
     logsetup.configure(settings.log_format, settings.log_level, early=early)

@@ -25,8 +25,9 @@ from archiver.cli.base import (
     settings_options,
 )
 from archiver.cli.params import SENDABLE_ID
+from archiver.config.options import DAEMON_SCOPES, STATUS_SCOPES
+from archiver.config.settings import SETTINGS_LOGGER
 from archiver.errors import ConfigError
-from archiver.settings import DAEMON_SCOPES, SETTINGS_LOGGER, STATUS_SCOPES
 from archiver.textsafe import printable
 
 
@@ -35,7 +36,7 @@ from archiver.textsafe import printable
 @friendly_errors
 def run(**kwargs: Any) -> None:
     """The daemon: poll the upstream, export /metrics, archive ended sessions."""
-    from archiver import daemon
+    from archiver.app import daemon
 
     settings, early = read_settings(kwargs)
     daemon.run_forever(settings, early=early)
@@ -49,9 +50,9 @@ def run(**kwargs: Any) -> None:
 @friendly_errors
 def fake_service(tokens: tuple[str, ...], **kwargs: Any) -> None:
     """The fake session hosting service alone (for trying things out and for your own CI)."""
-    from archiver import logs as logsetup
-    from archiver.exporter.webconfig import load_web_config
+    from archiver.app import logs as logsetup
     from archiver.fake.main import options_from_values, serve_forever
+    from archiver.web.webconfig import load_web_config
 
     settings, values, early = read_command(kwargs, "fake-service")
     logsetup.configure(settings.log_format, settings.log_level, early=early)
@@ -107,8 +108,8 @@ def status(fmt: str, **kwargs: Any) -> None:
 @friendly_errors
 def archive(session_ids: tuple[str, ...], wait: str, **kwargs: Any) -> None:
     """Archive these sessions now (backfill, while the upstream still holds them)."""
-    from archiver.daemon import archive_now
-    from archiver.settings import parse_duration
+    from archiver.app.daemon import archive_now
+    from archiver.config.values import parse_duration
 
     try:
         timeout = parse_duration(wait)
@@ -131,7 +132,7 @@ def demo(**kwargs: Any) -> None:
     import signal
     import threading
 
-    from archiver.demo import DemoOptions, run_demo
+    from archiver.app.demo import DemoOptions, run_demo
 
     _, values, early = read_command(kwargs, "demo")
     stop = threading.Event()
@@ -160,8 +161,8 @@ def demo(**kwargs: Any) -> None:
 @friendly_errors
 def check(fmt: str, **kwargs: Any) -> None:
     """Check the configuration: token accepted, store writable with create-once writes, state dir writable."""
-    from archiver import doctor
-    from archiver import logs as logsetup
+    from archiver.app import doctor
+    from archiver.app import logs as logsetup
 
     settings, early = read_settings(kwargs)
     if early:  # a deprecated option name: its line in the configured log format

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from archiver.cli.base import _TIME_HELP, friendly_errors, main, resolve, settings_options, store_for
-from archiver.settings import STORE_SCOPES
+from archiver.config.options import STORE_SCOPES
 
 
 def _range(since: str | None, until: str | None, now: float) -> tuple[float | None, float]:

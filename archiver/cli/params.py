@@ -1,4 +1,4 @@
-"""The command line's input edge: click types over `archiver.inputs`' checkers (a bad id, instance
+"""The command line's input edge: click types over `archiver.config.inputs`' checkers (a bad id, instance
 or path is a usage error naming the argument), and the group that prints any usage error as one line."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from archiver import inputs
+from archiver.config import inputs
 from archiver.textsafe import one_line
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ else:
 
 
 class Checked(_TextType):
-    """A string checked by one of `archiver.inputs`' checkers; its ValueError is the usage error."""
+    """A string checked by one of `archiver.config.inputs`' checkers; its ValueError is the usage error."""
 
     def __init__(self, check: Callable[[str], object], name: str) -> None:
         self._check = check

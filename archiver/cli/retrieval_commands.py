@@ -11,7 +11,6 @@ from typing import Any, TextIO, cast
 
 import click
 
-from archiver import inputs
 from archiver.cli.base import (
     _TIME_HELP,
     as_dict,
@@ -26,10 +25,12 @@ from archiver.cli.base import (
     store_opener,
 )
 from archiver.cli.params import PLAYER_ID, SESSION_ID, LocalPath
+from archiver.config import inputs
+from archiver.config.options import STORE_SCOPES
+from archiver.config.settings import Settings
+from archiver.config.values import MAX_COUNT, MAX_WORKERS
 from archiver.errors import ConfigError, LocalFileError
-from archiver.settings import STORE_SCOPES, Settings
 from archiver.textsafe import one_line, printable
-from archiver.values import MAX_COUNT, MAX_WORKERS
 
 #: `archiver grep`'s exit status when the search stopped at its budget (0/1/2 are grep's own).
 GREP_STOPPED = 3

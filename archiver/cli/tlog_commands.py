@@ -11,10 +11,11 @@ import click
 
 from archiver.cli.base import friendly_errors, instance_option, main, resolve, settings_options, store_for
 from archiver.cli.params import SESSION_ID, Checked, LocalPath
+from archiver.config.options import STORE_SCOPES
+from archiver.config.settings import Settings
+from archiver.config.values import parse_duration
 from archiver.errors import ConfigError, LocalFileError, LogVerificationError
-from archiver.settings import STORE_SCOPES, Settings
 from archiver.tlog.note import Verifier
-from archiver.values import parse_duration
 
 KEY_HELP = "The log's public key (name+id+key, from `archiver keygen`) or a file holding it."
 

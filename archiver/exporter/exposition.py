@@ -5,8 +5,8 @@ self-metrics tail (see `scrape_parts`). Rendering follows kube-state-metrics: ev
 lines are rendered once and cached next to a cheap change key, so a poll only re-renders the sessions
 that are new or changed; the families' bytes are kept in blocks of sessions (`blocks.SessionBlocks`)
 whose joined and compressed parts are reused until one of their sessions changes. Which families
-exist, their help, labels and line renderers are one declarative table (`families.FAMILIES`,
-re-exported here); the aggregates are `aggregates.Aggregator`'s.
+exist, their help, labels and line renderers are one declarative table (`families.FAMILIES`);
+the aggregates are `aggregates.Aggregator`'s.
 
 Format notes (both formats are served from the same bytes wherever possible):
 - Every family rendered here is a gauge; gauge sample lines are identical in text 0.0.4 and
@@ -40,27 +40,14 @@ from archiver.exporter.families import (
     SESSION_FAMILIES,
     SNAPSHOT_FAMILIES,
     encode,
+    escape_label_value,
+    label_names_for,
 )
-
-# The families table and the text helpers live in families.py (re-exported: one import site).
-from archiver.exporter.families import FAMILIES as FAMILIES
-from archiver.exporter.families import FamilySpec as FamilySpec
-from archiver.exporter.families import SessionFamily as SessionFamily
-from archiver.exporter.families import escape_label_value as escape_label_value
-from archiver.exporter.families import format_value as format_value
-from archiver.exporter.families import label_names_for as label_names_for
-
-# The bytes of a poll and how a scrape sends them live in snapshot.py (re-exported: one import site).
-from archiver.exporter.snapshot import CONTENT_TYPE_OPENMETRICS as CONTENT_TYPE_OPENMETRICS
-from archiver.exporter.snapshot import CONTENT_TYPE_TEXT as CONTENT_TYPE_TEXT
-from archiver.exporter.snapshot import GZIP_HEADER as GZIP_HEADER
-from archiver.exporter.snapshot import Snapshot as Snapshot
-from archiver.exporter.snapshot import crc32 as crc32
-from archiver.exporter.snapshot import deflate_final as deflate_final
-from archiver.exporter.snapshot import deflate_segment as deflate_segment
-from archiver.exporter.snapshot import gzip_compress as gzip_compress
-from archiver.exporter.snapshot import gzip_trailer as gzip_trailer
-from archiver.exporter.snapshot import scrape_parts as scrape_parts
+from archiver.exporter.snapshot import (
+    Snapshot,
+    crc32,
+    deflate_segment,
+)
 from archiver.upstream.metrics import MetricFamily, render_upstream
 from archiver.upstream.models import ListDelta, Session
 

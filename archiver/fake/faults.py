@@ -10,9 +10,9 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from archiver.config.values import as_bool
 from archiver.fake.endpoints import SPEC_ENDPOINTS
 from archiver.fake.errors import FakeConfigError
-from archiver.values import as_bool
 
 #: What a fired fault does. "status": answer ``status`` (or only add latency when it is None);
 #: "truncate": declare the full length, send part of the body, close; "reset": close the connection

@@ -13,14 +13,14 @@ from pathlib import Path
 from types import FrameType, MappingProxyType
 from typing import Any, TextIO
 
-from archiver import settings
+from archiver.config import values
+from archiver.config.settings import TOKEN_ENV
 from archiver.fake import FakeService
 from archiver.fake.clock import FakeClock
 from archiver.fake.errors import FakeConfigError
 from archiver.fake.faults import FaultSpec, parse_fault_spec
 from archiver.fake.logs import DEFAULT_BODY_LINES
 from archiver.fake.quirks import Quirks, parse_quirk, with_flags
-from archiver.settings import TOKEN_ENV
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +50,7 @@ class FakeServiceOptions:
 def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:8080`` for IPv6; port 0 picks a free one)."""
     try:
-        return settings.parse_listen(text)
+        return values.parse_listen(text)
     except ValueError as exc:
         raise FakeConfigError(f"--web.listen-address: {exc}") from None
 
@@ -58,7 +58,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 def parse_duration(text: str) -> float:
     """Seconds of ``4h``, ``30m``, ``1h30m``, ``90s`` or a plain number of seconds."""
     try:
-        return settings.parse_duration(text)
+        return values.parse_duration(text)
     except ValueError as exc:
         raise FakeConfigError(str(exc)) from None
 
@@ -129,7 +129,7 @@ def options_from_values(
     env: Mapping[str, str] | None = None,
     tls: ssl.SSLContext | None = None,
 ) -> FakeServiceOptions:
-    """Options from the converted values of `archiver.command_options.FAKE_SERVICE_OPTIONS` (by key).
+    """Options from the converted values of `archiver.config.command_options.FAKE_SERVICE_OPTIONS` (by key).
     The tokens: the token file's, else ``tokens`` (the deprecated ``--token``), else the
     ARCHIVER_API_TOKEN variable of ``env``, else test-token."""
     token_file = values["api_token_file"]

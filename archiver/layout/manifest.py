@@ -37,7 +37,6 @@ from archiver.layout.codec import (
     Shape,
     wire,
 )
-from archiver.layout.codec import iso_utc as iso_utc
 from archiver.vocabulary import OUTCOMES, Outcome
 
 #: Still 1 with ``instance``: that field is additive and optional (absent in archives written

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import httpx
 
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.live import policy
 from archiver.live.follow import Counters, Follow
 from archiver.live.followset import SessionRef, plan, ref_of

@@ -19,13 +19,9 @@ from archiver.live.lines import LineSplitter
 from archiver.live.policy import Ending, ending_of_status
 from archiver.live.report import FIRST_BYTE_BUCKETS, bucket_of
 from archiver.live.resume import Verdict
-from archiver.live.store import NDJSON, TEXT, CaptureStore, Segment
+from archiver.live.store import CaptureStore, Segment
 from archiver.live.stream import Closed, FollowStream
-
-
-def shape_of(content_type: str) -> str:
-    """The capture's shape from the answer's content type: NDJSON entries or plain text."""
-    return NDJSON if "json" in content_type.lower() else TEXT
+from archiver.logshape import declared
 
 
 @dataclass
@@ -139,7 +135,7 @@ class Follow:
     # --- StreamSink ---------------------------------------------------------------------------
 
     def head(self, content_type: str) -> None:
-        shape = shape_of(content_type)
+        shape = declared(content_type)
         if self.segment.shape is None:
             self._store.set_shape(self.segment, shape)
         elif self.segment.shape != shape:

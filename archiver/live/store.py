@@ -5,9 +5,11 @@ string), ``{digest}.{segment}.log``; they hold the stream's non-blank lines as r
 its newline, nothing else. The checkpoint table (``captures.db``, SQLite, WAL) records per segment
 its line count, byte size, chain digest (`resume`) and state. Lines are written to the file as
 they arrive (one ``write`` per received piece); every `Tuning.checkpoint_interval` the dirty
-segments' values are taken, the filesystem is synced once (``syncfs``; an ``fsync`` per dirty file
-where that is missing), and then one transaction records them all: a checkpoint never claims a
-byte the disk does not hold, and thousands of sessions cost one sync, not one per line.
+segments' values are taken, each dirty file's data is synced (``fdatasync``) and then the directory
+(the names of new files), and then one transaction records them all: a checkpoint never claims a
+byte the disk does not hold, and thousands of sessions cost one sync each per checkpoint, not one
+per line. Only what the archiver wrote is synced, never the whole filesystem (a ``syncfs`` on a
+shared node volume would flush other pods' dirty pages too).
 
 Recovery (at open) trusts a checkpoint and re-reads only what follows it: complete lines written
 after it (a ``kill -9`` loses nothing the kernel had) extend the chain; a torn last line is cut
@@ -21,7 +23,6 @@ and the session's replay brings the lines again.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import dataclasses
 import hashlib
 import logging
@@ -36,19 +37,18 @@ from pathlib import Path
 from archiver.errors import StateError
 from archiver.live.policy import Finish
 from archiver.live.resume import Kept
+from archiver.logshape import NDJSON, TEXT, starts_like_json
 
 log = logging.getLogger("archiver.live")
 
 DIR_NAME = "live"
 DB_NAME = "captures.db"
+# A capture's shape is `logshape.NDJSON` (`{streamType, line}` entries) or `logshape.TEXT` (plain lines).
 SCHEMA_VERSION = 1
 #: Bytes per page of a new checkpoint DB (as the state DB's, archive/state/schema.py: issue 35).
 PAGE_SIZE = 1024
 #: A segment still being followed (the others are `policy.Finish` values).
 FOLLOWING = "following"
-#: A capture's shape: NDJSON `{streamType, line}` entries, or plain text lines.
-NDJSON = "ndjson"
-TEXT = "text"
 _READ_BLOCK = 1024 * 1024
 
 _SCHEMA = """
@@ -67,17 +67,6 @@ CREATE TABLE IF NOT EXISTS segments (
     PRIMARY KEY (key, idx)
 ) WITHOUT ROWID
 """
-
-
-def _syncfs() -> Callable[[int], int] | None:
-    """libc's ``syncfs`` (Linux): one call makes every dirty page of the filesystem durable."""
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +135,6 @@ class CaptureStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._dirty: dict[tuple[str, int], Segment] = {}
-        self._syncfs = _syncfs()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
@@ -210,7 +198,7 @@ class CaptureStore:
                 entry.unlink()
                 continue
             with entry.open("rb") as f:  # the answer's shape was not recorded: its first line tells
-                shape = NDJSON if f.read(64).lstrip()[:1] == b"{" else TEXT
+                shape = NDJSON if starts_like_json(f.read(64)) else TEXT
             log.info("live capture of %r: segment %s began after the last checkpoint; kept", other.session_id, index)
             found.append(
                 dataclasses.replace(other, index=int(index), shape=shape, kept=kept, state=FOLLOWING, path=entry)
@@ -325,15 +313,15 @@ class CaptureStore:
         self._write(rows)
 
     def _sync(self, paths: Sequence[Path]) -> None:
-        if self._syncfs is not None and self._syncfs(self._dir_fd) == 0:
-            return
-        for path in paths:  # no syncfs: each file's data on its own (opened afresh: the writer may close its fd)
+        """The data of these files (opened afresh: the writer may close its fd), then the directory."""
+        for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
                 try:
-                    os.fsync(fd)
+                    os.fdatasync(fd)
                 finally:
                     os.close(fd)
+        os.fsync(self._dir_fd)
 
     def _write(self, rows: Sequence[SegmentRow]) -> None:
         if not rows:

@@ -26,9 +26,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
+from archiver import logshape
 from archiver.errors import ArchiverError
 from archiver.layout.manifest import IndexEntry
-from archiver.retrieval import logformat
 from archiver.retrieval.budget import UNLIMITED, SearchBudget, SearchMeter
 from archiver.retrieval.pattern import compile_pattern
 from archiver.retrieval.query import Warn, load_listed_archive, stderr_warn
@@ -212,7 +212,7 @@ def _search_ndjson(
     # Candidate raw lines first (the plain string is there verbatim), then only those are parsed.
     for piece in _text_pieces(chunks, counted):
         for raw in _piece_hits(piece, matcher, meter):
-            entry = logformat.ndjson_line(raw)
+            entry = logshape.ndjson_line(raw)
             if entry is not None and matcher.matches(entry.text):
                 yield entry.stream, entry.text
 
@@ -225,7 +225,7 @@ def _search_lines(
             counted[0] += len(chunk)
             yield chunk
 
-    for line in logformat.read_lines(counting(), shape):
+    for line in logshape.read_lines(counting(), shape):
         if matcher.matches(line.text):
             yield line.stream, line.text
 
@@ -245,9 +245,9 @@ def search_chunks(
     ``counted[0]``; with a ``meter``, bytes charged to it and ``_Cancelled`` once it says stop."""
     if meter is not None:
         chunks = _metered(chunks, meter)
-    if shape == logformat.TEXT and matcher.chunkable:
+    if shape == logshape.TEXT and matcher.chunkable:
         return _search_text(chunks, matcher, counted, meter)
-    if shape == logformat.NDJSON and matcher.json_chunkable:
+    if shape == logshape.NDJSON and matcher.json_chunkable:
         return _search_ndjson(chunks, matcher, counted, meter)
     return _search_lines(chunks, shape, matcher, counted)
 

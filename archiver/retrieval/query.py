@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from archiver.config.values import parse_duration
 from archiver.errors import (
     ArchiveIntegrityError,
     ManifestError,
@@ -19,17 +20,9 @@ from archiver.errors import (
 from archiver.index import reader as index_reader
 from archiver.index.engine import PartFiles
 from archiver.layout import keys
-from archiver.layout.manifest import (
-    LATEST_TIME,
-    IndexEntry,
-    Manifest,
-    ManifestItem,
-    iso_utc,
-    parse_index_entry,
-    parse_manifest,
-)
+from archiver.layout.codec import iso_utc
+from archiver.layout.manifest import LATEST_TIME, IndexEntry, Manifest, ManifestItem, parse_index_entry, parse_manifest
 from archiver.retrieval.pattern import Pattern, compile_pattern
-from archiver.settings import parse_duration
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable
 

@@ -6,16 +6,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TextIO
 
+from archiver import logshape
 from archiver.errors import (
     ArchiveIntegrityError,
     SessionNotArchivedError,
 )
-from archiver.gzipstream import Hashing, gunzip
 from archiver.layout.manifest import (
     Manifest,
     ManifestItem,
 )
-from archiver.retrieval import logformat
 from archiver.retrieval.pattern import Pattern
 from archiver.retrieval.query import (
     SNIFF_BYTES,
@@ -28,6 +27,7 @@ from archiver.retrieval.query import (
 )
 from archiver.retrieval.render import escape_line
 from archiver.store.base import ObjectStore
+from archiver.store.gzipstream import Hashing, gunzip
 from archiver.textsafe import printable
 from archiver.vocabulary import Outcome
 
@@ -46,7 +46,7 @@ def _sniffed(chunks: Iterable[bytes], content_type: str) -> tuple[str, Iterator[
             yield head
         yield from iterator
 
-    return logformat.sniff(head, content_type), replay()
+    return logshape.sniff(head, content_type), replay()
 
 
 def archived_logs(m: Manifest) -> list[ManifestItem]:
@@ -140,10 +140,10 @@ def open_logs_item(store: ObjectStore, loaded: LoadedArchive, item: ManifestItem
 
 def iter_log_lines(
     store: ObjectStore, sid: str, instance: str | None = None, *, note: Warn = stderr_note, capture: int = 0
-) -> tuple[Iterator[logformat.LogLine], OpenedLogs]:
+) -> tuple[Iterator[logshape.LogLine], OpenedLogs]:
     """Plain lines of the archived logs (newest archive, or ``instance``), streamed; the opened logs to check after."""
     opened = open_logs(store, load_archive(store, sid, instance, note=note), capture=capture)
-    return logformat.read_lines(opened.chunks, opened.shape), opened
+    return logshape.read_lines(opened.chunks, opened.shape), opened
 
 
 def print_logs(
@@ -175,7 +175,7 @@ def print_logs(
     a mismatch raises ``ArchiveIntegrityError`` (the lines were printed: say they are suspect).
     ``BrokenPipeError`` from ``out`` propagates untouched for the CLI to end quietly.
     """
-    if stream not in (None, logformat.STDOUT, logformat.STDERR):
+    if stream not in (None, logshape.STDOUT, logshape.STDERR):
         raise ValueError(f"stream must be stdout or stderr, got {stream!r}")
     if escape is None:
         escape = _isatty(out)

@@ -8,11 +8,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-from archiver.layout.manifest import (
-    IndexEntry,
-    Manifest,
-    iso_utc,
-)
+from archiver.layout.codec import iso_utc
+from archiver.layout.manifest import IndexEntry, Manifest
 from archiver.retrieval.query import Warn, load_manifest, stderr_note
 from archiver.store.base import ObjectStore
 from archiver.textsafe import printable

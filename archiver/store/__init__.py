@@ -6,9 +6,9 @@ import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from archiver import inputs
+from archiver.config import inputs
+from archiver.config.evidence import NO_EVIDENCE, Evidence
 from archiver.errors import ConfigError, InvalidKeyError
-from archiver.evidence import NO_EVIDENCE, Evidence
 from archiver.store.base import (
     DEFAULT_MULTIPART_THRESHOLD,
     DEFAULT_PART_CONCURRENCY,

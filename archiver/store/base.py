@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from archiver.config.evidence import Evidence
 from archiver.errors import InvalidKeyError
-from archiver.evidence import Evidence
 from archiver.layout.manifest import is_sha256
 
 #: Files below this size are sent with one create-once PUT; larger ones as a multipart upload.

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator, Set
 from pathlib import Path
 from typing import BinaryIO
 
+from archiver.config.evidence import NO_EVIDENCE
 from archiver.durable import fsync_dir
 from archiver.errors import (
     ObjectConflictError,
@@ -23,7 +24,6 @@ from archiver.errors import (
     StoreUnavailableError,
     StoreUnsupportedError,
 )
-from archiver.evidence import NO_EVIDENCE
 from archiver.store.base import (
     READ_CHUNK,
     MultipartJournal,

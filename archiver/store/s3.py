@@ -23,6 +23,7 @@ from botocore.exceptions import (
     PartialCredentialsError,
 )
 
+from archiver.config.evidence import NO_EVIDENCE, Evidence
 from archiver.errors import (
     ObjectConflictError,
     ObjectNotFoundError,
@@ -32,7 +33,6 @@ from archiver.errors import (
     StoreUnavailableError,
     excerpt,
 )
-from archiver.evidence import NO_EVIDENCE, Evidence
 from archiver.layout.manifest import is_sha256
 from archiver.retry import STORE, RetryPolicy
 from archiver.store import s3_probe
@@ -181,6 +181,15 @@ class S3Store(MultipartUploads):
         self._completed = CompletedChecksums()
 
     # --- plumbing -----------------------------------------------------------------------------
+
+    @property
+    def client(self) -> S3Client:
+        """The injected S3 client (a test hook: tests forge objects behind the store's back with it)."""
+        return self._client
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
 
     def where(self, key: str | None) -> str:
         """The ``s3://`` URL of ``key`` (of the prefix for None), as messages name it."""

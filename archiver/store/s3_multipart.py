@@ -15,8 +15,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from archiver.config.evidence import Evidence
 from archiver.errors import SourceFileError, StoreError, StoreUnavailableError
-from archiver.evidence import Evidence
 from archiver.store.base import (
     MAX_PARTS,
     JournalEntry,

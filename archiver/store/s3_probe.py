@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from archiver.config.evidence import Evidence
 from archiver.errors import StoreError, StorePermissionError, StoreUnavailableError, StoreUnsupportedError
-from archiver.evidence import Evidence
 from archiver.store.base import ObjectInfo, composite_checksum, sha256_checksum
 from archiver.store.s3_multipart import ChecksumMismatchError, PreconditionFailedError
 

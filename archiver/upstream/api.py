@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import httpx
 
 from archiver import __version__
-from archiver.credentials import Token
+from archiver.config.credentials import Token
 from archiver.errors import (
     ApiDecodeError,
     ApiError,
@@ -25,12 +25,18 @@ from archiver.errors import (
     upstream_excerpt,
 )
 from archiver.retry import UPSTREAM_REQUEST, RetryObserver, RetryPolicy, call
-from archiver.upstream import models
+from archiver.upstream import models, responses
+from archiver.upstream.checks import decode_json
 from archiver.upstream.listparser import SessionListParser, WholeBodyNeeded
-from archiver.upstream.models import CreatedSession, Location, PlayersResult, Session
+from archiver.upstream.models import Session
+from archiver.upstream.responses import CreatedSession, Location, PlayersResult
 from archiver.upstream.sessionlist import scan_ended
+
+# The wire-level pieces (auth, streamed bodies, header helpers) live in transport.py.
 from archiver.upstream.transport import (
     BearerAuth,
+    Download,
+    RequestObserver,
     describe_transport_error,
     quote_segment,
     request_path,
@@ -38,10 +44,6 @@ from archiver.upstream.transport import (
     sendable,
     sendable_path,
 )
-
-# The wire-level pieces (auth, streamed bodies, header helpers) live in transport.py.
-from archiver.upstream.transport import Download as Download
-from archiver.upstream.transport import RequestObserver as RequestObserver
 
 #: How much of an error body is read (error pages are small; a misbehaving proxy must not stall us).
 _ERROR_BODY_LIMIT = 64 * 1024
@@ -167,7 +169,7 @@ class SessionHostClient:
         # Not retried on 5xx: a create whose answer was lost may have started a session; the
         # caller decides (a retry with the same id answers 409, which is then unambiguous).
         payload = self._json("POST", "/session", "POST /session", json_body=body, retry=session_id is not None)
-        return self._parse(lambda p: models.parse_created(p, session_id), payload, "POST", "/session")
+        return self._parse(lambda p: responses.parse_created(p, session_id), payload, "POST", "/session")
 
     def list_sessions(
         self,
@@ -222,20 +224,20 @@ class SessionHostClient:
     def join_players(self, session_id: str, players: Sequence[str]) -> PlayersResult:
         body = {"session": sendable(session_id), "players": list(players)}
         payload = self._json("PUT", "/session/player/join", "PUT /session/player/join", json_body=body)
-        return self._parse(models.parse_players_result, payload, "PUT", "/session/player/join")
+        return self._parse(responses.parse_players_result, payload, "PUT", "/session/player/join")
 
     def leave_players(self, session_id: str, players: Sequence[str]) -> PlayersResult:
         body = {"session": sendable(session_id), "players": list(players)}
         path = "/session/player/leave"
         payload = self._json("DELETE", path, "DELETE /session/player/leave", json_body=body)
-        return self._parse(models.parse_players_result, payload, "DELETE", path)
+        return self._parse(responses.parse_players_result, payload, "DELETE", path)
 
     # --- catalogue --------------------------------------------------------------------------
 
     def available_locations(self, image: str) -> list[Location]:
         path = f"/available-location/{quote_segment(image)}"
         payload = self._json("GET", path, "GET /available-location/{image}")
-        return self._parse(models.parse_locations, payload, "GET", path)
+        return self._parse(responses.parse_locations, payload, "GET", path)
 
     def tag_exists(self, region: str, image: str, version: str) -> bool:
         """Whether the tag exists; the real service often answers an absent tag with 404, not false."""
@@ -244,7 +246,7 @@ class SessionHostClient:
             payload = self._json("GET", path, "GET /tag/{region}/{image}/{version}")
         except NotFoundError:
             return False
-        return self._parse(models.parse_tag_exists, payload, "GET", path)
+        return self._parse(responses.parse_tag_exists, payload, "GET", path)
 
     # --- bodies (streamed) ------------------------------------------------------------------
 
@@ -310,7 +312,7 @@ class SessionHostClient:
                 timeout=timeout,
             )
             try:
-                return models.decode_json(response.content)
+                return decode_json(response.content)
             except PayloadError as exc:
                 raise ApiDecodeError(
                     f"{method} {path}: {exc}", body=response.content, method=method, path=path
@@ -470,7 +472,7 @@ class SessionHostClient:
             pass  # the status alone is enough to act on
         finally:
             response.close()
-        info = models.parse_error_body(body)
+        info = responses.parse_error_body(body)
         status = response.status_code
         raise status_error_class(status)(
             status,

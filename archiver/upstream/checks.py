@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from archiver.errors import PayloadError
+from archiver.textsafe import valid_utf8
 
 # --- primitive coercions ------------------------------------------------------------------------
 
@@ -59,18 +60,6 @@ def require_str(obj: Mapping[str, Any], key: str, what: str) -> str:
     if value is None:
         raise PayloadError(f"{what} has no {key!r}")
     raise PayloadError(f"{what} field {key!r} is {type_name(value)}, expected a string")
-
-
-def valid_utf8(text: str) -> bool:
-    """Whether `text` encodes as UTF-8, i.e. holds no lone surrogate (JSON's "\\ud800" decodes to one,
-    and it would fail later, in SQLite, the store or the exposition)."""
-    if text.isascii():
-        return True  # the common case, and far cheaper than encoding
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_utf8(text: str, what: str, name: str) -> str:

@@ -69,7 +69,7 @@ class SessionListParser:
 
     def __init__(self, owns: Callable[[str | None], bool] | None = None) -> None:
         self._by_digest: dict[Digest, Session] = {}
-        #: Sharding (`archiver.sharding.Shard.owns`): entries of other shards' sessions are left out
+        #: Sharding (`archiver.config.sharding.Shard.owns`): entries of other shards' sessions are left out
         #: before their full parse (one small decode of the id when new, nothing when unchanged).
         self._owns = owns
         self._owners: dict[str | None, bool] = {}

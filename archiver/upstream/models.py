@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from archiver.errors import PayloadError
+from archiver.textsafe import valid_utf8
 from archiver.upstream.checks import (
     INT64_MAX,
     INT64_MIN,
@@ -29,22 +30,7 @@ from archiver.upstream.checks import (
     require_str,
     type_name,
     unwrap,
-    valid_utf8,
 )
-from archiver.upstream.checks import decode_json as decode_json
-
-# The answers of the other endpoints live in responses.py, re-exported (`x as x`) so the client reads
-# every payload type from `models`.
-from archiver.upstream.responses import CreatedSession as CreatedSession
-from archiver.upstream.responses import ErrorBody as ErrorBody
-from archiver.upstream.responses import Location as Location
-from archiver.upstream.responses import PlayersResult as PlayersResult
-from archiver.upstream.responses import PortMapping as PortMapping
-from archiver.upstream.responses import parse_created as parse_created
-from archiver.upstream.responses import parse_error_body as parse_error_body
-from archiver.upstream.responses import parse_locations as parse_locations
-from archiver.upstream.responses import parse_players_result as parse_players_result
-from archiver.upstream.responses import parse_tag_exists as parse_tag_exists
 
 #: Statuses the real service is known to send (OpenAPI SessionStatus); anything else is "unknown".
 KNOWN_STATUSES = frozenset(

@@ -13,8 +13,8 @@ from urllib.parse import quote
 import httpcore
 import httpx
 
-from archiver import inputs
-from archiver.credentials import Token
+from archiver.config import inputs
+from archiver.config.credentials import Token
 from archiver.errors import ApiRequestError, ApiTransportError
 
 

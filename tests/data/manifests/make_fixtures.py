@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from archiver.evidence import Evidence
+from archiver.config.evidence import Evidence
 from archiver.layout import keys
 from archiver.layout.manifest import (
     IndexEntry,

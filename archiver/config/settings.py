@@ -1,4 +1,4 @@
-"""The configuration's values: which value given for each option of the table (`archiver.options`)
+"""The configuration's values: which value given for each option of the table (`archiver.config.options`)
 wins, its conversion, the checks across options, and the frozen Settings they make (every default
 comes from the table).
 
@@ -19,20 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from archiver import inputs
-from archiver.command_options import COMMAND_OPTIONS
-from archiver.credentials import Token
+from archiver.config import inputs
+from archiver.config.command_options import COMMAND_OPTIONS
+from archiver.config.credentials import Token
+from archiver.config.evidence import LOCK_MODES, SSE_MODES, Evidence
+from archiver.config.options import (
+    OPTIONS,
+    OPTIONS_BY_KEY,
+    Alias,
+    Option,
+    by_key,
+)
+from archiver.config.sharding import Shard, ordinal_from_pod_name, pod_name, shard_from_ordinal
+from archiver.config.values import MAX_WORKERS, as_list
 from archiver.errors import ConfigError
-from archiver.evidence import LOCK_MODES, SSE_MODES, Evidence
-from archiver.options import DAEMON_SCOPES as DAEMON_SCOPES
-from archiver.options import OPTIONS, OPTIONS_BY_KEY, Alias, Option, by_key
-from archiver.options import STATUS_SCOPES as STATUS_SCOPES
-from archiver.options import STORE_SCOPES as STORE_SCOPES
-from archiver.options import option_table as option_table
-from archiver.sharding import Shard, ordinal_from_pod_name, pod_name, shard_from_ordinal
-from archiver.values import MAX_WORKERS, as_list
-from archiver.values import parse_duration as parse_duration
-from archiver.values import parse_listen as parse_listen
 
 TOKEN_ENV = "ARCHIVER_API_TOKEN"
 #: Tables of the TOML file that are not plain options.
@@ -42,7 +42,7 @@ _FILE_TABLES = frozenset({"images"})
 COMPOSED: Final = frozenset({"api_token", "shard", "evidence"})
 
 #: The logger of the deprecation lines (archiver.cli keeps them until logging is configured).
-SETTINGS_LOGGER = "archiver.settings"
+SETTINGS_LOGGER = "archiver.config.settings"
 log = logging.getLogger(SETTINGS_LOGGER)
 
 

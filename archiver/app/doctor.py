@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from archiver.config.evidence import Evidence
+from archiver.config.settings import TOKEN_ENV, Settings
 from archiver.errors import (
     ApiError,
     ApiTransportError,
@@ -25,10 +27,8 @@ from archiver.errors import (
     StoreUnsupportedError,
     UnauthorizedError,
 )
-from archiver.evidence import Evidence
 from archiver.retrieval.retrieve import human_size
 from archiver.retry import STORE_INTERACTIVE, UPSTREAM_REQUEST_INTERACTIVE
-from archiver.settings import TOKEN_ENV, Settings
 from archiver.store import ObjectStore, S3Store, open_store
 from archiver.textsafe import one_line
 from archiver.upstream.api import SessionHostClient

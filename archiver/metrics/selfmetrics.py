@@ -22,19 +22,17 @@ from prometheus_client.openmetrics.exposition import generate_latest as _om_gene
 from prometheus_client.registry import Collector
 
 from archiver import __version__
-from archiver.exporter.livemetrics import LiveMetrics
-from archiver.exporter.processmetrics import register_process_collectors
-from archiver.exporter.tlogmetrics import LogMetrics
 from archiver.live.report import LiveStats
+from archiver.metrics.live import LiveMetrics
+from archiver.metrics.process import register_process_collectors
+from archiver.metrics.tlog import LogMetrics
+from archiver.retry import OPERATIONS
+from archiver.vocabulary import OUTCOMES
 
-#: Label values of archiver_items_total / archiver_pending_items (ARCHITECTURE.md §6); pre-created at 0 so
-#: `rate()` and alerts see the series before the first event.
+#: Label values of archiver_items_total / archiver_pending_items (ARCHITECTURE.md §6; the outcomes are
+#: `vocabulary.OUTCOMES`); pre-created at 0 so `rate()` and alerts see the series before the first event.
 ITEM_KINDS = ("logs", "artifact")
-ITEM_OUTCOMES = ("archived", "source_gone", "too_large", "expired", "conflict", "failed")
 PENDING_STAGES = ("fetch", "upload")
-#: Label values of archiver_retries_total: the operations archiver.retry retries (S3's retries are
-#: botocore's own and not seen here).
-RETRY_OPERATIONS = ("upstream_request", "upstream_poll", "fetch_item")
 #: Label values of archiver_errors_total: every loop and request edge that counts what it caught.
 #: Pre-created at 0: `increase()` reads a series born at 1 as no increase, so without them the first
 #: error of an edge in a process's life would never fire ArchiverErrors.
@@ -150,12 +148,6 @@ class _OptionalGauge(Collector):
         return [GaugeMetricFamily(self._name, self._documentation)]
 
 
-#: Whether `SelfMetrics.render` reuses its last bytes until an event method runs. The registry's
-#: render is most of what a scrape costs beyond sending the snapshot's prepared bytes, and scrapes
-#: come far more often than the events that change these metrics. False renders at every scrape
-#: (to rule the cache out when a value looks stale).
-RENDER_CACHE = True
-
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -186,8 +178,14 @@ class SelfMetrics:
         version: str = __version__,
         endpoints: Iterable[str] = ("sessions", "metrics"),
         process_metrics: bool = True,
+        render_cache: bool = True,
     ) -> None:
         self.registry = registry
+        #: Whether `render` reuses its last bytes until an event method runs. The registry's render is
+        #: most of what a scrape costs beyond sending the snapshot's prepared bytes, and scrapes come
+        #: far more often than the events that change these metrics. False renders at every scrape
+        #: (to rule the cache out when a value looks stale).
+        self.render_cache = render_cache
         if process_metrics:
             # Rendered with the rest (see `render`): as fresh as the last event, at least every poll.
             register_process_collectors(registry)
@@ -342,7 +340,7 @@ class SelfMetrics:
         for endpoint in endpoints:
             self._poll_duration.labels(endpoint)
         for kind in ITEM_KINDS:
-            for outcome in ITEM_OUTCOMES:
+            for outcome in OUTCOMES:
                 self._items.labels(kind, outcome)
         for stage in PENDING_STAGES:
             self._pending.labels(stage)
@@ -352,7 +350,9 @@ class SelfMetrics:
             ["operation"],
             registry=registry,
         )
-        for operation in RETRY_OPERATIONS:
+        # Every operation a retry policy names (S3's retries are botocore's own, not seen here: its
+        # series stays at 0).
+        for operation in OPERATIONS:
             self._retries.labels(operation)
         for where in ERROR_EDGES:
             self._errors.labels(where)
@@ -388,7 +388,7 @@ class SelfMetrics:
 
     @_event
     def item_done(self, kind: str, outcome: str) -> None:
-        """An item reached a final outcome (kind `logs|artifact`, outcome per ITEM_OUTCOMES)."""
+        """An item reached a final outcome (kind `logs|artifact`, outcome per vocabulary.OUTCOMES)."""
         self._items.labels(kind, outcome).inc()
 
     @_event
@@ -507,13 +507,13 @@ class SelfMetrics:
         """The registry in the requested format; the OpenMetrics body ends with `# EOF` (it goes last).
 
         Rendered again only when an event method ran since the last render of that format (see
-        `RENDER_CACHE`). The generation is read before rendering: an event that lands during the
+        `render_cache`). The generation is read before rendering: an event that lands during the
         render moves it, so the next scrape renders again and nothing is ever served stale past one
         scrape.
         """
         generation = self._generation
         cached = self._rendered.get(openmetrics)
-        if RENDER_CACHE and cached is not None and cached[0] == generation:
+        if self.render_cache and cached is not None and cached[0] == generation:
             return cached[1]
         if openmetrics:
             # prometheus_client's OpenMetrics writer has no annotations.

@@ -12,17 +12,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from archiver import logs as logsetup
+from archiver.app import logs as logsetup
+from archiver.app.daemon import Daemon
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
-from archiver.credentials import Token
-from archiver.daemon import Daemon
+from archiver.config.credentials import Token
+from archiver.config.settings import Settings
 from archiver.errors import ArchiverError
-from archiver.exporter.webconfig import load_web_config
 from archiver.fake import FakeService
 from archiver.layout.manifest import parse_manifest
-from archiver.settings import Settings
 from archiver.store import open_store
+from archiver.web.webconfig import load_web_config
 
 DEMO_TOKEN = "demo-token"
 #: Real-time retention of the demo's fake service: short, so deadlines visibly tick down.

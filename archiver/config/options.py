@@ -1,7 +1,7 @@
 """The option table: every setting declared once (its flag, env var and TOML key, default, converter,
 help, metavar, which commands take it, the Settings field it fills, and its deprecated aliases).
 
-`archiver.cli` builds the click options from it, `archiver.settings` converts and checks the values
+`archiver.cli` builds the click options from it, `archiver.config.settings` converts and checks the values
 and fills `Settings` from it, and the README's configuration table is checked against it. Adding an
 option is one entry here plus (at most) one typed field of `Settings`.
 
@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from archiver.evidence import LOCK_MODES, SSE_MODES
-from archiver.values import (
+from archiver.config.evidence import LOCK_MODES, SSE_MODES
+from archiver.config.values import (
     as_bool,
     as_choice,
     as_int,
@@ -88,10 +88,10 @@ class Option:
     metavar: str = "TEXT"
     #: Which commands take it: "store" (every command that reads the store), "state" (`status` too),
     #: "daemon" (`run`, `archive`, `check` only), "log" (those, `browse`, `demo` and `fake-service`);
-    #: a command's name: that command's own options (`archiver.command_options`).
+    #: a command's name: that command's own options (`archiver.config.command_options`).
     scope: str = "daemon"
     #: The Settings field its converted value fills (default: the key). Several options fill one
-    #: field where `archiver.settings.COMPOSED` builds that field from them (evidence, shard, token).
+    #: field where `archiver.config.settings.COMPOSED` builds that field from them (evidence, shard, token).
     field: str = ""
     #: Derived from the name (see the class docstring), never given.
     flag: str = dataclasses.field(default="", init=False)

@@ -1,5 +1,5 @@
 """The own option tables of the commands that are not the daemon (`browse`, `demo`, `fake-service`):
-the same `Option` entries, and so the same naming rule, as `archiver.options.OPTIONS`.
+the same `Option` entries, and so the same naming rule, as `archiver.config.options.OPTIONS`.
 
 Each command reads these from its flag, the env var of the rule (``ARCHIVER_`` + the flag name),
 or the config file's table named after the command (``[browse]``, ``[demo]``, ``[fake-service]``):
@@ -14,9 +14,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from archiver.options import BROWSE_SCOPES as BROWSE_SCOPES
-from archiver.options import LOG_SCOPES, OPTIONS_BY_KEY, STORE_SCOPES, Alias, Option, check_options
-from archiver.values import (
+from archiver.config.options import (
+    BROWSE_SCOPES,
+    LOG_SCOPES,
+    OPTIONS_BY_KEY,
+    STORE_SCOPES,
+    Alias,
+    Option,
+    check_options,
+)
+from archiver.config.values import (
     as_bool,
     as_float,
     as_int,
@@ -275,7 +282,7 @@ COMMAND_OPTIONS: Mapping[str, tuple[Option, ...]] = {
     "fake-service": FAKE_SERVICE_OPTIONS,
     "grep": GREP_OPTIONS,
 }
-#: The shared scopes each of them takes besides its own (archiver.options.Option.scope).
+#: The shared scopes each of them takes besides its own (archiver.config.options.Option.scope).
 COMMAND_SCOPES: Mapping[str, frozenset[str]] = {
     "browse": BROWSE_SCOPES,
     "demo": frozenset(),

@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Final
 
 from archiver.errors import InputError
-from archiver.textsafe import printable
-from archiver.upstream.checks import valid_utf8
+from archiver.textsafe import printable, valid_utf8
 
 #: Longest session or player id, in UTF-8 bytes. Any 500-character id (at most 2,000 bytes) fits
 #: twice over; percent-encoded (3 characters a byte) it stays within 12 KiB of URL, under the 16 KiB

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from archiver.retrieval.logformat import LEGACY, NDJSON, TEXT, LogLine, read_lines, sniff
+from archiver.logshape import LEGACY, NDJSON, TEXT, LogLine, read_lines, sniff
 
 LINES = [(1, "boot"), (2, "warning: low memory"), (1, "player p1 joined — ünïcode"), (1, "match over")]
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import logging
 import operator
-import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from types import FrameType
@@ -20,19 +18,19 @@ from typing import TYPE_CHECKING, Protocol
 from prometheus_client import CollectorRegistry
 
 from archiver import __version__
-from archiver import logs as logsetup
-from archiver.archive import crashpoints
+from archiver.app import logs as logsetup
+from archiver.app import process
+from archiver.config.settings import Settings
 from archiver.durable import StateDirLock
-from archiver.errors import ConfigError
-from archiver.exporter.exposition import Snapshot, SnapshotRenderer
-from archiver.exporter.httpserver import MetricsServer
+from archiver.exporter.exposition import SnapshotRenderer
+from archiver.exporter.metricsserver import MetricsServer
 from archiver.exporter.poller import ENDPOINTS, SESSIONS, Poller, PollResult
-from archiver.exporter.selfmetrics import SelfMetrics
-from archiver.exporter.webconfig import load_web_config
-from archiver.settings import Settings
+from archiver.exporter.snapshot import Snapshot
+from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.listparser import SessionListParser
 from archiver.upstream.models import Session
+from archiver.web.webconfig import load_web_config
 
 if TYPE_CHECKING:
     from archiver.index import schedule as index_schedule
@@ -307,44 +305,12 @@ class Daemon:
         return True, "ok"
 
 
-#: Net new container objects between two young-generation collections (CPython's default is 700).
-GC_YOUNG_THRESHOLD = 20_000
-#: `ARCHIVER_PROCESS_TUNING=off` leaves the interpreter's defaults alone (`tune_allocator`).
-TUNING_ENV = "ARCHIVER_PROCESS_TUNING"
-
-
-def tune_allocator(environ: Mapping[str, str] = os.environ) -> bool:
-    """Raise the cyclic GC's young-generation threshold to GC_YOUNG_THRESHOLD, once, at start-up;
-    False when switched off (`ARCHIVER_PROCESS_TUNING=off`), ConfigError for a value other than `on`
-    or `off`.
-
-    A poll that replaces a few percent of a large list leaves thousands of new long-lived containers
-    (models, label dicts, cached lines); at the default threshold each poll set off many young and
-    middle collections, and a full one every few polls, each rescanning them for cycles that nothing
-    here makes (refcounting frees the garbage). The older generations keep their thresholds.
-
-    It changes the behaviour of everything in the process: that is why it happens here, in the entry
-    points (`archiver run`, and the benchmarks that stand for it), never on import. (glibc's mmap
-    threshold used to be fixed here too; the streamed list and the block parts left no large
-    per-poll buffer for it to help, and paired runs showed it cost CPU for no memory.)
-    """
-    raw = environ.get(TUNING_ENV, "on")
-    value = raw.strip().lower()
-    if value not in ("on", "off"):
-        raise ConfigError(f"{TUNING_ENV}={raw!r}: expected on or off")
-    if value == "off":
-        return False
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    return True
-
-
 def run_forever(settings: Settings, *, early: Iterable[logging.LogRecord] = ()) -> None:
     """The `archiver run` entry point: logs, signals, start, wait, graceful stop.
 
     ``early``: log records kept while the configuration was read (deprecated option names), written
     in the configured format."""
-    crashpoints.check_environment()
-    tune_allocator()
+    process.apply()
     # Every value the token has held, asked per line: a rotated token file adds one.
     secrets = settings.api_token.known_values if settings.api_token else ()
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets, early=early)
@@ -370,7 +336,7 @@ def archive_now(
     Returns the ids that were queued and whether everything finished within `timeout`.
     Meant for when no daemon runs on the same state dir (SQLite has one writer).
     """
-    crashpoints.check_environment()
+    process.apply(tuning=False)
     # Every value the token has held, asked per line: a rotated token file adds one.
     secrets = settings.api_token.known_values if settings.api_token else ()
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets, early=early)

@@ -1,4 +1,6 @@
-"""Recognising and reading the upstream's log body shapes: plain text, NDJSON entries, the legacy map."""
+"""The upstream's log body shapes (plain text, NDJSON entries, the legacy map): their names, how a body
+or an answer's content type tells them, and reading lines of each; fetch, live capture and retrieval
+all use these."""
 
 from __future__ import annotations
 
@@ -24,16 +26,25 @@ class LogLine:
     stream: str | None = None
 
 
+def declared(content_type: str) -> str:
+    """The shape an answer's content type declares: NDJSON entries for any JSON type, else plain text."""
+    return NDJSON if "json" in content_type.lower() else TEXT
+
+
+def starts_like_json(head: bytes) -> bool:
+    """Whether a body's first bytes open a JSON object (text log lines start with a timestamp, not a brace)."""
+    return head.lstrip()[:1] == b"{"
+
+
 def sniff(head: bytes, content_type: str = "") -> str:
     """The shape of a log body from its first bytes (and content type, when it is telling).
 
     A body starting with `{"line":` followed by an object is the legacy map; other JSON objects,
     one per line, are NDJSON entries; anything else is plain text.
     """
-    stripped = head.lstrip()
-    if stripped[:1] != b"{":
+    if not starts_like_json(head):
         return TEXT
-    compact = stripped[:64].replace(b" ", b"").replace(b"\n", b"")
+    compact = head.lstrip()[:64].replace(b" ", b"").replace(b"\n", b"")
     if compact.startswith(b'{"line":{'):
         return LEGACY
     if "ndjson" in content_type or "json" in content_type or compact.startswith((b'{"streamType"', b'{"line"')):

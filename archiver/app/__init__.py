@@ -1,0 +1,1 @@
+"""The processes the command line starts: the daemon, the demo, `archiver check`, and their logging."""
