@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import uuid
 from collections.abc import Iterator
@@ -224,7 +225,13 @@ def test_stopping_the_pipeline_closes_the_witness_store_it_opened(
     # SeaweedFS keeps HTTP connections alive (moto's server closes each one): an open client shows.
     endpoint, port = seaweed_server.endpoint, seaweed_server.s3
     bucket = f"witness-{uuid.uuid4().hex[:16]}"
-    make_s3_client(endpoint_url=endpoint).create_bucket(Bucket=bucket)
+    creator = make_s3_client(endpoint_url=endpoint)
+    creator.create_bucket(Bucket=bucket)
+    creator.close()
+    # Other tests of this process may still hold connections to the shared server: the dead clients'
+    # are collected first, and what is left is counted as the floor ours come on top of.
+    gc.collect()
+    before = open_connections_to(port)
     root = tmp_path / "store"
     root.mkdir()
     write_keypair("archiver.test/log", tmp_path / "log.key", tmp_path / "log.pub")
@@ -251,12 +258,12 @@ def test_stopping_the_pipeline_closes_the_witness_store_it_opened(
         # The queue empties after the checkpoint was copied to the witness.
         wait_until(lambda: state.log_pending_count() == 0, message="the queued leaf checkpointed and witnessed")
         assert witness.store.list_keys(keys.witness_prefix(witness.store.prefix, "shard-0-replica-0"))
-        assert open_connections_to(port) >= 1  # the witness store's client keeps its connection
+        assert open_connections_to(port) >= before + 1  # the witness store's client keeps its connection
     finally:
         assert pipeline.stop(10.0)
         client.close()
         state.close()
-    assert open_connections_to(port) == 0
+    assert open_connections_to(port) <= before
 
 
 def _leaf_counts(store: ObjectStore) -> dict[str, int]:

@@ -145,26 +145,21 @@ class FileStore:
         )
 
     def iter_bytes(self, key: str, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
-        path = self._path(key)
-        self.requests_made.add("GetObject")
-        try:
-            f = path.open("rb")
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-            raise ObjectNotFoundError(key) from None
-        except OSError as exc:
-            raise self._os_error(exc, "open", key) from exc
-        return self._stream(f, key, chunk_size)
+        return self._stream(self._open_object(key), key, chunk_size)
 
     def iter_range(self, key: str, first: int, last: int, *, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
+        return self._stream(self._open_object(key), key, chunk_size, first=first, length=last - first + 1)
+
+    def _open_object(self, key: str) -> BinaryIO:
+        """The object's file, opened for a read (counted as one GetObject)."""
         path = self._path(key)
         self.requests_made.add("GetObject")
         try:
-            f = path.open("rb")
+            return path.open("rb")
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFoundError(key) from None
         except OSError as exc:
             raise self._os_error(exc, "open", key) from exc
-        return self._stream(f, key, chunk_size, first=first, length=last - first + 1)
 
     def _stream(
         self, f: BinaryIO, key: str, chunk_size: int, *, first: int = 0, length: int | None = None

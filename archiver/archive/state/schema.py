@@ -19,7 +19,21 @@ BUSY_TIMEOUT_MS: Final = 10_000
 PAGE_SIZE: Final = 1024
 
 
-SCHEMA = """
+#: The transparency log's tables (schema 4): declared once, for new DBs and for the 3 → 4 migration.
+LOG_TABLES = """
+CREATE TABLE log_pending (
+    session_key  TEXT PRIMARY KEY,               -- the archived instance
+    entry        BLOB NOT NULL,                  -- its transparency log leaf (archiver/tlog/leaf.py)
+    added_at     REAL NOT NULL                   -- when its manifest was committed (pipeline clock)
+);
+CREATE TABLE log_state (
+    writer       TEXT PRIMARY KEY,               -- this daemon's log (archiver/tlog/log.py)
+    checkpoint   BLOB NOT NULL                   -- the last signed checkpoint it wrote
+)
+"""
+
+SCHEMA = (
+    """
 CREATE TABLE sessions (
     key               TEXT PRIMARY KEY,          -- instance key: '{creation ms}:{id}'
     id                TEXT NOT NULL,             -- the caller-chosen session id
@@ -88,16 +102,10 @@ CREATE TABLE multipart_parts (
     etag    TEXT NOT NULL,
     PRIMARY KEY (key, number)
 );
-CREATE TABLE log_pending (
-    session_key  TEXT PRIMARY KEY,               -- the archived instance
-    entry        BLOB NOT NULL,                  -- its transparency log leaf (archiver/tlog/leaf.py)
-    added_at     REAL NOT NULL                   -- when its manifest was committed (pipeline clock)
-);
-CREATE TABLE log_state (
-    writer       TEXT PRIMARY KEY,               -- this daemon's log (archiver/tlog/log.py)
-    checkpoint   BLOB NOT NULL                   -- the last signed checkpoint it wrote
-);
 """
+    + LOG_TABLES
+    + ";\n"
+)
 
 #: Schema 1 → 2: sessions become instances. Rows still to be detected (active, candidate) get
 #: their instance name; rows already past their end keep the legacy layout (instance ''), since
@@ -157,17 +165,7 @@ ALTER TABLE items ADD COLUMN capture TEXT
 
 #: Schema 3 → 4: the transparency log (archiver/tlog): archives committed but not yet logged, and
 #: the last checkpoint each writer signed (consistency is checked from it at start).
-MIGRATE_3_TO_4 = """
-CREATE TABLE log_pending (
-    session_key  TEXT PRIMARY KEY,               -- the archived instance
-    entry        BLOB NOT NULL,                  -- its transparency log leaf (archiver/tlog/leaf.py)
-    added_at     REAL NOT NULL                   -- when its manifest was committed (pipeline clock)
-);
-CREATE TABLE log_state (
-    writer       TEXT PRIMARY KEY,               -- this daemon's log (archiver/tlog/log.py)
-    checkpoint   BLOB NOT NULL                   -- the last signed checkpoint it wrote
-)
-"""
+MIGRATE_3_TO_4 = LOG_TABLES
 
 #: From each schema version, the statements that take a DB to the next one.
 MIGRATIONS: Final = {1: MIGRATE_1_TO_2, 2: MIGRATE_2_TO_3, 3: MIGRATE_3_TO_4}
