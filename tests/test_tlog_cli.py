@@ -69,6 +69,16 @@ def test_keygen_writes_a_private_key_only_its_owner_reads_and_refuses_to_replace
     assert key.read_text().startswith("PRIVATE+KEY+archiver.test/log+")
 
 
+@pytest.mark.parametrize("given", ["missing-file", "nul\x00in-name", "not+a+key"])
+def test_a_verifier_key_that_cannot_be_read_is_one_error_line(tmp_path: Path, given: str) -> None:
+    bundle = tmp_path / "bundle.json"
+    bundle.write_text("{}")
+    result = CliRunner().invoke(main, ["verify-bundle", str(bundle), "--key", str(tmp_path / given)])
+    assert (result.exit_code == 2 and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("error: "), result.output
+
+
 Logged = tuple[ObjectStore, list[Manifest], Path, str]
 
 

@@ -27,7 +27,7 @@ def load_verifier(value: str) -> Verifier:
     if "+" not in text or os.path.exists(text):
         try:
             text = Path(text).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError) as exc:  # ValueError: a NUL in the name
             raise ConfigError(f"cannot read the verifier key file {value!r}: {getattr(exc, 'strerror', exc)}") from None
     try:
         return Verifier.parse(text)
