@@ -1,4 +1,4 @@
-"""`archiver sql`, the DDL of every engine and the README's queries: DuckDB runs them over a test
+"""`archiver sql`, the DDL of every engine and the queries of docs/columnar-index.md: DuckDB runs them over a test
 archive, pyarrow (an engine no one here wrote) gives the same answers, the other dialects parse."""
 
 from __future__ import annotations
@@ -22,15 +22,15 @@ from archiver.store import open_store
 from archiver.store.base import ObjectStore
 from tests.support import put_session, run_cli
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parent.parent / "docs" / "columnar-index.md"
 INSTANCE = "20261120T000000.000Z"
-#: 2026-11-18 12:00 UTC, inside the README's "last week" (2026-11-16 .. 2026-11-22).
+#: 2026-11-18 12:00 UTC, inside the docs page's "last week" (2026-11-16 .. 2026-11-22).
 MID_WEEK = 1795003200.0
 NOW = MID_WEEK + 10 * 86400
 
 
 def _examples() -> dict[tuple[str, str], str]:
-    """``{(dialect, question): query}`` of the README's ``-- dialect: question`` blocks."""
+    """``{(dialect, question): query}`` of docs/columnar-index.md's ``-- dialect: question`` blocks."""
     found: dict[tuple[str, str], str] = {}
     for block in re.findall(r"```sql\n(.*?)```", README.read_text(encoding="utf-8"), re.S):
         for head, body in re.findall(r"^-- (\w+: \w+)\n(.*?)(?=^-- |\Z)", block, re.S | re.M):
@@ -117,7 +117,7 @@ def test_duckdb_ddl_and_the_readme_queries_agree_with_pyarrow(archive: ObjectSto
         "s29",
         "s37",
     ]
-    # The README's DuckDB queries run in `archiver sql` too, with the same answers.
+    # The docs page's DuckDB queries run in `archiver sql` too, with the same answers.
     for (dialect, question), sql in _examples().items():
         if dialect == "duckdb":
             result = run_cli(archive, ["sql", sql, "--format", "csv"])
@@ -225,7 +225,7 @@ def test_every_dialects_tables_count_each_archive_once_over_overlapping_late_par
 def test_the_readme_documents_every_table_as_the_schema_declares_it() -> None:
     text = README.read_text(encoding="utf-8")
     for t in TABLES:
-        assert markdown(t) in text, f"README's {t.name} table differs: regenerate it from archiver/index/schema.py"
+        assert markdown(t) in text, f"docs/columnar-index.md's {t.name} table differs: regenerate it from archiver/index/schema.py"
 
 
 def test_sql_never_downloads_an_extension(archive: ObjectStore) -> None:

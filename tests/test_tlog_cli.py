@@ -219,8 +219,8 @@ def test_verify_log_catches_a_rollback_against_the_witness_store(
 
 
 def _readme_example() -> list[str]:
-    """The README's worked example (the indented block after its heading): commands and output."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """The worked example of docs/transparency-log.md (the indented block after its heading): commands and output."""
+    text = (REPO / "docs" / "transparency-log.md").read_text(encoding="utf-8")
     start = text.index("**Worked example: checking a bundle without the archiver.**")
     lines = text[start:].split("\n")
     first = next(i for i, line in enumerate(lines) if line.startswith("    $ "))
@@ -254,7 +254,7 @@ def test_the_readme_worked_example_prints_what_the_readme_says(
     m = manifests[2]
     block = _readme_example()
     sid, instance = re.search(r"OK: session '([^']+)' instance (\S+)", "\n".join(block)).groups()  # type: ignore[union-attr]
-    # The studio's side, as the README tells it: prove, get.
+    # The studio's side, as docs/transparency-log.md tells it: prove, get.
     run_cli(
         store,
         ["prove", m.session_id, "-o", str(tmp_path / f"{sid}.proof"), "--tlog-key-file", str(tmp_path / "log.key")],

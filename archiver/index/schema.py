@@ -133,6 +133,6 @@ def duckdb_columns(t: Table) -> dict[str, str]:
 
 
 def markdown(t: Table) -> str:
-    """The table documented as a Markdown table (the README's schema section is generated from it)."""
+    """The table documented as a Markdown table (docs/columnar-index.md's schema section is generated from it)."""
     rows = [f"| `{c.name}` | {DUCKDB_TYPES[c.kind]} | {c.doc} |" for c in t.columns]
     return "\n".join(["| column | type | what |", "| --- | --- | --- |", *rows])
