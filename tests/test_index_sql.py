@@ -225,7 +225,9 @@ def test_every_dialects_tables_count_each_archive_once_over_overlapping_late_par
 def test_the_readme_documents_every_table_as_the_schema_declares_it() -> None:
     text = README.read_text(encoding="utf-8")
     for t in TABLES:
-        assert markdown(t) in text, f"docs/columnar-index.md's {t.name} table differs: regenerate it from archiver/index/schema.py"
+        assert markdown(t) in text, (
+            f"docs/columnar-index.md's {t.name} table differs: regenerate it from archiver/index/schema.py"
+        )
 
 
 def test_sql_never_downloads_an_extension(archive: ObjectStore) -> None:
