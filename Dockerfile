@@ -10,7 +10,7 @@
 #
 # BASE must be a Debian bookworm-like image with python3.11 and its venv module (python3-venv);
 # the default is the public slim Python image. CI builds on a local mmdebstrap rootfs instead
-# (tests/test_image.py), because no image registry is reachable there.
+# (tests/deploy/test_image.py), because no image registry is reachable there.
 ARG BASE=python:3.11-slim-bookworm
 
 FROM ${BASE} AS build

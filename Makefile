@@ -31,7 +31,7 @@ test-slow: $(STAMP)
 
 # Builds the container image (buildah + mmdebstrap, as root) and runs it: minutes, so not in `test`.
 test-image: $(STAMP)
-	$(BIN)/python -m pytest -q -m image tests/test_image.py $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m image tests/deploy/test_image.py $(PYTEST_ARGS)
 
 # The evidence browser driven in a real Chromium (Debian's chromium + chromium-driver; skipped
 # where they are missing, a failure under CI=true). BROWSE_SCREENSHOTS=docs refreshes the README's pictures.
@@ -43,7 +43,7 @@ $(BROWSER_VENV)/.installed: pyproject.toml requirements/browser-test.txt
 	touch $@
 
 test-browser: $(BROWSER_VENV)/.installed
-	$(BROWSER_VENV)/bin/python -m pytest -q -m browser tests/test_browse_chromium.py $(PYTEST_ARGS)
+	$(BROWSER_VENV)/bin/python -m pytest -q -m browser tests/browse/test_chromium.py $(PYTEST_ARGS)
 
 # The tests on the newest versions pyproject.toml allows (not the locked ones), in a venv of their
 # own made afresh: tells early when an upgrade within the ranges breaks something. The packages

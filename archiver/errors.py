@@ -54,7 +54,7 @@ Internal control flow, outside the tree on purpose (never leave their module, ne
 (ends a search thread when the printer stopped), ``upstream.listparser.WholeBodyNeeded`` (the
 streamed list parse hands an odd body to the whole-body parse) and ``tlog.standalone.BundleError``
 (the standalone bundle verifier imports nothing from the archiver; ``archiver verify-bundle``
-turns it into a ``LogVerificationError``). ``tests/test_cli_errors.py`` walks
+turns it into a ``LogVerificationError``). ``tests/cli/test_cli_errors.py`` walks
 every module and fails on any other exception class outside the tree.
 """
 

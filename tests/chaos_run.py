@@ -1,4 +1,4 @@
-"""The chaos run shared by `tests/test_chaos.py` (short, bounded) and `benchmarks/chaos.py` (minutes long).
+"""The chaos run shared by `tests/app/test_chaos.py` (short, bounded) and `benchmarks/chaos.py` (minutes long).
 
 `archiver run` (a subprocess, restarted again and again) archives the fake service's traffic into a
 real SeaweedFS while the run kills it with SIGKILL at random moments (some timed to land while a

@@ -9,7 +9,7 @@ tree's own code in a subprocess (this file doubles as the runner, with PYTHONPAT
 v0.1.0's fake session hosting service and v0.1.0's pipeline with its production settings (8 MiB
 multipart threshold, 6 MiB parts), against a fresh SeaweedFS and a fresh state dir. The runner
 drives the pipeline's stages one unit of work at a time (the bodies of its worker loops, as
-tests/test_state_machine.py does), so that each session stops in a chosen state, and dies at the
+tests/archive/test_state_machine.py does), so that each session stops in a chosen state, and dies at the
 `after_part_upload` crash point (exit 137, as after `kill -9`) while a fetch is still streaming on
 another thread. SeaweedFS is then killed too (SIGKILL: its own shutdown can leave a stray volume
 behind) and its data directory, the state dir and what the fake service knew are copied into the
@@ -24,7 +24,7 @@ fixture:
 
 The big artifact (8.25 MiB of incompressible bytes) is not checked in twice: the ranges of its bytes
 found in a fixture file (its spool file; the multipart parts inside a SeaweedFS volume) are cut out
-and listed under `elided`, and tests/test_upgrade.py puts them back from the fake service's
+and listed under `elided`, and tests/app/test_upgrade.py puts them back from the fake service's
 deterministic content, checking every restored file against the sha256 recorded here.
 """
 

@@ -1,6 +1,6 @@
 """Plain helpers shared by more than one test module (fixtures live in tests/fixtures_*.py).
 
-Test modules import shared helpers from here, never from one another (tests/test_test_layout.py
+Test modules import shared helpers from here, never from one another (tests/project/test_test_layout.py
 checks). One section per kind of helper: waiting, digests, ports, upstream list entries, the state DB,
 archives in a store (and the evidence browser over one), settings, the Helm chart.
 """

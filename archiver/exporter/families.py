@@ -178,8 +178,8 @@ AGGREGATE_FAMILIES: tuple[AggregateFamily, ...] = (
 #:                   render=lambda name, s, sid, pairs: f"{name}{{{sid}}} {len(s.ports)}\n",
 #:                   fields=("ports",)),
 #:
-#: plus its row in the README's metric table (tests/test_exposition.py checks the table against the
-#: README, and tests/test_dashboards_alerts.py takes its known names from here). The header, the
+#: plus its row in the README's metric table (tests/exporter/test_exposition.py checks the table against the
+#: README, and tests/deploy/test_dashboards_alerts.py takes its known names from here). The header, the
 #: cache, the change key and the join all follow from the entry.
 SESSION_FAMILIES: tuple[SessionFamily, ...] = (
     SessionFamily("session_info", "gauge", "Information about an active session, always 1.",

@@ -3,7 +3,7 @@
 The files were generated once with the hand-written codec the archive has always used (every
 variant it writes or has written: legacy without `instance`, with/without `evidence` and
 `checksum_sha256`, each outcome, errors, players, unicode and hostile ids, fractional times);
-tests/test_keys_manifest.py checks that today's codec reads each file and writes back the same
+tests/layout/test_keys_manifest.py checks that today's codec reads each file and writes back the same
 bytes, and that building the same documents today gives those bytes. Re-run only to add a variant
 (`python tests/data/manifests/make_fixtures.py`), never to "fix" a difference: a difference is a
 change to every archive already written.

@@ -21,7 +21,7 @@ from packaging.utils import canonicalize_name
 import archiver
 from archiver.cli.base import main
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 

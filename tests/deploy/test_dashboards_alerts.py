@@ -19,7 +19,7 @@ from archiver.exporter.families import FAMILIES
 from archiver.metrics.selfmetrics import SelfMetrics
 from tests.render_rules import STANDALONE_SELECTOR as RULES_SELECTOR
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "grafana" / "alerts" / "archiver.rules.yml"
 RULES_TEST = REPO / "grafana" / "alerts" / "archiver.rules.test.yml"
 RUNBOOK = REPO / "docs" / "runbook.md"

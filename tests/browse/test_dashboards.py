@@ -14,7 +14,7 @@ from archiver.browse.app import BrowseApp
 from archiver.store import open_store
 from tests.support import put_session
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((REPO / "grafana" / "dashboards").glob("*.json"))
 LINK = "${browser_url:raw}/sessions/${__value.raw:percentencode}"
 

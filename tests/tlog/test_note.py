@@ -11,7 +11,7 @@ from archiver.errors import LogError, LogVerificationError
 from archiver.tlog import checkpoint, note
 from archiver.tlog.checkpoint import Checkpoint
 
-C2SP = Path(__file__).parent / "data" / "c2sp"
+C2SP = Path(__file__).resolve().parents[1] / "data" / "c2sp"
 
 # golang.org/x/mod/sumdb/note, package documentation ("It can be constructed and displayed using").
 GO_SKEY = "PRIVATE+KEY+PeterNeumann+c74f20a3+AYEKFALVFGyNhPJEMzD1QIDr+Y7hfZx09iUvxdXHKDFz"

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from archiver.metrics.selfmetrics import ERROR_EDGES, SelfMetrics
 
-PACKAGE = Path(__file__).resolve().parent.parent / "archiver"
+PACKAGE = Path(__file__).resolve().parents[2] / "archiver"
 
 
 def counted_edges() -> dict[str, str]:

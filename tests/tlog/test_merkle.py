@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from archiver.errors import LogVerificationError
 from archiver.tlog import merkle
 
-VECTORS = Path(__file__).parent / "data" / "rfc6962"
+VECTORS = Path(__file__).resolve().parents[1] / "data" / "rfc6962"
 
 
 def _b64(value: str | None) -> bytes:

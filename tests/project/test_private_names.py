@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "archiver"
+PACKAGE = Path(__file__).resolve().parents[2] / "archiver"
 PROJECT = "archiver"
 #: Underscored names of the standard library that its reference documents as public API.
 DOCUMENTED = {"os._exit": "the Python library reference documents os._exit (exit without cleanup)"}

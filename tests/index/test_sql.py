@@ -22,7 +22,7 @@ from archiver.store import open_store
 from archiver.store.base import ObjectStore
 from tests.support import put_session, run_cli
 
-README = Path(__file__).resolve().parent.parent / "docs" / "columnar-index.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "columnar-index.md"
 INSTANCE = "20261120T000000.000Z"
 #: 2026-11-18 12:00 UTC, inside the docs page's "last week" (2026-11-16 .. 2026-11-22).
 MID_WEEK = 1795003200.0

@@ -38,7 +38,7 @@ from archiver.store import make_s3_client, open_store
 from tests.fixtures_pipeline import Harness
 from tests.fixtures_s3 import SeaweedServer, weed_binary
 
-FIXTURE = Path(__file__).parent / "data" / "upgrade-v0.1.0"
+FIXTURE = Path(__file__).resolve().parents[1] / "data" / "upgrade-v0.1.0"
 #: The operator's downtime between the kill and the start of the new version (virtual seconds).
 DOWNTIME = 300.0
 #: Started and ended while no archiver ran: only reconciliation can find it.

@@ -15,7 +15,7 @@ from archiver.config.options import option_table
 from archiver.exporter.families import FAMILIES
 from archiver.metrics.selfmetrics import SelfMetrics
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 def section(title: str) -> str:
@@ -112,7 +112,7 @@ def test_the_alert_table_states_each_alerts_default_severity_and_every_alert_is_
     """The README's alert table says what the chart's defaults do (severity, the `for` it names),
     and the section names every alert the chart can render."""
     text = section("Dashboards and alerts")
-    values = yaml.safe_load((Path(__file__).resolve().parents[1] / "helm/archiver/values.yaml").read_text())
+    values = yaml.safe_load((Path(__file__).resolve().parents[2] / "helm/archiver/values.yaml").read_text())
     rules = values["prometheusRule"]["rules"]
     rows = re.findall(r"^\| `(Archiver\w+)` \| (.*?) \| (critical|warning) \|$", text, re.M)
     assert len(rows) >= 10

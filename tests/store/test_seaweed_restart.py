@@ -2,7 +2,7 @@
 the same ports and data, while a pipeline archives against it; nothing is lost.
 
 The artifacts stay below the multipart threshold (8 MiB): SeaweedFS refuses the completion of a
-multipart upload resumed after a restart (see the xfail in tests/test_store.py), a separate defect.
+multipart upload resumed after a restart (see the xfail in tests/store/test_store.py), a separate defect.
 """
 
 from __future__ import annotations
