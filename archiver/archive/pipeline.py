@@ -1,7 +1,7 @@
 """The archive pipeline: end detection, confirmation and reconciliation, driving the fetch and upload stages.
 
 Its parts are rooms of their own: the pure detector (`detector.observe`) and deadline rule
-(`deadline.deadline_for`), the reconciler (`reconcile`), the fetch stage (`fetch_stage`, bound to
+(`deadline.deadline_for`), the reconciler (`reconcile`), the fetch stage (`fetch`, bound to
 the deadline) and the upload stage (`upload_stage`: objects, then manifest and index entry). This
 class owns the threads, applies the detector's decisions to the state DB and describes candidates.
 
@@ -36,12 +36,12 @@ from pathlib import Path
 from archiver.archive.crashpoints import crashpoint
 from archiver.archive.deadline import deadline_for
 from archiver.archive.detector import key_id, observe
-from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
-from archiver.archive.fetch_stage import FetchStage
+from archiver.archive.fetch import Fetcher, FetchStage, artifact_source, logs_source
 from archiver.archive.live_logs import LiveLogs
 from archiver.archive.log_stage import LogStage, writer_name
 from archiver.archive.reconcile import Reconciler
 from archiver.archive.replicas import ArchiveCheck, Stagger
+from archiver.archive.spool import Spool
 from archiver.archive.stage import CONFIRM, FETCH, UPLOAD, Clock, StageParts, Tuning, Wakeups
 from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key_of
 from archiver.archive.store_health import check_store, probe_store
