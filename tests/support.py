@@ -30,7 +30,7 @@ import yaml
 from click.testing import CliRunner, Result
 from hypothesis import strategies as st
 
-from archiver.archive.fetch import Spool
+from archiver.archive.spool import Spool
 from archiver.archive.state import DB_NAME, ItemRow, NewItem, StateDB, session_key_of
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer

@@ -1,30 +1,28 @@
-"""The fetch stage's I/O: stream one item's body from the upstream into a durable spool file.
+"""The fetch: an ended session's items leave the upstream for the spool, earliest deadline first, before removal.
 
-A body goes to `spool/<item-id>.partial` while its sha256 is computed on the way, is fsynced,
-renamed to `spool/<item-id>` and the directory fsynced; only then may the caller commit
-`spooled`. Logs are gzip-compressed on the way in (stored as received, just smaller); artifacts
-are kept byte for byte. Nothing here touches the state DB: `Fetcher.fetch` returns what happened
-and the pipeline records it.
+A fetch worker (`FetchStage`) claims the pending items with the earliest deadlines, passing over
+logs whose live capture still follows its stream (`waits_for_capture`). Each item gets one attempt
+(`Fetcher.fetch`: its body streamed from the upstream into the spool, `archive.spool`, gzipped if
+it is logs) whose result the stage records: `Spooled` joins the batch's one `spooled` commit (made
+after each spool file's fsync), `Finished` is a final outcome without an object (source_gone,
+too_large, expired), `Retry` a retry gate before the deadline, or the end after it (logs then take
+their live capture instead, `Fetcher.capture_instead`). The attempt never touches the state DB.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
-import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from isal import isal_zlib
-
-from archiver.archive.crashpoints import crashpoint
 from archiver.archive.live_logs import LiveLogs, capture_state
-from archiver.archive.state import ExtraItem, ItemRow
-from archiver.durable import fsync_dir
+from archiver.archive.spool import Spool, SpoolFile
+from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
+from archiver.archive.state import ExtraItem, ItemRow, SpooledMark
 from archiver.errors import ApiError, NotFoundError, TooLargeError
 from archiver.layout import keys
 from archiver.live.store import SegmentRow
@@ -32,22 +30,16 @@ from archiver.logshape import NDJSON, declared, starts_like_json
 from archiver.retry import FETCH_ITEM, RetryPolicy
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.transport import Download
-from archiver.vocabulary import Outcome
+from archiver.vocabulary import ItemStatus, Outcome
 
-log = logging.getLogger("archiver.fetch")  # the name it had before the rooms: log filters keep working
+# The names they had before the rooms: log filters keep working.
+log = logging.getLogger("archiver.pipeline")  # the stage's lines: one logger for the whole pipeline
+fetch_log = logging.getLogger("archiver.fetch")  # the attempt's own lines
 
-#: ISA-L level 1: a small fraction of the CPU zlib's level 6 takes, for a stored log somewhat larger
-#: (when thousands of sessions end at once, the CPU is the limit). The stored bytes therefore differ
-#: from an older archiver's; replicas compare logs by their uncompressed content (`Uploader.upload`),
-#: so that is no conflict.
-GZIP_LEVEL = 1
-#: The pieces logs are compressed in (see `gzip_blocks`).
-DEFLATE_BLOCK = 64 * 1024
+#: How a gzip body begins: an artifact's content type is told by it.
 GZIP_MAGIC = b"\x1f\x8b"
 #: Content type of every stored log object: the key says what is inside (`.txt.gz` / `.jsonl.gz`).
 LOGS_CONTENT_TYPE = "application/gzip"
-#: How many leading raw bytes are kept to sniff formats (gzip magic, a JSON opening brace).
-_HEAD = 64
 #: Seconds between looks at a live capture that still follows its stream (it drains within minutes).
 LIVE_RECHECK = 2.0
 #: Seconds before its deadline at which a logs item no longer waits for a capture that still
@@ -107,128 +99,181 @@ class Retry:
 FetchResult = Spooled | Finished | Retry
 
 
-@dataclass(frozen=True, slots=True)
-class SpoolFile:
-    path: Path
-    size: int
-    sha256: str
-    received: int
-    head: bytes
+class FetchStage(Stage):
+    """Fetch workers: claim the pending item with the earliest deadline, stream it into the spool,
+    and give it an outcome (spooled, too_large, source_gone, expired) or a retry gate."""
 
+    def __init__(
+        self, fetcher: Fetcher, parts: StageParts, *, skip_fetch: Callable[[ItemRow], bool] | None = None
+    ) -> None:
+        super().__init__(parts)
+        self.fetcher = fetcher
+        #: Several daemons may archive this session (replicas, resharding): asked before each fetch
+        #: (`replicas.ArchiveCheck`); True means it took care of the item (archived by another
+        #: daemon, or put back for this replica's head start): nothing is fetched now.
+        self._skip_fetch = skip_fetch
 
-def logs_source(session_id: str) -> str:
-    return f"GET /query/log?matchKey={quote(session_id, safe='')}"
+    def run(self) -> None:
+        """One fetch worker: earliest deadline first, until the pipeline stops."""
+        while not self.wake.stop.is_set():
+            generation = self.wake.snapshot(FETCH)
+            idle = self.work_once()
+            if idle is not None:
+                self.wake.wait(generation, idle, FETCH)
 
+    def work_once(self) -> float | None:
+        """Fetch a batch of due items, earliest deadline first; None when some were taken, else how
+        long to wait. Every exception is handled here, the worker's edge.
 
-def fallback_logs_source(session_id: str) -> str:
-    return f"GET /logs?id={quote(session_id, safe='')}&follow=false"
-
-
-def live_logs_source(session_id: str) -> str:
-    """The source of logs captured live: the follow stream's request line."""
-    return f"GET /logs?id={quote(session_id, safe='')}&follow=true"
-
-
-def artifact_source(session_id: str, path: str) -> str:
-    return f"GET /artifacts?session={quote(session_id, safe='')}&path={quote(path, safe='/')}"
-
-
-def _usable_log_type(content_type: str) -> bool:
-    # A 200 carrying an HTML page is a proxy's or portal's error page, not the session's log.
-    return "html" not in content_type.lower()
-
-
-def gzip_blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """One gzip member of `chunks` (mtime 0, no name), fed to ISA-L in blocks of `DEFLATE_BLOCK` bytes.
-
-    ISA-L's output depends on how its input is cut (zlib's does not), and chunks arrive as the
-    network cuts them: re-cut into fixed blocks, the same log always gives the same bytes (with the
-    same ISA-L), so two fetches of it store one object, not a conflict to resolve.
-    """
-    compressor = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31)  # 31: gzip
-    pending = bytearray()
-    for chunk in chunks:
-        pending += chunk
-        whole = len(pending) - len(pending) % DEFLATE_BLOCK
-        if not whole:
-            continue
-        with memoryview(pending) as view:
-            for start in range(0, whole, DEFLATE_BLOCK):
-                data = compressor.compress(view[start : start + DEFLATE_BLOCK])
-                if data:
-                    yield data
-        del pending[:whole]
-    yield compressor.compress(pending) + compressor.flush()
-
-
-class Spool:
-    """The spool directory: durable files named by item id."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-
-    def final_path(self, item_id: int | str) -> Path:
-        return self.directory / str(item_id)
-
-    def partial_path(self, item_id: int | str) -> Path:
-        return self.directory / f"{item_id}.partial"
-
-    def write(self, item_id: int | str, chunks: Iterator[bytes], *, compress: bool, limit: int | None) -> SpoolFile:
-        """Stream `chunks` into the spool durably; TooLargeError past `limit` received bytes."""
-        partial = self.partial_path(item_id)
-        digest = hashlib.sha256()
-        size = received = 0
-        head = b""
-
-        def raw() -> Iterator[bytes]:
-            nonlocal received, head
-            for chunk in chunks:
-                received += len(chunk)
-                if limit is not None and received > limit:
-                    raise TooLargeError(f"body passed {limit} bytes while streaming")
-                if len(head) < _HEAD:
-                    head += chunk[: _HEAD - len(head)]
-                yield chunk
-
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for data in gzip_blocks(raw()) if compress else raw():
-                    digest.update(data)
-                    out.write(data)
-                    size += len(data)
-                crashpoint("after_spool_write")
-                out.flush()
-                os.fsync(out.fileno())
-            final = self.final_path(item_id)
-            os.rename(partial, final)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                partial.unlink()
-            raise
-        fsync_dir(self.directory)
-        crashpoint("after_spool_rename")
-        return SpoolFile(final, size, digest.hexdigest(), received, head)
-
-    def remove(self, path: Path) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-    def sweep(self, keep: set[str]) -> int:
-        """Delete `.partial` files and spool files no spooled item refers to (start-up only).
-
-        `keep` holds file names (not paths): the state dir may be reached by another path after
-        a restart.
+        The spooled marks of a batch share one commit (each spool file was fsynced before it is
+        handed over, so the order fsync → commit holds), made at the latest `spooled_commit_after`
+        after the first of them; nothing acts on an item before its commit.
         """
-        removed = 0
-        for entry in self.directory.iterdir():
-            if entry.is_file() and entry.name not in keep:
-                entry.unlink()
-                removed += 1
-        if removed:
-            fsync_dir(self.directory)
-        return removed
+        items: list[ItemRow] = []
+        spooled: list[tuple[ItemRow, Spooled, float]] = []
+        taken = 0  # items of the batch handed to _fetch so far
+        try:
+            now, now_mono = self.clock(), self._mono()
+            live = self.fetcher.live
+            # Logs items waiting for their live capture are passed over, never claimed: no commit,
+            # no attempt. The capture settling wakes this worker (`LiveCapture.on_settled`); the
+            # nearest margin moment, or the idle wait, bounds the sleep.
+            margins: list[float] = []
+
+            def waiting(candidate: ItemRow) -> bool:
+                if not waits_for_capture(candidate, live, candidate.deadline - now):
+                    return False
+                margins.append(candidate.deadline - LIVE_WAIT_MARGIN - now)
+                return True
+
+            items = self.state.claim_fetches(
+                now_mono, self.tuning.fetch_batch, skip=waiting if live is not None else None
+            )
+            if not items:
+                if not margins:
+                    return self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH))
+                gate = self.wake.until(self.state.next_gate(ItemStatus.PENDING_FETCH, after=now_mono))
+                return max(0.0, min(gate, *margins))
+            first_spooled = 0.0
+            for item in items:
+                if self.wake.stop.is_set():
+                    break
+                taken += 1
+                self._fetch(item, spooled)
+                if spooled and not first_spooled:
+                    first_spooled = self._mono()
+                if spooled and self._mono() - first_spooled >= self.tuning.spooled_commit_after:
+                    self._commit_spooled(spooled)
+                    spooled, first_spooled = [], 0.0
+        except Exception as exc:  # loop edge: count it, put the item back, keep the worker alive
+            log.exception("fetch worker failed")
+            self.metrics.error("fetch")
+            if taken and not any(s[0].id == items[taken - 1].id for s in spooled):
+                self._release(items[taken - 1], f"internal error: {type(exc).__name__}: {exc}")
+            self.wake.stop.wait(1.0)
+        finally:
+            for item in items[taken:]:  # claimed, not attempted (stopping, or an error): pending again
+                with contextlib.suppress(Exception):
+                    self.state.unclaim_item(item.id, not_before=0.0)
+            self._commit_spooled(spooled)
+        return None
+
+    def _fetch(self, item: ItemRow, spooled: list[tuple[ItemRow, Spooled, float]]) -> None:
+        if self._skip_fetch is not None and self._skip_fetch(item):
+            self.wake.notify()
+            return
+        remaining = item.deadline - self.clock()
+        if remaining <= 0 and item.attempts > 1:
+            self._expire(item, spooled, f"fetch deadline passed; last error: {item.last_error}")
+            return
+        result = self.fetcher.fetch(item, remaining=remaining)
+        now = self.clock()
+        if isinstance(result, Spooled):
+            spooled.append((item, result, now))
+        elif isinstance(result, Finished):
+            log.info("item %s of %r: %s (%s)", item.kind, item.session_id, result.outcome, result.error)
+            self.finish(item, result.outcome, error=result.error, source=result.source)
+        else:
+            self._retry_fetch(item, result, now, spooled)
+        self._refresh_gauges()
+
+    def _retry_fetch(
+        self, item: ItemRow, result: Retry, now: float, spooled: list[tuple[ItemRow, Spooled, float]]
+    ) -> None:
+        left = item.deadline - now
+        if left <= 0:
+            self._expire(item, spooled, result.error, result.source)
+            return
+        if result.wait is not None:  # waiting, not failing: its capture began following after the claim
+            log.debug("%s of %r waits: %s", item.kind, item.session_id, result.error)
+            self.state.unclaim_item(item.id, not_before=self._mono() + result.wait)
+            return
+        if result.local:
+            self.metrics.error("spool")
+            log.error("spool write failed for %s of %r (retrying): %s", item.kind, item.session_id, result.error)
+        else:
+            log.warning("fetching %s of %r failed (retrying): %s", item.kind, item.session_id, result.error)
+        # Wait less as the deadline nears, so the last tries still happen inside the window.
+        delay = min(
+            backoff(self.tuning.fetch_backoff_initial, self.tuning.fetch_backoff_max, item.attempts),
+            max(0.5, left / 2),
+        )
+        self.state.retry_item(
+            item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + delay, error=result.error
+        )
+
+    def _expire(
+        self, item: ItemRow, spooled: list[tuple[ItemRow, Spooled, float]], error: str, source: str | None = None
+    ) -> None:
+        """The deadline passed: logs with a live capture are archived from it, as if the read after
+        the end (failing until now) had found nothing; anything else expires."""
+        try:
+            captured = self.fetcher.capture_instead(item) if item.kind == "logs" else None
+        except OSError as exc:  # the spool disk: the capture stays on disk; tried again until it works
+            self.metrics.error("spool")
+            log.error("spool write failed for the live capture of %r (retrying): %s", item.session_id, exc)
+            self._release(item, f"spool: {exc.strerror or exc}")
+            return
+        if captured is None:
+            self.finish(item, Outcome.EXPIRED, error=error, source=source)
+            return
+        log.warning("logs of %r: reading them after the end failed until the deadline (%s); archiving the live "
+                    "capture", item.session_id, error)  # fmt: skip
+        spooled.append((item, captured, self.clock()))
+
+    def _commit_spooled(self, spooled: list[tuple[ItemRow, Spooled, float]]) -> None:
+        """One commit marks the batch's fetched items `spooled`; only then are they the upload stage's."""
+        if not spooled:
+            return
+        try:
+            self.state.mark_spooled_many(
+                [
+                    SpooledMark(
+                        item.id, spool_path=str(r.path), size=r.size, sha256=r.sha256, content_type=r.content_type,
+                        source=r.source, key=r.key, fetched_at=now, capture=r.capture, extras=tuple(r.extras),
+                    )
+                    for item, r, now in spooled
+                ]
+            )  # fmt: skip
+        except Exception as exc:  # the worker's edge: fetched again later (their spool files are rewritten)
+            log.exception("could not record %d fetched items; fetching them again", len(spooled))
+            self.metrics.error("fetch")
+            for item, _, _ in spooled:
+                self._release(item, f"internal error: {type(exc).__name__}: {exc}")
+            return
+        for item, result, now in spooled:
+            if item.kind == "logs" and self.fetcher.live is not None:
+                self.fetcher.live.forget(item.session_key)  # the spool holds what was kept of it
+            self.metrics.add_bytes("fetch", item.kind, result.received)
+            self.metrics.fetch_completed(item.deadline - now)
+        self.wake.notify(UPLOAD)
+
+    def _release(self, item: ItemRow, error: str) -> None:
+        with contextlib.suppress(Exception):
+            delay = backoff(self.tuning.fetch_backoff_initial, self.tuning.fetch_backoff_max, item.attempts)
+            self.state.retry_item(
+                item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + delay, error=error
+            )
 
 
 class Fetcher:
@@ -278,6 +323,32 @@ class Fetcher:
             # The spool disk (ENOSPC, EIO): the upstream still has the data until the deadline.
             return Retry(f"spool: {exc.strerror or exc}", source, local=True)
 
+    def _fetch_artifact(self, item: ItemRow, policy: RetryPolicy) -> FetchResult:
+        sid, path = item.session_id, item.path
+        source = artifact_source(sid, path)
+        limit = self._max_artifact_size
+        with self._client.open_artifact(sid, path, policy=policy) as download:
+            if download.content_length is not None and download.content_length > limit:
+                return Finished(Outcome.TOO_LARGE, f"Content-Length {download.content_length} > limit {limit}", source)
+            try:
+                # A large artifact with a Content-Length is read past httpx's parser; a chunked one
+                # goes through it (`iter_direct`). Logs keep `iter_bytes`: at ~1 MB with a length the
+                # saving measured nil, and such a direct read loses the connection.
+                spooled = self._spool.write(item.id, download.iter_direct(), compress=False, limit=limit)
+            except TooLargeError:
+                return Finished(Outcome.TOO_LARGE, f"body larger than {limit} bytes (stopped while streaming)", source)
+        # The upstream labels its gzip bodies application/x-tar: the magic bytes decide.
+        content_type = "application/gzip" if spooled.head[:2] == GZIP_MAGIC else download.content_type
+        return Spooled(
+            path=spooled.path,
+            size=spooled.size,
+            sha256=spooled.sha256,
+            content_type=content_type or "application/octet-stream",
+            source=source,
+            key=keys.artifact_key(self._prefix, sid, path, item.instance or None),
+            received=spooled.received,
+        )
+
     def _fetch_logs(self, item: ItemRow, policy: RetryPolicy, remaining: float) -> FetchResult:
         """The logs read after the end, with the session's live capture where it adds something
         (`archive.live_logs`); a capture still following its stream is waited for, until
@@ -303,6 +374,43 @@ class Fetcher:
             return self._from_capture(item, segments)
         kept = live.kept(segments, after.path, content_type)
         return dataclasses.replace(after, extras=tuple(self._extra(item, row) for row in kept))
+
+    def _after_end(self, item: ItemRow, policy: RetryPolicy) -> tuple[Spooled, str]:
+        """The logs as the service answers after the end (`/query/log`, else `/logs`), spooled, and
+        the content type they came with. NotFoundError when neither has them."""
+        sid = item.session_id
+        source = logs_source(sid)
+        try:
+            download: Download | None = self._client.open_query_log(sid, policy=policy)
+        except NotFoundError:
+            download = None  # /query/log may not exist for this account or session: try /logs
+        if download is not None:
+            with download:
+                if _usable_log_type(download.content_type):
+                    spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
+                    if spooled.received > 0:
+                        return self._logs_result(item, spooled, download.content_type, source), download.content_type
+                    self._spool.remove(spooled.path)
+                else:
+                    fetch_log.info("GET /query/log for %r answered %s; using /logs", sid, download.content_type)
+        source = fallback_logs_source(sid)
+        with self._client.open_logs(sid, follow=False, policy=policy) as download:
+            spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
+            return self._logs_result(item, spooled, download.content_type, source), download.content_type
+
+    def _logs_result(self, item: ItemRow, spooled: SpoolFile, content_type: str, source: str) -> Spooled:
+        # JSON shapes (NDJSON entries, the legacy `{"line": {...}}` object, or a text/plain label on
+        # a JSON body) go to `logs.jsonl.gz`.
+        ext = "jsonl" if declared(content_type) == NDJSON or starts_like_json(spooled.head) else "txt"
+        return Spooled(
+            path=spooled.path,
+            size=spooled.size,
+            sha256=spooled.sha256,
+            content_type=LOGS_CONTENT_TYPE,
+            source=source,
+            key=keys.logs_key(self._prefix, item.session_id, ext, item.instance or None),
+            received=spooled.received,
+        )
 
     def capture_instead(self, item: ItemRow) -> Spooled | None:
         """Logs whose read after the end kept failing until their deadline: the live capture, as if
@@ -351,65 +459,25 @@ class Fetcher:
             capture=spooled.capture,
         )
 
-    def _after_end(self, item: ItemRow, policy: RetryPolicy) -> tuple[Spooled, str]:
-        """The logs as the service answers after the end (`/query/log`, else `/logs`), spooled, and
-        the content type they came with. NotFoundError when neither has them."""
-        sid = item.session_id
-        source = logs_source(sid)
-        try:
-            download: Download | None = self._client.open_query_log(sid, policy=policy)
-        except NotFoundError:
-            download = None  # /query/log may not exist for this account or session: try /logs
-        if download is not None:
-            with download:
-                if _usable_log_type(download.content_type):
-                    spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
-                    if spooled.received > 0:
-                        return self._logs_result(item, spooled, download.content_type, source), download.content_type
-                    self._spool.remove(spooled.path)
-                else:
-                    log.info("GET /query/log for %r answered %s; using /logs", sid, download.content_type)
-        source = fallback_logs_source(sid)
-        with self._client.open_logs(sid, follow=False, policy=policy) as download:
-            spooled = self._spool.write(item.id, download.iter_bytes(), compress=True, limit=None)
-            return self._logs_result(item, spooled, download.content_type, source), download.content_type
 
-    def _logs_result(self, item: ItemRow, spooled: SpoolFile, content_type: str, source: str) -> Spooled:
-        # JSON shapes (NDJSON entries, the legacy `{"line": {...}}` object, or a text/plain label on
-        # a JSON body) go to `logs.jsonl.gz`.
-        ext = "jsonl" if declared(content_type) == NDJSON or starts_like_json(spooled.head) else "txt"
-        return Spooled(
-            path=spooled.path,
-            size=spooled.size,
-            sha256=spooled.sha256,
-            content_type=LOGS_CONTENT_TYPE,
-            source=source,
-            key=keys.logs_key(self._prefix, item.session_id, ext, item.instance or None),
-            received=spooled.received,
-        )
+# What an item records as its source (the manifest says it): the request that read it.
+def logs_source(session_id: str) -> str:
+    return f"GET /query/log?matchKey={quote(session_id, safe='')}"
 
-    def _fetch_artifact(self, item: ItemRow, policy: RetryPolicy) -> FetchResult:
-        sid, path = item.session_id, item.path
-        source = artifact_source(sid, path)
-        limit = self._max_artifact_size
-        with self._client.open_artifact(sid, path, policy=policy) as download:
-            if download.content_length is not None and download.content_length > limit:
-                return Finished(Outcome.TOO_LARGE, f"Content-Length {download.content_length} > limit {limit}", source)
-            try:
-                # A large artifact with a Content-Length is read past httpx's parser; a chunked one
-                # goes through it (`iter_direct`). Logs keep `iter_bytes`: at ~1 MB with a length the
-                # saving measured nil, and such a direct read loses the connection.
-                spooled = self._spool.write(item.id, download.iter_direct(), compress=False, limit=limit)
-            except TooLargeError:
-                return Finished(Outcome.TOO_LARGE, f"body larger than {limit} bytes (stopped while streaming)", source)
-        # The upstream labels its gzip bodies application/x-tar: the magic bytes decide.
-        content_type = "application/gzip" if spooled.head[:2] == GZIP_MAGIC else download.content_type
-        return Spooled(
-            path=spooled.path,
-            size=spooled.size,
-            sha256=spooled.sha256,
-            content_type=content_type or "application/octet-stream",
-            source=source,
-            key=keys.artifact_key(self._prefix, sid, path, item.instance or None),
-            received=spooled.received,
-        )
+
+def fallback_logs_source(session_id: str) -> str:
+    return f"GET /logs?id={quote(session_id, safe='')}&follow=false"
+
+
+def live_logs_source(session_id: str) -> str:
+    """The source of logs captured live: the follow stream's request line."""
+    return f"GET /logs?id={quote(session_id, safe='')}&follow=true"
+
+
+def artifact_source(session_id: str, path: str) -> str:
+    return f"GET /artifacts?session={quote(session_id, safe='')}&path={quote(path, safe='/')}"
+
+
+def _usable_log_type(content_type: str) -> bool:
+    # A 200 carrying an HTML page is a proxy's or portal's error page, not the session's log.
+    return "html" not in content_type.lower()

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from archiver.archive.crashpoints import crashpoint
-from archiver.archive.fetch import Spool
+from archiver.archive.spool import Spool
 from archiver.archive.stage import UPLOAD, Clock, Wakeups
 from archiver.archive.state import ItemRow, StateDB, StoredOutcome
 from archiver.metrics.selfmetrics import SelfMetrics

@@ -1,9 +1,11 @@
-"""The archive pipeline: end detection, confirmation and reconciliation, driving the fetch and upload stages.
+"""The archive pipeline: builds the stages, owns their threads, recovers at start-up, reports the backlog.
 
 Its parts are rooms of their own: the pure detector (`detector.observe`) and deadline rule
-(`deadline.deadline_for`), the reconciler (`reconcile`), the fetch stage (`fetch_stage`, bound to
-the deadline) and the upload stage (`upload_stage`: objects, then manifest and index entry). This
-class owns the threads, applies the detector's decisions to the state DB and describes candidates.
+(`deadline.deadline_for`), the ending stage (`ending`: polls applied to the state DB, candidates
+confirmed, ended sessions given their items), the reconciler (`reconcile`), the fetch stage
+(`fetch`, bound to the deadline) and the upload stage (`upload_stage`: objects, then manifest and
+index entry). This class builds them on one state DB, spool and set of wake-ups, runs their threads,
+and puts in-flight work back at start-up.
 
 Everything durable goes through the state DB (`archiver.archive.state`), so every thread here can die at
 any instant: `recover()` at start-up puts in-flight work back and the next run carries on. The
@@ -15,9 +17,6 @@ at start-up, after a gap in successful polls and every `reconcile_interval`: end
 polls never saw are archived too), `fetch_workers` fetchers (earliest deadline first) and
 `upload_workers` uploaders (objects, then manifest + index entry per complete session) and one
 committer (their outcomes, several per transaction: `outcomes.py`).
-
-A session ends only on positive evidence: a terminal status from the upstream, or the API's own
-JSON 404 seen twice `not_found_confirm` apart (an HTML 404 from a proxy is a transient error).
 
 Work is always picked from SQLite, never from lists in memory, so memory does not grow with the
 backlog; bodies are streamed, so it does not grow with object size either.
@@ -34,24 +33,19 @@ from collections.abc import Sequence, Set
 from pathlib import Path
 
 from archiver.archive.crashpoints import crashpoint
-from archiver.archive.deadline import deadline_for
-from archiver.archive.detector import key_id, observe
-from archiver.archive.fetch import Fetcher, Spool, artifact_source, logs_source
-from archiver.archive.fetch_stage import FetchStage
+from archiver.archive.ending import EndingStage
+from archiver.archive.fetch import Fetcher, FetchStage
 from archiver.archive.live_logs import LiveLogs
 from archiver.archive.log_stage import LogStage, writer_name
 from archiver.archive.reconcile import Reconciler
 from archiver.archive.replicas import ArchiveCheck, Stagger
-from archiver.archive.stage import CONFIRM, FETCH, UPLOAD, Clock, StageParts, Tuning, Wakeups
-from archiver.archive.state import Backlog, NewItem, PendingItem, SessionRow, StateDB, session_key_of
+from archiver.archive.spool import Spool
+from archiver.archive.stage import CONFIRM, FETCH, Clock, StageParts, Tuning, Wakeups
+from archiver.archive.state import Backlog, PendingItem, StateDB
 from archiver.archive.store_health import check_store, probe_store
 from archiver.archive.upload import Uploader
 from archiver.archive.upload_stage import UploadStage
 from archiver.config.settings import Settings
-from archiver.errors import (
-    ApiError,
-    NotFoundError,
-)
 from archiver.live import store as live_store
 from archiver.live.engine import LiveCapture
 from archiver.live.policy import Tuning as LiveTuning
@@ -62,8 +56,7 @@ from archiver.store.base import ObjectStore
 from archiver.tlog.keyfile import load_signer
 from archiver.tlog.witness import Witness
 from archiver.upstream.api import SessionHostClient
-from archiver.upstream.models import UNKNOWN_STATUS, Session
-from archiver.vocabulary import DETECTING_STATES
+from archiver.upstream.models import Session
 
 log = logging.getLogger("archiver.pipeline")  # the name it had before the rooms: log filters keep working
 
@@ -117,8 +110,6 @@ class Pipeline:
         self.tuning = tuning or Tuning()
         self._mono = monotonic
         self._policy = policy or RetryPolicy()
-        # Describes of candidates are short and repeated later anyway: a few quick tries only.
-        self._confirm_policy = self._policy.bounded_by(max_elapsed=min(10.0, self._policy.max_elapsed))
         self.spool = Spool(settings.state_dir / "spool")
         self.fetcher = Fetcher(
             client,
@@ -141,11 +132,6 @@ class Pipeline:
             wake = self._wake
             live.on_settled = lambda: wake.notify(FETCH)
         self._threads: list[threading.Thread] = []
-        # Detection (touched by the poller thread only, in observe_poll), keyed by instance key.
-        self._known: dict[str, Session | None] = {}
-        self._last_seen: dict[str, float] = {}
-        self._last_seen_persisted = float("-inf")
-        self._poll_gap = False
         self._gauges_at = float("-inf")
         refresh = functools.partial(self._refresh_gauges, force=False)
         parts = StageParts(state, metrics, self.tuning, self._wake, clock, monotonic, refresh)
@@ -155,6 +141,10 @@ class Pipeline:
             settings, client, state, metrics, clock, policy=self._policy, on_queued=lambda: self._wake.notify(CONFIRM)
         )
         self.reconciled_once = self._reconciler.done_once
+        self._endings = EndingStage(
+            settings, client, parts, policy=self._policy, spool=self.spool, on_poll_gap=self._reconciler.request,
+            live=live,
+        )  # fmt: skip
         # Others may archive the same sessions (replicas of this shard, owners before a reshard):
         # check the store before fetching, and take a manifest with the same evidence for ours.
         several = not self.shard.whole or settings.replicas_per_shard > 1
@@ -251,16 +241,7 @@ class Pipeline:
         # Multipart uploads in the journal are resumed by put_file itself; everything else under
         # our prefix is an orphan of a crash between CreateMultipartUpload and the journal commit.
         self._uploads.sweep_orphans()
-        active = self.state.active_session_keys()
-        foreign = [key for key in active if not self.shard.owns(key_id(key))]
-        if foreign:
-            # The shard count changed: another shard archives these when they end. Work already
-            # under way here (ended sessions) is finished here.
-            handed = self.state.hand_over(foreign)
-            log.info("%d active sessions belong to other shards now (shard %d of %d); handed over",
-                     handed, self.shard.index, self.shard.total)  # fmt: skip
-        self._known = dict.fromkeys(key for key in active if self.shard.owns(key_id(key)))
-        self._last_seen.clear()
+        known = self._endings.recover()
         self.metrics.set_retention(self.settings.retention)
         self.metrics.restore_last_archive_success(self.state.last_archived_at())
         # Whatever ended while we were not looking is found by the first reconciliation.
@@ -269,7 +250,7 @@ class Pipeline:
         log.info(
             "state recovered: %d fetches and %d uploads resumed, %d stale spool files removed, "
             "%d sessions known active, %d candidates, %d items to fetch, %d to upload",
-            fetches, uploads, removed, len(self._known), backlog.candidates,
+            fetches, uploads, removed, known, backlog.candidates,
             backlog.pending_fetch, backlog.pending_upload,
         )  # fmt: skip
 
@@ -283,7 +264,7 @@ class Pipeline:
             self.live.start()
         specs = (
             [("reconcile", functools.partial(self._reconciler.run, self._stop))] * reconcile
-            + [("confirm", self._confirm_loop)] * self.tuning.confirm_workers
+            + [("confirm", self._endings.run)] * self.tuning.confirm_workers
             + [("fetch", self._fetches.run)] * self.settings.fetch_workers
             + [("upload", self._uploads.run)] * self.upload_workers
             # Last, so stop() joins it after the upload workers whose outcomes it commits.
@@ -330,178 +311,18 @@ class Pipeline:
         dead thread means the process must be restarted)."""
         return bool(self._threads) and not self._stop.is_set() and all(t.is_alive() for t in self._threads)
 
-    # --- detection --------------------------------------------------------------------------
+    # --- detection (archive/ending.py) -------------------------------------------------------
 
     def observe_poll(
         self, sessions: Sequence[Session] | None, now: float, *, present_ids: Set[str] = frozenset()
     ) -> None:
-        """Record one list poll (None = failed: nothing ends on a failed poll).
-
-        Only new or changed sessions are written; last_seen_active of the rest is persisted in one
-        bulk statement at most every `last_seen_persist_interval` seconds. Known-active sessions
-        missing from the list become candidates, confirmed by the confirm threads. A listed entry
-        with a terminal status counts as missing (the describe confirms it). `present_ids`: ids of
-        entries left out of this poll by the range checks (quarantined): still there, so none of
-        their known instances is taken for ended.
-        """
-        if sessions is None:
-            self._poll_gap = True
-            return
-        if self._poll_gap:
-            # Sessions may have started and ended while the list was failing: reconcile.
-            self._poll_gap = False
-            self._reconciler.request()
-        decisions = observe(
-            sessions,
-            self._known,
-            now,
-            last_seen=self._last_seen,
-            last_persisted=self._last_seen_persisted,
-            persist_interval=self.tuning.last_seen_persist_interval,
-            present_ids=present_ids,
-        )
-        known = decisions.known
-        if self.live is not None:  # the shard's active sessions (only ours), quarantined ones too: still running
-            self.live.update(known)
-        gone = decisions.gone
-        reopened = self.state.record_poll(decisions.upserts, gone, now, touch_active=decisions.touch_active)
-        if decisions.touch_active:
-            self._last_seen_persisted = now
-        self._known = known
-        last_seen = self._last_seen
-        for key, _ in gone:
-            last_seen.pop(key, None)
-        for key in self._known:
-            last_seen[key] = now
-        if reopened.keys:
-            for path in reopened.spool_paths:
-                self.spool.remove(Path(path))
-            self.metrics.session_reopened(len(reopened.keys))
-            log.warning("%d sessions were listed again after they were taken for ended; re-opened: %s",
-                        len(reopened.keys), ", ".join(repr(key_id(k)) for k in reopened.keys[:5]))  # fmt: skip
-        if gone:
-            log.info("%d sessions left the list; confirming their end", len(gone))
-            self._wake.notify(CONFIRM)
-        self._refresh_gauges(force=False)
-
-    def _deadline_for(self, row: SessionRow) -> float:
-        s = self.settings
-        return deadline_for(row, retention=s.retention, margin=s.deadline_margin, now=self.clock())
-
-    def _items_for(self, row: SessionRow) -> list[NewItem]:
-        items = [NewItem("logs", "", logs_source(row.id))]
-        items += [
-            NewItem("artifact", path, artifact_source(row.id, path))
-            for path in self.settings.artifact_paths_for(row.image)
-        ]
-        return items
-
-    def _end(self, key: str, described: Session | None, *, backfill: bool = False) -> bool:
-        row = self.state.end_session(
-            key,
-            described=described,
-            deadline_for=self._deadline_for,
-            items_for=self._items_for,
-            now=self.clock(),
-            backfill=backfill,
-        )
-        if row is None:
-            return False
-        self.metrics.sessions_ended()
-        log.info("session %r ended (%s); fetch deadline %.0f", row.id, row.status, row.fetch_deadline or 0)
-        # Its items are the fetch workers' now; one without items is complete (finalization).
-        self._wake.notify(FETCH, UPLOAD)
-        return True
-
-    def _end_confirmed(self, ends: Sequence[tuple[str, Session | None]]) -> None:
-        """End a batch's confirmed candidates in one commit (a flood of endings: one commit per batch)."""
-        rows = self.state.end_sessions(
-            ends, deadline_for=self._deadline_for, items_for=self._items_for, now=self.clock()
-        )
-        for row in rows:
-            self.metrics.sessions_ended()
-            log.info("session %r ended (%s); fetch deadline %.0f", row.id, row.status, row.fetch_deadline or 0)
-        if rows:
-            self._wake.notify(FETCH, UPLOAD)
-
-    def _confirm_loop(self) -> None:
-        while not self._stop.is_set():
-            generation = self._wake.snapshot(CONFIRM)
-            try:
-                rows = self.state.claim_candidates(self._mono(), self.tuning.confirm_lease, self.tuning.confirm_batch)
-                ends: list[tuple[str, Session | None]] = []
-                try:
-                    for row in rows:
-                        if self._stop.is_set():
-                            break
-                        self._confirm(row, ends)
-                finally:
-                    # Even when a describe raised: the ends confirmed before it are not redone.
-                    self._end_confirmed(ends)
-                if not rows:
-                    self._wake.wait(generation, self._wake.until(self.state.next_candidate_wake()), CONFIRM)
-            except Exception:  # loop edge: a bug must not silently end confirmations
-                log.exception("confirm loop failed; continuing")
-                self.metrics.error("confirm")
-                self._stop.wait(1.0)
-
-    def _confirm(self, row: SessionRow, ends: list[tuple[str, Session | None]]) -> None:
-        """Describe a candidate; end it only on positive evidence (see the module docstring): an
-        end is added to `ends`, which the caller commits for the whole batch at once."""
-        try:
-            described = self.client.describe_session(row.id, policy=self._confirm_policy)
-        except NotFoundError as exc:
-            if not exc.code:
-                # No error body of the API's own (an HTML or plain 404 from a proxy): transient.
-                log.warning("describing candidate %r: a 404 without the API's error body; retrying", row.id)
-                self.state.candidate_retry(row.key, self._mono() + self.tuning.confirm_retry, str(exc))
-                return
-            now = self.clock()
-            first = self.state.candidate_not_found(row.key, now, self._mono() + self.tuning.not_found_confirm)
-            if now - first >= self.tuning.not_found_confirm:
-                # Removed (we were down, or the window is over): ended; its fetches will tell.
-                ends.append((row.key, None))
-            return
-        except ApiError as exc:
-            log.warning("describing candidate %r failed (retrying): %s", row.id, exc)
-            self.state.candidate_retry(row.key, self._mono() + self.tuning.confirm_retry, str(exc))
-            return
-        if session_key_of(described) != row.key:
-            # The id now names another instance (reused after this one ended): this one is over.
-            log.info("session %r was reused by a newer instance; its earlier instance has ended", row.id)
-            ends.append((row.key, None))
-            return
-        absent_for = self.clock() - (row.first_seen_ended or self.clock())
-        if described.terminal or (
-            described.status == UNKNOWN_STATUS and absent_for >= self.tuning.unknown_status_grace
-        ):
-            ends.append((row.key, described))
-        else:
-            self.state.candidate_alive(row.key, self.clock(), self._mono() + self.tuning.confirm_recheck)
+        """Record one list poll (None = failed: nothing ends on a failed poll); see `EndingStage.observe_poll`."""
+        self._endings.observe_poll(sessions, now, present_ids=present_ids)
 
     def backfill(self, session_ids: Sequence[str]) -> list[str]:
-        """Archive these sessions now if the upstream still holds them ended; returns the ids queued.
-
-        Already ended/archived sessions, running ones (archived when they end) and unknown or
-        removed ones are skipped with a log line saying why.
-        """
-        queued = []
-        for sid in session_ids:
-            try:
-                described = self.client.describe_session(sid, policy=self._confirm_policy)
-            except NotFoundError:
-                log.warning("session %r is unknown or past its retention window: nothing to fetch", sid)
-                continue
-            if not described.terminal:
-                log.warning("session %r is still %s: it is archived when it ends", sid, described.status)
-                continue
-            row = self.state.session(session_key_of(described))
-            if row is not None and row.state not in DETECTING_STATES:
-                log.info("session %r is already %s", sid, row.state)
-                continue
-            if self._end(session_key_of(described), described, backfill=True):
-                queued.append(sid)
-        return queued
+        """Archive these sessions now if the upstream still holds them ended; returns the ids queued
+        (see `EndingStage.backfill`)."""
+        return self._endings.backfill(session_ids)
 
     # --- reconciliation (archive/reconcile.py) ---------------------------------------------
 

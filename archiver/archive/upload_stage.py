@@ -14,8 +14,8 @@ import time
 from collections import deque
 from pathlib import Path
 
-from archiver.archive.fetch import Spool
 from archiver.archive.outcomes import OutcomeCommitter
+from archiver.archive.spool import Spool
 from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
 from archiver.archive.state import ArchivedMark, ItemRow, SessionRow
 from archiver.archive.upload import Conflict, SpoolBroken, Stored, Uploader

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
-from archiver.archive.fetch import Spool
 from archiver.archive.outcomes import OutcomeCommitter
+from archiver.archive.spool import Spool
 from archiver.archive.stage import UPLOAD, Wakeups
 from archiver.archive.state import StateDB, StoredOutcome
 from archiver.fake import FakeService

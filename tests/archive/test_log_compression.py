@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archiver.archive.fetch import DEFLATE_BLOCK, Spool
+from archiver.archive.spool import DEFLATE_BLOCK, Spool
 from archiver.archive.upload import log_digests
 from archiver.errors import ArchiveIntegrityError
 

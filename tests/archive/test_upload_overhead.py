@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from archiver.archive.fetch import Spool
 from archiver.archive.pipeline import auto_upload_workers
+from archiver.archive.spool import Spool
 from archiver.archive.stage import ANY, CONFIRM, FETCH, UPLOAD, StageParts, Tuning, Wakeups
 from archiver.archive.state import ItemRow, StateDB, StoredOutcome
 from archiver.archive.upload import Stored, Uploader

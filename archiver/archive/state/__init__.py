@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from archiver.archive.state.finalize import FinalizeRepo
 from archiver.archive.state.items import ItemRepo
 from archiver.archive.state.journal import SqliteJournal
 from archiver.archive.state.logqueue import LogRepo
@@ -78,7 +79,7 @@ __all__ = [
 ]
 
 
-class StateDB(SessionRepo, ItemRepo, LogRepo):
+class StateDB(SessionRepo, FinalizeRepo, ItemRepo, LogRepo):
     """The state DB of one archiver (`{state_dir}/state.db`): session and item repositories on one
     connection pair, and the multipart journal. Thread-safe."""
 
