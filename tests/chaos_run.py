@@ -136,6 +136,8 @@ class ChaosConfig:
     artifacts: bool = True
     #: PYTHONPATH of the daemon (a checkout of another version, to measure it against this one).
     daemon_pythonpath: str = ""
+    #: A command the daemon runs under (e.g. `strace -f -o FILE`, to see where its writes go).
+    daemon_prefix: tuple[str, ...] = ()
 
 
 @dataclass
@@ -202,6 +204,9 @@ class ChaosReport:
     first_byte_p99: float | None = None
     #: `write_bytes` of the daemon's /proc/PID/io at the end of the drain (None: restarted or unknown).
     daemon_write_bytes: int | None = None
+    #: ... and its `cancelled_write_bytes`: bytes of files truncated or deleted before the kernel
+    #: wrote them back (counted in `write_bytes` when dirtied, never written to the disk).
+    daemon_cancelled_write_bytes: int | None = None
 
     @property
     def mid_transfer_kills(self) -> int:
@@ -480,7 +485,9 @@ class ChaosRun:
         if self.config.daemon_pythonpath:
             env["PYTHONPATH"] = self.config.daemon_pythonpath
         with log:
-            self.daemon = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+            self.daemon = subprocess.Popen(
+                [*self.config.daemon_prefix, *args], stdout=log, stderr=subprocess.STDOUT, env=env
+            )
 
     def _kill_daemon(self) -> None:
         if self.daemon is not None and self.daemon.poll() is None:
@@ -732,6 +739,8 @@ class ChaosRun:
                 io = Path(f"/proc/{self.daemon.pid}/io").read_text()
                 found = re.search(r"^write_bytes: (\d+)$", io, re.MULTILINE)
                 self.report.daemon_write_bytes = int(found.group(1)) if found else None
+                found = re.search(r"^cancelled_write_bytes: (\d+)$", io, re.MULTILINE)
+                self.report.daemon_cancelled_write_bytes = int(found.group(1)) if found else None
 
     # --- drain and checks ---------------------------------------------------------------------
 

@@ -427,7 +427,15 @@ class Fetcher:
         """A live capture segment spooled (gzip, like every log), as the item's logs or (with
         ``segment``) as a logs item of its own."""
         assert self.live is not None
-        spooled = self._spool.write(name, self.live.read(row), compress=True, limit=None)
+        spooled: SpoolFile | None = None
+        if row.sealed is not None:  # the capture's seal is already these very bytes, synced
+            with contextlib.suppress(FileNotFoundError):
+                spooled = self._spool.adopt(
+                    name, self.live.sealed_path(row), size=row.sealed.size, sha256=row.sealed.sha256,
+                    received=row.kept.size,
+                )  # fmt: skip
+        if spooled is None:
+            spooled = self._spool.write(name, self.live.read(row), compress=True, limit=None)
         ext = "jsonl" if row.shape == NDJSON else "txt"
         instance = item.instance or None
         key = (

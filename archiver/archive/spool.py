@@ -2,9 +2,11 @@
 
 A body goes to `spool/<item-id>.partial` while its sha256 is computed on the way, is fsynced,
 renamed to `spool/<item-id>` and the directory fsynced; only then may the fetch commit `spooled`.
-Logs are gzip-compressed on the way in (`gzip_blocks`: stored as received, just smaller);
-artifacts are kept byte for byte. The fetch writes here, the upload stage and its committer
-remove what is stored, and start-up recovery sweeps what no row refers to.
+Logs are gzip-compressed on the way in (`gzipstream.gzip_blocks`: stored as received, just
+smaller); artifacts are kept byte for byte. A live capture's seal (`live.store`: already the
+stored log's gzip, already synced) is adopted by a hard link instead of a copy. The fetch writes
+here, the upload stage and its committer remove what is stored, and start-up recovery sweeps what
+no row refers to.
 """
 
 from __future__ import annotations
@@ -12,48 +14,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-from isal import isal_zlib
 
 from archiver.archive.crashpoints import crashpoint
 from archiver.durable import fsync_dir
 from archiver.errors import TooLargeError
+from archiver.store.gzipstream import gzip_blocks
 
-#: ISA-L level 1: a small fraction of the CPU zlib's level 6 takes, for a stored log somewhat larger
-#: (when thousands of sessions end at once, the CPU is the limit). The stored bytes therefore differ
-#: from an older archiver's; replicas compare logs by their uncompressed content (`Uploader.upload`),
-#: so that is no conflict.
-GZIP_LEVEL = 1
-#: The pieces logs are compressed in (see `gzip_blocks`).
-DEFLATE_BLOCK = 64 * 1024
 #: How many leading raw bytes are kept to sniff formats (gzip magic, a JSON opening brace).
 _HEAD = 64
-
-
-def gzip_blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """One gzip member of `chunks` (mtime 0, no name), fed to ISA-L in blocks of `DEFLATE_BLOCK` bytes.
-
-    ISA-L's output depends on how its input is cut (zlib's does not), and chunks arrive as the
-    network cuts them: re-cut into fixed blocks, the same log always gives the same bytes (with the
-    same ISA-L), so two fetches of it store one object, not a conflict to resolve.
-    """
-    compressor = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31)  # 31: gzip
-    pending = bytearray()
-    for chunk in chunks:
-        pending += chunk
-        whole = len(pending) - len(pending) % DEFLATE_BLOCK
-        if not whole:
-            continue
-        with memoryview(pending) as view:
-            for start in range(0, whole, DEFLATE_BLOCK):
-                data = compressor.compress(view[start : start + DEFLATE_BLOCK])
-                if data:
-                    yield data
-        del pending[:whole]
-    yield compressor.compress(pending) + compressor.flush()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +87,27 @@ class Spool:
         fsync_dir(self.directory)
         crashpoint("after_spool_rename")
         return SpoolFile(final, size, digest.hexdigest(), received, head)
+
+    def adopt(self, item_id: int | str, source: Path, *, size: int, sha256: str, received: int) -> SpoolFile:
+        """``source`` (a durable file of ``size`` bytes whose SHA-256 is ``sha256``) as the spool file
+        of ``item_id``: hard-linked, so nothing is copied or synced but the directory; copied where
+        the spool is on another filesystem. FileNotFoundError when ``source`` is gone."""
+        final = self.final_path(item_id)
+        partial = self.partial_path(item_id)
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+        try:
+            os.link(source, partial)
+        except FileNotFoundError:
+            raise
+        except OSError:  # another filesystem (EXDEV), or one without hard links
+            with source.open("rb") as f:
+                copied = self.write(item_id, iter(lambda: f.read(1024 * 1024), b""), compress=False, limit=None)
+            return SpoolFile(copied.path, copied.size, copied.sha256, received, b"")
+        os.rename(partial, final)
+        fsync_dir(self.directory)
+        crashpoint("after_spool_rename")
+        return SpoolFile(final, size, sha256, received, b"")
 
     def remove(self, path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):

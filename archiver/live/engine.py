@@ -476,7 +476,7 @@ class LiveCapture:
     async def _checkpoint(self) -> None:
         for row in self.store.pending():
             self._unsaved[(row.key, row.index)] = row
-        if not self._unsaved:
+        if not self._unsaved and not self.store.removals_pending():
             return
         rows = list(self._unsaved.values())
         self._unsaved.clear()

@@ -1,23 +1,35 @@
-"""The durable captures: one append-only file per session segment, and a checkpoint of what each file holds.
+"""The durable captures: one append-only file per session segment, a checkpoint of what each file
+holds, and each finished segment sealed as the stored log it will become.
 
 Files live in ``{state dir}/live/`` named by a digest of the session's instance key (ids may be any
 string), ``{digest}.{segment}.log``; they hold the stream's non-blank lines as received, each with
 its newline, nothing else. The checkpoint table (``captures.db``, SQLite, WAL) records per segment
-its line count, byte size, chain digest (`resume`) and state. Lines are written to the file as
-they arrive (one ``write`` per received piece); every `Tuning.checkpoint_interval` the dirty
-segments' values are taken, each dirty file's data is synced (``fdatasync``) and then the directory
-(the names of new files), and then one transaction records them all: a checkpoint never claims a
-byte the disk does not hold, and thousands of sessions cost one sync each per checkpoint, not one
-per line. Only what the archiver wrote is synced, never the whole filesystem (a ``syncfs`` on a
-shared node volume would flush other pods' dirty pages too).
+its line count, byte size, chain digest (`resume`), state and seal. Lines are written to the file as
+they arrive (one ``write`` per received piece: a ``kill -9`` loses nothing the kernel had), and every
+`Tuning.checkpoint_interval` one transaction records the dirty segments' values.
+
+What is synced, and why only that (issue 35): a running session's lines are not synced by us; the
+kernel writes them back within its own interval, and a machine crash before that costs nothing the
+service cannot give again (the follow replays the running session's log, and the replay skips the
+kept prefix). A segment becomes irreplaceable when it finishes (the service may forget a session's
+logs at its end): the next checkpoint, within a fraction of a second, **seals** it: its lines are
+compressed into ``{digest}.{segment}.{lines}.gz`` exactly as the stored log object (`gzipstream.
+gzip_blocks`, deterministic), that file's data and the directory are synced, and only then does the
+row that names the seal (size, SHA-256) commit. The archive step hard-links the seal into its spool
+instead of compressing and syncing a copy; the raw file of a sealed segment is deleted with the
+capture, mostly before the kernel ever wrote it. Thousands of sessions cost one transaction per
+checkpoint, one sync per finished segment, and their removals share the next checkpoint's
+transaction. Only what the archiver wrote is synced, never the whole filesystem.
 
 Recovery (at open) trusts a checkpoint and re-reads only what follows it: complete lines written
 after it (a ``kill -9`` loses nothing the kernel had) extend the chain; a torn last line is cut
-off; a file shorter than its checkpoint (a machine crash on a filesystem that lied) is re-read
-whole. A file without a row (its follow began after the last checkpoint) is kept when another
-segment's row names its session (a segment begun after a divergence: its lines are scanned to
-rebuild the row, and the segments before it end as diverged); else, its key unknown, it is deleted,
-and the session's replay brings the lines again.
+off; a file shorter than its checkpoint (a machine crash before the kernel wrote it back) is
+re-read whole: a running segment goes on from what the disk holds (the replay brings the rest), a
+finished one says `gap`. A seal missing or short is made again; finished segments of an older
+archiver (no seal) are sealed. A file without a row (its follow began after the last checkpoint)
+is kept when another segment's row names its session (a segment begun after a divergence: its
+lines are scanned to rebuild the row, and the segments before it end as diverged); else, its key
+unknown, it is deleted, and the session's replay brings the lines again.
 """
 
 from __future__ import annotations
@@ -38,13 +50,15 @@ from archiver.errors import StateError
 from archiver.live.policy import Finish
 from archiver.live.resume import Kept
 from archiver.logshape import NDJSON, TEXT, starts_like_json
+from archiver.store.gzipstream import gzip_blocks
 
 log = logging.getLogger("archiver.live")
 
 DIR_NAME = "live"
 DB_NAME = "captures.db"
 # A capture's shape is `logshape.NDJSON` (`{streamType, line}` entries) or `logshape.TEXT` (plain lines).
-SCHEMA_VERSION = 1
+#: 2: finished segments are sealed (`sealed_size`, `sealed_sha256`).
+SCHEMA_VERSION = 2
 #: Bytes per page of a new checkpoint DB (as the state DB's, archive/state/schema.py: issue 35).
 PAGE_SIZE = 1024
 #: A segment still being followed (the others are `policy.Finish` values).
@@ -64,9 +78,24 @@ CREATE TABLE IF NOT EXISTS segments (
     state TEXT NOT NULL,            -- following | complete | gap | diverged
     began REAL NOT NULL,
     updated REAL NOT NULL,
+    sealed_size INTEGER,            -- a finished segment's lines as the stored log's gzip: its size ...
+    sealed_sha256 TEXT,             -- ... and SHA-256 (the file `CaptureStore.sealed_path`); NULL: not sealed
     PRIMARY KEY (key, idx)
 ) WITHOUT ROWID
 """
+#: Schema 1 → 2: seals (a v1 store's finished segments are sealed when it is opened).
+_MIGRATE_1_TO_2 = (
+    "ALTER TABLE segments ADD COLUMN sealed_size INTEGER",
+    "ALTER TABLE segments ADD COLUMN sealed_sha256 TEXT",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Sealed:
+    """A finished segment's lines as the stored log object: the gzip file's size and SHA-256."""
+
+    size: int
+    sha256: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +110,8 @@ class SegmentRow:
     kept: Kept
     state: str
     path: Path
+    #: The seal of a finished segment (None: still followed, not sealed yet, or nothing to seal).
+    sealed: Sealed | None = None
 
 
 class Segment:
@@ -122,8 +153,9 @@ def scan(path: Path, kept: Kept) -> Kept:
 
 
 def _values(r: SegmentRow, now: float) -> tuple[object, ...]:
+    sealed = r.sealed
     return (r.key, r.index, r.session_id, r.created_ms, r.shape, r.kept.lines, r.kept.size, r.kept.chain, r.state,
-            now, now)  # fmt: skip
+            now, now, None if sealed is None else sealed.size, None if sealed is None else sealed.sha256)  # fmt: skip
 
 
 class CaptureStore:
@@ -135,6 +167,9 @@ class CaptureStore:
         self._clock = clock
         self._lock = threading.Lock()
         self._dirty: dict[tuple[str, int], Segment] = {}
+        #: Keys whose captures were removed (files deleted at once), their rows deleted by the next
+        #: checkpoint's transaction; readers no longer see them meanwhile.
+        self._removed: set[str] = set()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
@@ -149,6 +184,9 @@ class CaptureStore:
                     f"live captures {self.directory / DB_NAME} were written by a newer archiver "
                     f"(schema {version}; this one reads {SCHEMA_VERSION})"
                 )
+            if version == 1:
+                for statement in _MIGRATE_1_TO_2:
+                    self._db.execute(statement)
             self._db.execute(_SCHEMA)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
@@ -162,16 +200,32 @@ class CaptureStore:
         digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
         return self.directory / f"{digest}.{index}.log"
 
+    @staticmethod
+    def sealed_path(row: SegmentRow) -> Path:
+        """Where a finished segment's seal is: named by its line count too, so a name never changes
+        content (a segment followed again and finished anew gets a seal of its own)."""
+        return row.path.with_name(f"{row.path.name.removesuffix('.log')}.{row.kept.lines}.gz")
+
     # --- recovery ---------------------------------------------------------------------------
 
     def _recover(self) -> None:
         rows = self._rows("SELECT * FROM segments")
+        # Captures removed (every file gone) whose rows a crash kept: their removal is finished now.
+        keys = {row.key for row in rows}
+        for row in rows:
+            if row.state == FOLLOWING or row.path.exists() or (row.sealed and self.sealed_path(row).exists()):
+                keys.discard(row.key)
+        self._removed |= keys
+        rows = [row for row in rows if row.key not in keys]
         changed: dict[tuple[str, int], SegmentRow] = {}
         for row in rows:
             kept = self._recovered(row)
             if kept != row.kept:
                 state = row.state if row.state == FOLLOWING or kept.size >= row.kept.size else Finish.GAP
-                changed[(row.key, row.index)] = dataclasses.replace(row, kept=kept, state=state)
+                changed[(row.key, row.index)] = dataclasses.replace(row, kept=kept, state=state, sealed=None)
+            elif row.sealed is not None and not self._seal_holds(row):
+                log.warning("live capture of %r: its seal is missing or short; sealing it again", row.session_id)
+                changed[(row.key, row.index)] = dataclasses.replace(row, sealed=None)
         found = self._unrecorded(rows)
         changed.update({(row.key, row.index): row for row in found})
         current = {(row.key, row.index): row for row in rows} | changed
@@ -180,7 +234,31 @@ class CaptureStore:
             for (k, index), row in current.items():
                 if k == key and index < newest and row.state == FOLLOWING:
                     changed[(k, index)] = dataclasses.replace(row, state=Finish.DIVERGED)
-        self._write(list(changed.values()))
+        # Finished segments without a seal (an older archiver's, or one whose seal was lost) are sealed now.
+        for where, row in (current | changed).items():
+            if row.state != FOLLOWING and row.sealed is None and row.kept.lines:
+                changed[where] = row
+        self._sweep_seals(list((current | changed).values()))
+        self.checkpoint(list(changed.values()))
+
+    def removals_pending(self) -> bool:
+        """Removed captures whose rows the next checkpoint deletes."""
+        with self._lock:
+            return bool(self._removed)
+
+    def _seal_holds(self, row: SegmentRow) -> bool:
+        try:
+            return row.sealed is not None and self.sealed_path(row).stat().st_size == row.sealed.size
+        except FileNotFoundError:
+            return False
+
+    def _sweep_seals(self, rows: Sequence[SegmentRow]) -> None:
+        """Delete seals no row names (made for an older finish, or before a crash let their row
+        commit) and seals left half written."""
+        named = {self.sealed_path(row).name for row in rows if row.sealed is not None}
+        for entry in self.directory.iterdir():
+            if entry.name.endswith(".partial") or (entry.name.endswith(".gz") and entry.name not in named):
+                entry.unlink()
 
     def _unrecorded(self, rows: Sequence[SegmentRow]) -> list[SegmentRow]:
         """The files without a row (begun after the last checkpoint) rebuilt as segments, when a row
@@ -201,7 +279,9 @@ class CaptureStore:
                 shape = NDJSON if starts_like_json(f.read(64)) else TEXT
             log.info("live capture of %r: segment %s began after the last checkpoint; kept", other.session_id, index)
             found.append(
-                dataclasses.replace(other, index=int(index), shape=shape, kept=kept, state=FOLLOWING, path=entry)
+                dataclasses.replace(
+                    other, index=int(index), shape=shape, kept=kept, state=FOLLOWING, path=entry, sealed=None
+                )
             )
         return found
 
@@ -306,41 +386,64 @@ class CaptureStore:
         return taken
 
     def checkpoint(self, rows: Sequence[SegmentRow]) -> None:
-        """Make ``rows`` (taken by `pending`) durable: the files' data first, then the rows."""
-        if not rows:
-            return
-        self._sync([row.path for row in rows])
-        self._write(rows)
+        """Make ``rows`` (taken by `pending`) durable: finished segments sealed (each seal's data
+        synced, then the directory), then one transaction records the rows with their seals and
+        deletes the rows of removed captures. Running segments' files are not synced (module doc)."""
+        with self._lock:
+            removed = frozenset(self._removed)
+        # A row taken before its capture was removed (its file gone with it) is not written back.
+        rows = [r for r in rows if r.key not in removed or r.path.exists()]
+        sealed = [self._sealed(r) if r.state != FOLLOWING and r.sealed is None and r.kept.lines else r for r in rows]
+        if any(r.sealed is not None and r is not o for r, o in zip(sealed, rows, strict=True)):
+            os.fsync(self._dir_fd)  # the seals' names
+        self._write(sealed, removed)
 
-    def _sync(self, paths: Sequence[Path]) -> None:
-        """The data of these files (opened afresh: the writer may close its fd), then the directory."""
-        for path in paths:
+    def _sealed(self, row: SegmentRow) -> SegmentRow:
+        """The finished segment with its seal: its lines as the stored log's gzip, written beside
+        it and synced (`sealed_path`)."""
+        final = self.sealed_path(row)
+        partial = final.with_name(final.name + ".partial")
+        digest = hashlib.sha256()
+        size = 0
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                for data in gzip_blocks(self.read(row)):
+                    digest.update(data)
+                    out.write(data)
+                    size += len(data)
+                out.flush()
+                os.fdatasync(out.fileno())
+            os.replace(partial, final)
+        except BaseException:
             with contextlib.suppress(FileNotFoundError):
-                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
-        os.fsync(self._dir_fd)
+                partial.unlink()
+            raise
+        return dataclasses.replace(row, sealed=Sealed(size, digest.hexdigest()))
 
-    def _write(self, rows: Sequence[SegmentRow]) -> None:
-        if not rows:
+    def _write(self, rows: Sequence[SegmentRow], removed: frozenset[str] = frozenset()) -> None:
+        if not rows and not removed:
             return
         now = self._clock()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                # Removals first: a capture begun again after its removal writes its new rows after.
+                self._db.executemany("DELETE FROM segments WHERE key = ?", [(key,) for key in removed])
                 self._db.executemany(
                     "INSERT INTO segments (key, idx, session_id, created_ms, shape, lines, size, chain, state, "
-                    "began, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key, idx) DO UPDATE SET "
-                    "shape = excluded.shape, lines = excluded.lines, size = excluded.size, chain = excluded.chain, "
-                    "state = excluded.state, updated = excluded.updated",
+                    "began, updated, sealed_size, sealed_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (key, idx) DO UPDATE SET shape = excluded.shape, lines = excluded.lines, "
+                    "size = excluded.size, chain = excluded.chain, state = excluded.state, "
+                    "updated = excluded.updated, sealed_size = excluded.sealed_size, "
+                    "sealed_sha256 = excluded.sealed_sha256",
                     [_values(r, now) for r in rows],
                 )
                 self._db.execute("COMMIT")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
+            self._removed -= removed
 
     # --- readers ------------------------------------------------------------------------------
 
@@ -349,6 +452,7 @@ class CaptureStore:
             cursor = self._db.execute(sql, params)
             names = [d[0] for d in cursor.description]
             found = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+            removed = frozenset(self._removed)
         return [
             SegmentRow(
                 key=r["key"],
@@ -359,8 +463,10 @@ class CaptureStore:
                 kept=Kept(r["lines"], r["size"], bytes(r["chain"])),
                 state=r["state"],
                 path=self.path_of(r["key"], r["idx"]),
+                sealed=None if r["sealed_size"] is None else Sealed(r["sealed_size"], r["sealed_sha256"]),
             )
             for r in found
+            if r["key"] not in removed
         ]
 
     def segments(self, key: str) -> list[SegmentRow]:
@@ -376,11 +482,13 @@ class CaptureStore:
                 yield block
 
     def remove(self, key: str) -> None:
-        """Forget a session instance's captures (its archive is done)."""
+        """Forget a session instance's captures (its archive is done): its files (lines and seals)
+        go at once, its rows with the next checkpoint's transaction (no commit of its own: a crash
+        before it brings the rows back without their files, and recovery starts them afresh)."""
         with self._lock:
-            self._db.execute("DELETE FROM segments WHERE key = ?", (key,))
+            self._removed.add(key)
         digest = self.path_of(key, 0).name.split(".")[0]
-        for entry in self.directory.glob(f"{digest}.*.log"):
+        for entry in self.directory.glob(f"{digest}.*"):
             with contextlib.suppress(FileNotFoundError):
                 entry.unlink()
 
@@ -402,6 +510,7 @@ class CaptureStore:
         return len(removed)
 
     def close(self) -> None:
+        self.checkpoint([])  # the removals not recorded yet
         with self._lock:
             self._db.close()
         os.close(self._dir_fd)

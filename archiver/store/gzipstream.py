@@ -1,4 +1,5 @@
-"""Streaming gunzip and hashing of stored logs: read back (`archiver logs/grep`) and compared by content (uploads)."""
+"""The stored logs' gzip both ways: deterministic compression (fetch, live capture) and streaming
+gunzip and hashing (read back by `archiver logs/grep`, compared by content by uploads)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,40 @@ from isal import isal_zlib
 from archiver.errors import ArchiveIntegrityError
 from archiver.textsafe import printable
 
+#: ISA-L level 1: a small fraction of the CPU zlib's level 6 takes, for a stored log somewhat larger
+#: (when thousands of sessions end at once, the CPU is the limit). The stored bytes therefore differ
+#: from an older archiver's; replicas compare logs by their uncompressed content (`Uploader.upload`),
+#: so that is no conflict.
+GZIP_LEVEL = 1
+#: The pieces logs are compressed in (see `gzip_blocks`).
+DEFLATE_BLOCK = 64 * 1024
 #: What ISA-L raises for data that is not valid gzip (its stub calls it an instance, not a class).
 _INFLATE_ERROR: type[Exception] = isal_zlib.error  # type: ignore[assignment]
 #: Most decompressed bytes one step yields: memory stays flat however well the logs compress.
 MAX_DECOMPRESSED_CHUNK = 1024 * 1024
+
+
+def gzip_blocks(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """One gzip member of `chunks` (mtime 0, no name), fed to ISA-L in blocks of `DEFLATE_BLOCK` bytes.
+
+    ISA-L's output depends on how its input is cut (zlib's does not), and chunks arrive as the
+    network cuts them: re-cut into fixed blocks, the same log always gives the same bytes (with the
+    same ISA-L), so two fetches of it, or a fetch and a live capture's seal, store one object.
+    """
+    compressor = isal_zlib.compressobj(GZIP_LEVEL, isal_zlib.DEFLATED, 31)  # 31: gzip
+    pending = bytearray()
+    for chunk in chunks:
+        pending += chunk
+        whole = len(pending) - len(pending) % DEFLATE_BLOCK
+        if not whole:
+            continue
+        with memoryview(pending) as view:
+            for start in range(0, whole, DEFLATE_BLOCK):
+                data = compressor.compress(view[start : start + DEFLATE_BLOCK])
+                if data:
+                    yield data
+        del pending[:whole]
+    yield compressor.compress(pending) + compressor.flush()
 
 
 def gunzip(chunks: Iterable[bytes], key: str, max_out: int = MAX_DECOMPRESSED_CHUNK) -> Iterator[bytes]:

@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from archiver.archive.spool import DEFLATE_BLOCK, Spool
+from archiver.archive.spool import Spool
 from archiver.archive.upload import log_digests
 from archiver.errors import ArchiveIntegrityError
+from archiver.store.gzipstream import DEFLATE_BLOCK
 
 LINES = st.lists(st.text(min_size=0, max_size=80), min_size=0, max_size=4000)
 
