@@ -183,13 +183,11 @@ class SessionRepo(Connection):
                 "ORDER BY first_seen_ended LIMIT ?",
                 (now_mono, limit),
             ).fetchall()
-            db.executemany("UPDATE sessions SET wake_at = ? WHERE key = ?", [(now_mono + lease, r[0]) for r in rows])
+            _lease(db, rows, now_mono + lease)
         return [session_row(r) for r in rows]
 
     def next_candidate_wake(self) -> float | None:
-        with self.read() as db:
-            value = db.execute("SELECT MIN(wake_at) FROM sessions WHERE state = 'candidate'").fetchone()[0]
-        return None if value is None else float(value)
+        return self._next_wake("candidate")
 
     def candidate_alive(self, key: str, now: float, retry_at: float) -> None:
         """The describe says it still runs (listed late?): seen alive now, check again at `retry_at`."""
@@ -380,6 +378,12 @@ class SessionRepo(Connection):
             ).fetchall()
         return [session_row(r) for r in rows]
 
+    def _next_wake(self, state: str) -> float | None:
+        """The earliest `wake_at` of the sessions in `state` (None: there are none)."""
+        with self.read() as db:
+            value = db.execute("SELECT MIN(wake_at) FROM sessions WHERE state = ?", (state,)).fetchone()[0]
+        return None if value is None else float(value)
+
     # --- finalization -----------------------------------------------------------------------
 
     def claim_finalize(self, now_mono: float, lease: float) -> SessionRow | None:
@@ -408,7 +412,7 @@ class SessionRepo(Connection):
                 "ORDER BY wake_at, archived_at LIMIT ?",
                 (now_mono, limit),
             ).fetchall()
-            db.executemany("UPDATE sessions SET wake_at = ? WHERE key = ?", [(now_mono + lease, r[0]) for r in rows])
+            _lease(db, rows, now_mono + lease)
         return [session_row(r) for r in rows]
 
     def release_finalize(self, session_keys: Sequence[str]) -> None:
@@ -422,9 +426,7 @@ class SessionRepo(Connection):
             )
 
     def next_finalize_wake(self) -> float | None:
-        with self.read() as db:
-            value = db.execute("SELECT MIN(wake_at) FROM sessions WHERE state = 'finalizing'").fetchone()[0]
-        return None if value is None else float(value)
+        return self._next_wake("finalizing")
 
     def finalize_retry(self, key: str, retry_at: float, error: str) -> int:
         """Finalization failed: try again at `retry_at`. Returns the attempts so far."""
@@ -499,3 +501,8 @@ class SessionRepo(Connection):
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'failed' ORDER BY done_at DESC"
             ).fetchall()
         return [session_row(r) for r in rows]
+
+
+def _lease(db: sqlite3.Connection, rows: Sequence[Sequence[object]], until: float) -> None:
+    """Lease claimed session `rows` (key first) until `until`: another worker skips them meanwhile."""
+    db.executemany("UPDATE sessions SET wake_at = ? WHERE key = ?", [(until, r[0]) for r in rows])
