@@ -12,19 +12,18 @@ from __future__ import annotations
 import functools
 import platform
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Concatenate, ParamSpec, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest as _text_generate_latest
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import generate_latest as _om_generate_latest
-from prometheus_client.registry import Collector
 
 from archiver import __version__
 from archiver.live.report import LiveStats
 from archiver.metrics.live import LiveMetrics
 from archiver.metrics.process import register_process_collectors
+from archiver.metrics.registration import Families
 from archiver.metrics.tlog import LogMetrics
 from archiver.retry import OPERATIONS
 from archiver.vocabulary import OUTCOMES
@@ -96,7 +95,7 @@ COMPLETION_DELAY_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 180
 
 
 #: The help text of every `archiver_*` family registered here, in registration order (the order a
-#: scrape lists them in). One table, so that each declaration below is one line of name and labels.
+#: scrape lists them in): each declaration below is then one line of name and labels (`Families`).
 _HELP = {
     "archiver_build_info": "Build information of the running archiver, always 1.",
     "archiver_upstream_up": "Whether the last poll of the upstream endpoint succeeded (1) or failed (0).",
@@ -158,53 +157,6 @@ _HELP = {
 }
 
 
-class _OptionalGauge(Collector):
-    """A label-less gauge that is absent until set, and again once set to None (a prometheus_client
-    Gauge starts at 0 and cannot be absent; an absent series is what lets an alert say "nothing
-    pending" rather than compare against a sentinel value)."""
-
-    def __init__(self, name: str, documentation: str) -> None:
-        self._name = name
-        self._documentation = documentation
-        self._lock = threading.Lock()
-        self._value: float | None = None
-
-    def set(self, value: float | None) -> None:
-        with self._lock:
-            self._value = value
-
-    def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            value = self._value
-        if value is not None:
-            yield GaugeMetricFamily(self._name, self._documentation, value=value)
-
-    def describe(self) -> Iterable[Metric]:
-        # Describing lets the registry reject a second collector that registers the same name.
-        return [GaugeMetricFamily(self._name, self._documentation)]
-
-
-class _Families:
-    """Registers `archiver_*` families on one registry, each with its help from `_HELP`."""
-
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self._registry = registry
-
-    def counter(self, name: str, *labels: str) -> Counter:
-        return Counter(name, _HELP[name], labels, registry=self._registry)
-
-    def gauge(self, name: str, *labels: str) -> Gauge:
-        return Gauge(name, _HELP[name], labels, registry=self._registry)
-
-    def histogram(self, name: str, buckets: tuple[float, ...], *labels: str) -> Histogram:
-        return Histogram(name, _HELP[name], labels, buckets=buckets, registry=self._registry)
-
-    def optional_gauge(self, name: str) -> _OptionalGauge:
-        gauge = _OptionalGauge(name, _HELP[name])
-        self._registry.register(gauge)
-        return gauge
-
-
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
@@ -250,7 +202,7 @@ class SelfMetrics:
         self._generation = 0
         self._generation_lock = threading.Lock()
         self._rendered: dict[bool, tuple[int, bytes]] = {}
-        family = _Families(registry)
+        family = Families(registry, _HELP)
         self._build_info = family.gauge("archiver_build_info", "version", "python_version")
         self._build_info.labels(version, platform.python_version()).set(1)
         self._up = family.gauge("archiver_upstream_up", "endpoint")
