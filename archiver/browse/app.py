@@ -2,29 +2,28 @@
 
 Nothing here writes to the store or trusts what it reads: object keys are re-derived by
 ``retrieve.item_key``, every string from the archive reaches a page through Jinja2 with
-autoescape on (after ``printable``, so control and bidi characters show as escapes), and
-downloads stream the stored bytes chunk by chunk under a ``Content-Disposition`` name built only
-from safe characters. Every link is built by ``archiver.browse.urls`` under the browser's mount
-(its route prefix). A query string that does not parse is a 400 page naming the field. The HTTP
-server (``archiver.browse.server``) only moves bytes.
+autoescape on (after ``printable``, so control and bidi characters show as escapes); downloads
+and proof bundles are the attachments of ``archiver.browse.responses``. Every link is built by
+``archiver.browse.urls`` under the browser's mount (its route prefix). A query string that does not
+parse is a 400 page naming the field. The HTTP server (``archiver.browse.server``) only moves bytes.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-from urllib.parse import parse_qs, quote, unquote_to_bytes, urlsplit
+from urllib.parse import parse_qs, unquote_to_bytes, urlsplit
 
 import jinja2
 from prometheus_client import CollectorRegistry
 
 from archiver import __version__, logshape
 from archiver.browse import params as p
-from archiver.browse import ranges, views
+from archiver.browse import views
 from archiver.browse.listing import ListQuery, cursor_of, page_sessions, parse_list_query
+from archiver.browse.responses import Response, download_response, proof_response
 from archiver.browse.search import DEFAULT_BUDGET, SearchRun, ShownHit, parse_search_query
 from archiver.browse.urls import Mount, quote_segment, with_query
 from archiver.config import inputs
@@ -38,17 +37,17 @@ from archiver.errors import (
     SessionNotArchivedError,
     StoreError,
 )
-from archiver.layout.manifest import IndexEntry, ManifestItem
+from archiver.layout.manifest import IndexEntry
 from archiver.metrics.process import register_process_collectors
 from archiver.metrics.process import render as render_metrics
 from archiver.retrieval.budget import SearchBudget
 
 # The retrieval code this package reads: queries and safe keys, log lines, human sizes.
-from archiver.retrieval.query import find_archives, item_key, load_archive, quiet
+from archiver.retrieval.query import find_archives, load_archive, quiet
 from archiver.retrieval.reading import archived_logs, logs_source, open_logs
 from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore
-from archiver.tlog.prove import prove, read_locator
+from archiver.tlog.prove import read_locator
 
 #: Sessions on one list page.
 PAGE_SIZE = 50
@@ -72,17 +71,6 @@ _HTML_HEADERS = {
 _HITS_MARK, _STATUS_MARK = "<!--hits-->", "<!--status-->"
 #: What a player link on a session page looks back over.
 _PLAYER_SINCE = "30d"
-
-
-@dataclass
-class Response:
-    """What to send: status, headers, and the body as chunks (``length`` known up front or ``None``)."""
-
-    status: int
-    content_type: str
-    body: Iterable[bytes]
-    length: int | None
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 def _page(status: int, body: bytes, content_type: str = _HTML, headers: Mapping[str, str] | None = None) -> Response:
@@ -235,10 +223,13 @@ class BrowseApp:
             case ["sessions", sid, "logs"] if sid:
                 return self.logs(sid, instance, params)
             case ["sessions", sid, "proof"] if sid:
-                return self.proof(sid, instance)
+                return proof_response(self.store, sid, instance)
             case ["sessions", sid, "items", number] if sid and number.isascii() and number.isdigit():
                 item_number = inputs.count(number, "item number", low=0, high=MAX_COUNT)
-                return self.download(sid, instance, item_number, headers)
+                download = download_response(self.store, sid, instance, item_number, headers)
+                if download is None:
+                    return self._error(404, "Not found", "this item has no stored object")
+                return download
         return self._error(404, "Not found", "no such page")
 
     # --- pages ------------------------------------------------------------------------------------
@@ -435,80 +426,7 @@ class BrowseApp:
             "line_url": line_url,
         }
 
-    def proof(self, sid: str, instance: str | None) -> Response:
-        """The archive's transparency log proof bundle (`archiver prove`), built now against the log's
-        current checkpoint; the browser holds no key: whoever receives it verifies it."""
-        loaded = load_archive(self.store, sid, instance, note=quiet)
-        bundle = prove(self.store, None, sid, loaded.ref.instance)
-        name = views.download_name(sid, loaded.ref.instance, "proof.json")
-        return Response(200, "application/octet-stream", iter([bundle]), len(bundle), _proof_headers(name))
-
-    def download(
-        self, sid: str, instance: str | None, number: int, headers: Mapping[str, str] | None = None
-    ) -> Response:
-        """The stored object of item ``number``, streamed as is (gzip bytes: its sha256 is the
-        manifest's), resumable: its sha256 is a strong ETag, If-None-Match answers 304, one byte
-        Range 206 read from the store as a ranged GET (`archiver.browse.ranges` decides)."""
-        headers = headers or {}
-        loaded = load_archive(self.store, sid, instance, note=quiet)
-        items = loaded.manifest.items
-        if number >= len(items) or items[number].outcome != "archived":
-            return self._error(404, "Not found", "this item has no stored object")
-        item: ManifestItem = items[number]
-        key, relative = item_key(self.store, sid, item, loaded.ref.instance)
-        info = self.store.head(key)
-        if info is None:
-            raise ObjectNotFoundError(key)
-        tag = ranges.etag(item.sha256) if item.sha256 else None
-        name = views.download_name(sid, loaded.ref.instance, relative)
-        extra = {
-            "Content-Disposition": f"attachment; filename=\"{name}\"; filename*=UTF-8''{quote(name)}",
-            "X-Content-Type-Options": "nosniff",
-            "Cache-Control": "private, max-age=3600",
-            "Accept-Ranges": "bytes",
-        }
-        if tag is not None:
-            extra["ETag"] = tag
-            extra["X-Archive-Sha256"] = item.sha256 or ""
-        decided = ranges.answer(
-            size=info.size,
-            tag=tag,
-            range_header=headers.get("range"),
-            if_range=headers.get("if-range"),
-            if_none_match=headers.get("if-none-match"),
-        )
-        content_range = decided.content_range(info.size)
-        if content_range is not None:
-            extra["Content-Range"] = content_range
-        # application/octet-stream whatever the manifest says: a browser must never render stored bytes.
-        if decided.status in (304, 416):
-            return Response(decided.status, "application/octet-stream", (), 0, extra)
-        if decided.status == 206:
-            body = _stream(self.store, key, (decided.first, decided.last))
-            return Response(206, "application/octet-stream", body, decided.length, extra)
-        return Response(200, "application/octet-stream", _stream(self.store, key), info.size, extra)
-
-
-def _proof_headers(name: str) -> dict[str, str]:
-    return {
-        "Content-Disposition": f"attachment; filename=\"{name}\"; filename*=UTF-8''{quote(name)}",
-        "X-Content-Type-Options": "nosniff",
-        "Cache-Control": "no-store",
-    }
-
 
 def _capture_view(logs_link: str, capture: int) -> str:
     """The log view of an archive's logs item ``capture`` (0: the logs; N: the Nth live capture kept beside them)."""
     return with_query(logs_link, [("capture", str(capture) if capture else "")])
-
-
-def _stream(store: ObjectStore, key: str, byte_range: tuple[int, int] | None = None) -> Iterator[bytes]:
-    # Opened only when the server starts sending (a HEAD never opens it); closing this generator,
-    # as the server does when the client leaves, closes the store's file or HTTP stream.
-    chunks = store.iter_bytes(key) if byte_range is None else store.iter_range(key, *byte_range)
-    try:
-        yield from chunks
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()

@@ -13,7 +13,8 @@ import socket
 import ssl
 
 from archiver import __version__
-from archiver.browse.app import BrowseApp, Response
+from archiver.browse.app import BrowseApp
+from archiver.browse.responses import Response
 from archiver.web.server import BackgroundHTTPServer, ReadOnlyHandler
 from archiver.web.webconfig import WebConfig
 

@@ -220,11 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _start_follow(self, response: Response, follow: FollowFrom) -> None:
         """Send a follow stream's headers and the log so far; the hub serves the rest."""
         try:
-            self.send_response(response.status, REASONS.get(response.status))
-            if response.content_type:
-                self.send_header("Content-Type", response.content_type)
-            for name, value in response.headers:
-                self.send_header(name, value)
+            self._send_head(response)
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             if follow.first:
@@ -300,6 +296,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     # --- response -------------------------------------------------------------------------------
 
+    def _send_head(self, response: Response) -> None:
+        """The status line, the content type and the response's own headers (not yet ended)."""
+        self.send_response(response.status, REASONS.get(response.status))
+        if response.content_type:
+            self.send_header("Content-Type", response.content_type)
+        for name, value in response.headers:
+            self.send_header(name, value)
+
     def _send(self, response: Response, fault: FaultSpec | None = None) -> None:
         mode = fault.kind if fault is not None and fault.kind in ("truncate", "drip", "cut") else None
         body = response.body
@@ -308,11 +312,7 @@ class _Handler(BaseHTTPRequestHandler):
         tally = Tally()
         complete = False
         try:
-            self.send_response(response.status, REASONS.get(response.status))
-            if response.content_type:
-                self.send_header("Content-Type", response.content_type)
-            for name, value in response.headers:
-                self.send_header(name, value)
+            self._send_head(response)
             if isinstance(body, bytes):
                 tally.add(body)
                 self.send_header("Content-Length", str(len(body)))

@@ -7,14 +7,35 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import HistogramMetricFamily, Metric
 
 from archiver.live.policy import Ending, Finish
 from archiver.live.report import FIRST_BYTE_BUCKETS, LiveStats
+from archiver.metrics.registration import Families
 
+#: The help text of each family, in the order a scrape lists them (the first-byte histogram last).
+_HELP = {
+    "archiver_live_followed_sessions": (
+        "Active sessions whose log this daemon follows live (a stream open, opening, or waiting to reopen)."
+    ),
+    "archiver_live_unfollowed_sessions": (
+        "Active sessions of this shard left without a live follow by --follow-logs-max."
+    ),
+    "archiver_live_reconnects": (
+        "Follow streams reopened, by how the stream before ended (cut, stalled, refused, gone, throttled, ...)."
+    ),
+    "archiver_live_lines": "Log lines captured live (kept once each).",
+    "archiver_live_bytes": "Bytes of log lines captured live (kept once each).",
+    "archiver_live_captures": (
+        "Live captures finished, by state: complete (saw the end), gap (end not seen), diverged (a "
+        "later replay differed; kept beside it)."
+    ),
+    "archiver_live_first_byte_seconds": (
+        "Seconds from a session's first listing to the first line captured of its log by a live follow."
+    ),
+}
 FIRST_BYTE = "archiver_live_first_byte_seconds"
-_FIRST_BYTE_HELP = "Seconds from a session's first listing to the first line captured of its log by a live follow."
 
 
 class LiveMetrics:
@@ -23,33 +44,13 @@ class LiveMetrics:
     keeps running totals; each report adds what grew since the previous one."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
-        self._followed = Gauge(
-            "archiver_live_followed_sessions",
-            "Active sessions whose log this daemon follows live (a stream open, opening, or waiting to reopen).",
-            registry=registry,
-        )
-        self._unfollowed = Gauge(
-            "archiver_live_unfollowed_sessions",
-            "Active sessions of this shard left without a live follow by --follow-logs-max.",
-            registry=registry,
-        )
-        self._reconnects = Counter(
-            "archiver_live_reconnects",
-            "Follow streams reopened, by how the stream before ended (cut, stalled, refused, gone, throttled, ...).",
-            ["reason"],
-            registry=registry,
-        )
-        self._lines = Counter("archiver_live_lines", "Log lines captured live (kept once each).", registry=registry)
-        self._bytes = Counter(
-            "archiver_live_bytes", "Bytes of log lines captured live (kept once each).", registry=registry
-        )
-        self._captures = Counter(
-            "archiver_live_captures",
-            "Live captures finished, by state: complete (saw the end), gap (end not seen), diverged (a "
-            "later replay differed; kept beside it).",
-            ["state"],
-            registry=registry,
-        )
+        family = Families(registry, _HELP)
+        self._followed = family.gauge("archiver_live_followed_sessions")
+        self._unfollowed = family.gauge("archiver_live_unfollowed_sessions")
+        self._reconnects = family.counter("archiver_live_reconnects", "reason")
+        self._lines = family.counter("archiver_live_lines")
+        self._bytes = family.counter("archiver_live_bytes")
+        self._captures = family.counter("archiver_live_captures", "state")
         for reason in Ending:
             self._reconnects.labels(reason.value)
         for state in Finish:
@@ -84,11 +85,11 @@ class LiveMetrics:
     # --- the first-byte histogram (a collector over the last report's running counts) ----------
 
     def describe(self) -> Iterable[Metric]:
-        return [HistogramMetricFamily(FIRST_BYTE, _FIRST_BYTE_HELP)]
+        return [HistogramMetricFamily(FIRST_BYTE, _HELP[FIRST_BYTE])]
 
     def collect(self) -> Iterable[Metric]:
         stats = self._last
         counts = stats.first_byte_counts or (0,) * (len(FIRST_BYTE_BUCKETS) + 1)
         bounds = [*(str(float(b)) for b in FIRST_BYTE_BUCKETS), "+Inf"]
         buckets = [(bound, float(total)) for bound, total in zip(bounds, itertools.accumulate(counts), strict=True)]
-        return [HistogramMetricFamily(FIRST_BYTE, _FIRST_BYTE_HELP, buckets=buckets, sum_value=stats.first_byte_sum)]
+        return [HistogramMetricFamily(FIRST_BYTE, _HELP[FIRST_BYTE], buckets=buckets, sum_value=stats.first_byte_sum)]

@@ -12,19 +12,18 @@ from __future__ import annotations
 import functools
 import platform
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Concatenate, ParamSpec, TypeVar
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import generate_latest as _text_generate_latest
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import generate_latest as _om_generate_latest
-from prometheus_client.registry import Collector
 
 from archiver import __version__
 from archiver.live.report import LiveStats
 from archiver.metrics.live import LiveMetrics
 from archiver.metrics.process import register_process_collectors
+from archiver.metrics.registration import Families
 from archiver.metrics.tlog import LogMetrics
 from archiver.retry import OPERATIONS
 from archiver.vocabulary import OUTCOMES
@@ -95,57 +94,67 @@ DEADLINE_SLACK_BUCKETS = (
 COMPLETION_DELAY_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0)
 
 
-class _NextDeadlineCollector(Collector):
-    """`archiver_next_fetch_deadline_timestamp_seconds`, present only while a fetch is pending.
-
-    A Gauge cannot be absent; an absent series is what lets an alert say "nothing pending" rather than
-    compare against a sentinel value.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._value: float | None = None
-
-    def set(self, value: float | None) -> None:
-        with self._lock:
-            self._value = value
-
-    def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            value = self._value
-        if value is not None:
-            yield GaugeMetricFamily(
-                "archiver_next_fetch_deadline_timestamp_seconds",
-                "Earliest fetch deadline among pending items, in seconds since the epoch.",
-                value=value,
-            )
-
-    def describe(self) -> Iterable[Metric]:
-        # Describing lets the registry reject a second collector that registers the same name.
-        return [GaugeMetricFamily("archiver_next_fetch_deadline_timestamp_seconds", "")]
-
-
-class _OptionalGauge(Collector):
-    """A label-less gauge that is absent until first set (a prometheus_client Gauge starts at 0)."""
-
-    def __init__(self, name: str, documentation: str) -> None:
-        self._name = name
-        self._documentation = documentation
-        self._lock = threading.Lock()
-        self._value: float | None = None
-
-    def set(self, value: float) -> None:
-        with self._lock:
-            self._value = value
-
-    def collect(self) -> Iterator[Metric]:
-        with self._lock:
-            value = self._value
-        if value is not None:
-            yield GaugeMetricFamily(self._name, self._documentation, value=value)
-
-    def describe(self) -> Iterable[Metric]:
-        return [GaugeMetricFamily(self._name, self._documentation)]
+#: The help text of every `archiver_*` family registered here, in registration order (the order a
+#: scrape lists them in): each declaration below is then one line of name and labels (`Families`).
+_HELP = {
+    "archiver_build_info": "Build information of the running archiver, always 1.",
+    "archiver_upstream_up": "Whether the last poll of the upstream endpoint succeeded (1) or failed (0).",
+    "archiver_upstream_last_success_timestamp_seconds": (
+        "When the upstream endpoint was last polled successfully, in seconds since the epoch."
+    ),
+    "archiver_upstream_poll_duration_seconds": "Duration of polls of the upstream endpoint, successful or not.",
+    "archiver_upstream_requests": (
+        "Requests sent to the upstream, by endpoint and HTTP status (or 'error' without one)."
+    ),
+    "archiver_upstream_invalid_entries": (
+        "Upstream session-list entries left out of a poll because a value failed the range checks."
+    ),
+    "archiver_sessions_ended": "Sessions seen disappearing from the session list (candidates for archiving).",
+    "archiver_items": "Archive items (logs, artifacts) finished, by kind and outcome.",
+    "archiver_pending_items": "Archive items waiting in each pipeline stage.",
+    "archiver_next_fetch_deadline_timestamp_seconds": (
+        "Earliest fetch deadline among pending items, in seconds since the epoch."
+    ),
+    "archiver_fetch_deadline_slack_seconds": (
+        "Time left before the upstream removes a session's data when its fetch completed."
+    ),
+    "archiver_completion_delay_seconds": "Time from a session's end being seen to its manifest being written.",
+    "archiver_bytes": "Bytes moved by the pipeline, by stage (fetch, upload) and kind (logs, artifact).",
+    "archiver_spool_bytes": "Bytes held in the local spool awaiting upload.",
+    "archiver_retention_seconds": "Configured upstream retention window after a session ends (the fetch deadline).",
+    "archiver_last_archive_success_timestamp_seconds": (
+        "When a session's manifest was last written, in seconds since the epoch."
+    ),
+    "archiver_errors": "Unexpected errors caught at loop and request edges, by where they happened.",
+    "archiver_store_conditional_writes_supported": (
+        "Whether the store honours create-once (If-None-Match) writes (1) or is emulated (0)."
+    ),
+    "archiver_store_guarantee": (
+        "Whether the store keeps a guarantee (1) or the archiver falls back (0), as probed at start-up."
+    ),
+    "archiver_detection_up": (
+        "Whether the last successful session-list poll was processed by end detection (1) or failed in it (0)."
+    ),
+    "archiver_sessions_failed": (
+        "Sessions given up on: their manifest could not be written before the fetch deadline."
+    ),
+    "archiver_sessions_reopened": (
+        "Sessions listed again after they were taken for ended (their real end is archived too)."
+    ),
+    "archiver_reconciled_sessions": (
+        "Ended sessions found by reconciliation (GET /session?all=true) that the polls had missed."
+    ),
+    "archiver_archives_recognised": (
+        "Sessions whose archive another replica or shard had written already (same items, same bytes): "
+        "counted as archived, nothing written."
+    ),
+    "archiver_shard_info": (
+        "This daemon's shard of total_shards and its replica within the shard, always 1 (sum by shard "
+        "with max over replicas to count a fleet once)."
+    ),
+    "archiver_store_up": "1 when the last store operation or probe succeeded, 0 when it failed.",
+    "archiver_retries": "Retries of transient failures, by operation (archiver.retry's named policies).",
+}
 
 
 _P = ParamSpec("_P")
@@ -193,149 +202,39 @@ class SelfMetrics:
         self._generation = 0
         self._generation_lock = threading.Lock()
         self._rendered: dict[bool, tuple[int, bytes]] = {}
-        self._build_info = Gauge(
-            "archiver_build_info",
-            "Build information of the running archiver, always 1.",
-            ["version", "python_version"],
-            registry=registry,
-        )
+        family = Families(registry, _HELP)
+        self._build_info = family.gauge("archiver_build_info", "version", "python_version")
         self._build_info.labels(version, platform.python_version()).set(1)
-        self._up = Gauge(
-            "archiver_upstream_up",
-            "Whether the last poll of the upstream endpoint succeeded (1) or failed (0).",
-            ["endpoint"],
-            registry=registry,
+        self._up = family.gauge("archiver_upstream_up", "endpoint")
+        self._last_success = family.gauge("archiver_upstream_last_success_timestamp_seconds", "endpoint")
+        self._poll_duration = family.histogram(
+            "archiver_upstream_poll_duration_seconds", POLL_DURATION_BUCKETS, "endpoint"
         )
-        self._last_success = Gauge(
-            "archiver_upstream_last_success_timestamp_seconds",
-            "When the upstream endpoint was last polled successfully, in seconds since the epoch.",
-            ["endpoint"],
-            registry=registry,
-        )
-        self._poll_duration = Histogram(
-            "archiver_upstream_poll_duration_seconds",
-            "Duration of polls of the upstream endpoint, successful or not.",
-            ["endpoint"],
-            buckets=POLL_DURATION_BUCKETS,
-            registry=registry,
-        )
-        self._requests = Counter(
-            "archiver_upstream_requests",
-            "Requests sent to the upstream, by endpoint and HTTP status (or 'error' without one).",
-            ["endpoint", "code"],
-            registry=registry,
-        )
-        self._upstream_invalid = Counter(
-            "archiver_upstream_invalid_entries",
-            "Upstream session-list entries left out of a poll because a value failed the range checks.",
-            registry=registry,
-        )
-        self._sessions_ended = Counter(
-            "archiver_sessions_ended",
-            "Sessions seen disappearing from the session list (candidates for archiving).",
-            registry=registry,
-        )
-        self._items = Counter(
-            "archiver_items",
-            "Archive items (logs, artifacts) finished, by kind and outcome.",
-            ["kind", "outcome"],
-            registry=registry,
-        )
-        self._pending = Gauge(
-            "archiver_pending_items",
-            "Archive items waiting in each pipeline stage.",
-            ["stage"],
-            registry=registry,
-        )
-        self._next_deadline = _NextDeadlineCollector()
-        registry.register(self._next_deadline)
-        self._deadline_slack = Histogram(
-            "archiver_fetch_deadline_slack_seconds",
-            "Time left before the upstream removes a session's data when its fetch completed.",
-            buckets=DEADLINE_SLACK_BUCKETS,
-            registry=registry,
-        )
-        self._completion_delay = Histogram(
-            "archiver_completion_delay_seconds",
-            "Time from a session's end being seen to its manifest being written.",
-            buckets=COMPLETION_DELAY_BUCKETS,
-            registry=registry,
-        )
-        self._bytes = Counter(
-            "archiver_bytes",
-            "Bytes moved by the pipeline, by stage (fetch, upload) and kind (logs, artifact).",
-            ["stage", "kind"],
-            registry=registry,
-        )
-        self._spool_bytes = Gauge(
-            "archiver_spool_bytes", "Bytes held in the local spool awaiting upload.", registry=registry
-        )
-        self._retention = Gauge(
-            "archiver_retention_seconds",
-            "Configured upstream retention window after a session ends (the fetch deadline).",
-            registry=registry,
-        )
-        self._last_archive_success = Gauge(
-            "archiver_last_archive_success_timestamp_seconds",
-            "When a session's manifest was last written, in seconds since the epoch.",
-            registry=registry,
-        )
-        self._errors = Counter(
-            "archiver_errors",
-            "Unexpected errors caught at loop and request edges, by where they happened.",
-            ["where"],
-            registry=registry,
-        )
-        self._conditional_writes = Gauge(
-            "archiver_store_conditional_writes_supported",
-            "Whether the store honours create-once (If-None-Match) writes (1) or is emulated (0).",
-            registry=registry,
-        )
-        self._store_guarantees = Gauge(
-            "archiver_store_guarantee",
-            "Whether the store keeps a guarantee (1) or the archiver falls back (0), as probed at start-up.",
-            ["guarantee"],
-            registry=registry,
-        )
-        self._detection_up = Gauge(
-            "archiver_detection_up",
-            "Whether the last successful session-list poll was processed by end detection (1) or failed in it (0).",
-            registry=registry,
-        )
-        self._sessions_failed = Counter(
-            "archiver_sessions_failed",
-            "Sessions given up on: their manifest could not be written before the fetch deadline.",
-            registry=registry,
-        )
-        self._sessions_reopened = Counter(
-            "archiver_sessions_reopened",
-            "Sessions listed again after they were taken for ended (their real end is archived too).",
-            registry=registry,
-        )
-        self._reconciled = Counter(
-            "archiver_reconciled_sessions",
-            "Ended sessions found by reconciliation (GET /session?all=true) that the polls had missed.",
-            registry=registry,
-        )
-        self._recognised = Counter(
-            "archiver_archives_recognised",
-            "Sessions whose archive another replica or shard had written already (same items, same bytes): "
-            "counted as archived, nothing written.",
-            registry=registry,
-        )
-        self._shard_info = Gauge(
-            "archiver_shard_info",
-            "This daemon's shard of total_shards and its replica within the shard, always 1 (sum by shard "
-            "with max over replicas to count a fleet once).",
-            ["shard", "total_shards", "replica"],
-            registry=registry,
-        )
+        self._requests = family.counter("archiver_upstream_requests", "endpoint", "code")
+        self._upstream_invalid = family.counter("archiver_upstream_invalid_entries")
+        self._sessions_ended = family.counter("archiver_sessions_ended")
+        self._items = family.counter("archiver_items", "kind", "outcome")
+        self._pending = family.gauge("archiver_pending_items", "stage")
+        # Absent while nothing is pending (see `set_next_fetch_deadline`).
+        self._next_deadline = family.optional_gauge("archiver_next_fetch_deadline_timestamp_seconds")
+        self._deadline_slack = family.histogram("archiver_fetch_deadline_slack_seconds", DEADLINE_SLACK_BUCKETS)
+        self._completion_delay = family.histogram("archiver_completion_delay_seconds", COMPLETION_DELAY_BUCKETS)
+        self._bytes = family.counter("archiver_bytes", "stage", "kind")
+        self._spool_bytes = family.gauge("archiver_spool_bytes")
+        self._retention = family.gauge("archiver_retention_seconds")
+        self._last_archive_success = family.gauge("archiver_last_archive_success_timestamp_seconds")
+        self._errors = family.counter("archiver_errors", "where")
+        self._conditional_writes = family.gauge("archiver_store_conditional_writes_supported")
+        self._store_guarantees = family.gauge("archiver_store_guarantee", "guarantee")
+        self._detection_up = family.gauge("archiver_detection_up")
+        self._sessions_failed = family.counter("archiver_sessions_failed")
+        self._sessions_reopened = family.counter("archiver_sessions_reopened")
+        self._reconciled = family.counter("archiver_reconciled_sessions")
+        self._recognised = family.counter("archiver_archives_recognised")
+        self._shard_info = family.gauge("archiver_shard_info", "shard", "total_shards", "replica")
         # Absent until the first store operation or probe: export-only mode (no store) must not
         # show a store that is "down", and 0 before the first probe would claim a failure.
-        self._store_up = _OptionalGauge(
-            "archiver_store_up", "1 when the last store operation or probe succeeded, 0 when it failed."
-        )
-        registry.register(self._store_up)
+        self._store_up = family.optional_gauge("archiver_store_up")
         # archiver_upstream_up stays absent until the first poll: 0 would claim a failure that did not happen.
         for endpoint in endpoints:
             self._poll_duration.labels(endpoint)
@@ -344,12 +243,7 @@ class SelfMetrics:
                 self._items.labels(kind, outcome)
         for stage in PENDING_STAGES:
             self._pending.labels(stage)
-        self._retries = Counter(
-            "archiver_retries",
-            "Retries of transient failures, by operation (archiver.retry's named policies).",
-            ["operation"],
-            registry=registry,
-        )
+        self._retries = family.counter("archiver_retries", "operation")
         # Every operation a retry policy names (S3's retries are botocore's own, not seen here: its
         # series stays at 0).
         for operation in OPERATIONS:

@@ -154,8 +154,9 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
         yield items[start : start + size]
 
 
-def _fetch_entry(store: ObjectStore, key: str, warn: Warn) -> IndexEntry | None:
-    """The index entry at ``key``; ``None`` (and a warning when unreadable) instead of an error."""
+def fetch_entry(store: ObjectStore, key: str, warn: Warn) -> IndexEntry | None:
+    """The index entry at ``key``; ``None`` (and a warning when unreadable) instead of an error, as
+    `ls` and `verify` skip it."""
     try:
         return parse_index_entry(_read_small(store, key))
     except ObjectNotFoundError:
@@ -230,7 +231,7 @@ def list_sessions(
     with ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="ls") as pool:
         for batch in _chunks(partitions, max(1, workers)):
             entry_keys = [k for listed in pool.map(list_partition, batch) for k in listed]
-            for entry in pool.map(lambda key: _fetch_entry(store, key, warn), entry_keys):
+            for entry in pool.map(lambda key: fetch_entry(store, key, warn), entry_keys):
                 if entry is not None and _matches(entry, start, until, image, location, wanted):
                     found.append(entry)
             # Entries of older partitions ended before this batch's oldest hour began (parts' rows may not).
@@ -279,7 +280,7 @@ def list_player_sessions(
         entry_keys.append(key)
     found: list[IndexEntry] = []
     with ThreadPoolExecutor(max_workers=max(1, min(workers, len(entry_keys) or 1)), thread_name_prefix="ls") as pool:
-        for key, entry in zip(entry_keys, pool.map(lambda k: _fetch_entry(store, k, warn), entry_keys), strict=True):
+        for key, entry in zip(entry_keys, pool.map(lambda k: fetch_entry(store, k, warn), entry_keys), strict=True):
             if entry is None or not (since <= entry.ended_at and (until is None or entry.ended_at <= until)):
                 continue
             if key != _player_key_of(store.prefix, player, entry):

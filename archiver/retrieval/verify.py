@@ -12,20 +12,20 @@ from typing import TextIO
 from archiver.errors import (
     ArchiveIntegrityError,
     ManifestError,
-    ObjectNotFoundError,
     SessionNotArchivedError,
     StoreError,
 )
 from archiver.index import reader as index_reader
 from archiver.index.engine import PartFiles
 from archiver.layout import keys
-from archiver.layout.manifest import IndexEntry, parse_index_entry
+from archiver.layout.manifest import IndexEntry
 from archiver.retrieval.proof import ManifestProof, Problem, Tally, prove, rehash_object
 from archiver.retrieval.query import (
     DEFAULT_SINCE,
     LEGACY,
     Progress,
     Warn,
+    fetch_entry,
     find_archives,
     item_key,
     load_archive,
@@ -34,7 +34,6 @@ from archiver.retrieval.query import (
 )
 from archiver.retrieval.render import human_size
 from archiver.store.base import ObjectStore
-from archiver.textsafe import printable
 from archiver.vocabulary import Outcome
 
 #: Archives per task handed to a verify process (large enough that pickling tallies is noise).
@@ -205,21 +204,10 @@ def _index_targets(
         for named, unnamed in pool.map(from_partition, reversed(partitions)):
             targets.extend(named)
             to_read.extend(unnamed)
-        for entry in pool.map(lambda key: _read_entry(store, key, warn), to_read):
+        for entry in pool.map(lambda key: fetch_entry(store, key, warn), to_read):
             if entry is not None and start <= entry.ended_at and (until is None or entry.ended_at <= until):
                 targets.append((entry.session_id, _entry_archive(store.prefix, entry)))
     return targets
-
-
-def _read_entry(store: ObjectStore, key: str, warn: Warn) -> IndexEntry | None:
-    """The index entry at ``key``; None (with a warning if unreadable) as `ls` skips it."""
-    try:
-        return parse_index_entry(b"".join(store.iter_bytes(key)))
-    except ObjectNotFoundError:
-        return None  # removed between the listing and the read
-    except ManifestError as exc:
-        warn(f"skipping unreadable index entry {printable(key)}: {exc}")
-        return None
 
 
 def verify(

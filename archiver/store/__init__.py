@@ -24,7 +24,8 @@ from archiver.store.base import (
     validate_key,
 )
 from archiver.store.file import FileStore
-from archiver.store.s3 import ChecksumMode, S3Store, make_s3_client
+from archiver.store.s3 import S3Store
+from archiver.store.s3_client import ChecksumMode, make_s3_client
 
 __all__ = [
     "CHECKSUM_MODES",

@@ -10,10 +10,10 @@ from collections import Counter
 from collections.abc import Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import BinaryIO, Protocol
 
 from archiver.config.evidence import Evidence
-from archiver.errors import InvalidKeyError
+from archiver.errors import InvalidKeyError, SourceFileError
 from archiver.layout.manifest import is_sha256
 
 #: Files below this size are sent with one create-once PUT; larger ones as a multipart upload.
@@ -292,6 +292,16 @@ def check_sha256(sha256: str) -> str:
     if not is_sha256(sha256):
         raise ValueError(f"sha256 must be 64 lowercase hex digits, got {sha256[:80]!r}")
     return sha256
+
+
+def open_source(path: Path, sha256: str) -> BinaryIO:
+    """The local file a ``put_file`` stores, opened for reading, once its declared ``sha256`` is
+    well-formed (``ValueError``: a caller bug); ``SourceFileError`` when the file cannot be opened."""
+    check_sha256(sha256)
+    try:
+        return path.open("rb")
+    except OSError as exc:
+        raise SourceFileError(f"cannot open local file {path}: {exc.strerror}") from exc
 
 
 def sha256_checksum(digest: bytes) -> str:

@@ -30,8 +30,8 @@ from archiver.store.base import (
     ObjectInfo,
     PutOutcome,
     RequestCounter,
-    check_sha256,
     hash_file,
+    open_source,
     validate_key,
     validate_prefix,
 )
@@ -114,6 +114,13 @@ class FileStore:
         except FileExistsError:
             return  # a concurrent writer made it
         fsync_dir(directory.parent)
+
+    def _create_partial(self, final: Path) -> tuple[Path, int]:
+        """A new temp file for the object at ``final`` (its directory made first), opened O_EXCL."""
+        self._ensure_dir(final.parent)
+        self._ensure_dir(self._partial_dir)
+        tmp = self._partial_dir / f"{uuid.uuid4().hex}.partial"
+        return tmp, os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
 
     # --- reads --------------------------------------------------------------------------------
 
@@ -235,10 +242,7 @@ class FileStore:
             return self._resolve_existing(key, final, sha256, size)
         self.requests_made.add("PutObject")
         try:
-            self._ensure_dir(final.parent)
-            self._ensure_dir(self._partial_dir)
-            tmp = self._partial_dir / f"{uuid.uuid4().hex}.partial"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            tmp, fd = self._create_partial(final)
         except OSError as exc:
             raise self._os_error(exc, "create", key) from exc
         try:
@@ -289,10 +293,7 @@ class FileStore:
         final = self._path(key)
         self.requests_made.add("PutObject")
         try:
-            self._ensure_dir(final.parent)
-            self._ensure_dir(self._partial_dir)
-            tmp = self._partial_dir / f"{uuid.uuid4().hex}.partial"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            tmp, fd = self._create_partial(final)
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
                 out.flush()
@@ -321,12 +322,7 @@ class FileStore:
     ) -> PutOutcome:
         """Copy a local file in chunks (memory bounded); ``journal`` is unused (a copy restarts cheaply)."""
         self._path(key)
-        check_sha256(sha256)
-        try:
-            source = path.open("rb")
-        except OSError as exc:
-            raise SourceFileError(f"cannot open local file {path}: {exc.strerror}") from exc
-        with source:
+        with open_source(path, sha256) as source:
 
             def chunks() -> Iterator[bytes]:
                 while True:

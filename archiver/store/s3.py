@@ -1,4 +1,4 @@
-"""The S3 object store: create-once PUTs, resumable multipart uploads, error translation (boto3 client)."""
+"""The S3 object store: create-once PUTs, resumable multipart uploads, error translation (over `s3_client`'s client)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,8 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO, Literal, cast
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
@@ -27,14 +26,12 @@ from archiver.config.evidence import NO_EVIDENCE, Evidence
 from archiver.errors import (
     ObjectConflictError,
     ObjectNotFoundError,
-    SourceFileError,
     StoreError,
     StorePermissionError,
     StoreUnavailableError,
     excerpt,
 )
 from archiver.layout.manifest import is_sha256
-from archiver.retry import STORE, RetryPolicy
 from archiver.store import s3_probe
 from archiver.store.base import (
     DEFAULT_MULTIPART_THRESHOLD,
@@ -47,6 +44,7 @@ from archiver.store.base import (
     PutOutcome,
     RequestCounter,
     check_sha256,
+    open_source,
     sha256_checksum,
     validate_key,
     validate_prefix,
@@ -67,11 +65,6 @@ else:
 
 log = logging.getLogger(__name__)
 
-ChecksumMode = Literal["when_supported", "when_required"]
-
-#: botocore's own default for connect and read timeouts (used when only one of them is given).
-DEFAULT_BOTO_TIMEOUT = 60.0
-
 
 def _digest(hasher: Any, data: bytes | BinaryIO) -> bytes:
     """The digest of `data`; a file is read in chunks to its end (no copy of it in memory), then
@@ -84,48 +77,6 @@ def _digest(hasher: Any, data: bytes | BinaryIO) -> bytes:
             hasher.update(chunk)
         data.seek(start)
     return bytes(hasher.digest())
-
-
-def make_s3_client(
-    *,
-    endpoint_url: str | None = None,
-    checksum_mode: ChecksumMode = "when_supported",
-    policy: RetryPolicy = STORE,
-    connect_timeout: float | None = None,
-    read_timeout: float | None = None,
-) -> S3Client:
-    """A boto3 S3 client with botocore's standard retries (the only retry layer, attempts from
-    `policy`) and configurable checksums; the timeouts default to botocore's.
-
-    Path-style addressing is used with a custom endpoint (MinIO, Ceph, moto expect it).
-    Credentials and region come from the usual AWS environment/config chain.
-    """
-    import boto3  # local: keeps `import archiver.store` cheap for commands that never touch S3
-
-    # Built as a plain dict: the stubs' TypedDict for it is a private name of botocore.
-    s3: dict[str, Any] = {"addressing_style": "path"} if endpoint_url else {}
-    if checksum_mode == "when_supported":
-        # Every PUT and part carries x-amz-checksum-sha256 (signed, as every header is), which the
-        # server checks the body against: botocore hashing the body once more for the signature
-        # (it always does over http) proves nothing more and costs CPU the server needs too on a
-        # small machine. Over https botocore already skips it for uploads.
-        s3["payload_signing_enabled"] = False
-    config = Config(
-        retries={"mode": "standard", "max_attempts": policy.attempts},
-        request_checksum_calculation=checksum_mode,
-        response_checksum_validation="when_required",
-        s3=cast(Any, s3) or None,
-        max_pool_connections=32,
-    )
-    if connect_timeout is not None or read_timeout is not None:
-        config = config.merge(
-            Config(
-                connect_timeout=connect_timeout or DEFAULT_BOTO_TIMEOUT,
-                read_timeout=read_timeout or DEFAULT_BOTO_TIMEOUT,
-            )
-        )
-    client: S3Client = boto3.session.Session().client("s3", endpoint_url=endpoint_url, config=config)
-    return client
 
 
 class S3Store(MultipartUploads):
@@ -328,24 +279,8 @@ class S3Store(MultipartUploads):
             info = self.head(key)
             if info is not None:
                 return self._resolve_existing(key, sha256, size, info)
-        params: dict[str, Any] = {
-            "Key": key,
-            "Body": data,
-            "ContentType": content_type,
-            "Metadata": {"sha256": sha256},
-            # Sent even in HEAD-before-PUT mode: harmless where ignored, decisive where honoured.
-            "IfNoneMatch": "*",
-            **self.evidence.put_params(time.time()),
-        }
-        if self._crc32:
-            # The server re-hashes the body and refuses it unless it matches: integrity proved on
-            # arrival, and the checksum kept for `archiver verify` without a download.
-            params["ChecksumAlgorithm"] = "SHA256"
-            params["ChecksumSHA256"] = sha256_checksum(bytes.fromhex(sha256))
-        else:
-            params["ContentMD5"] = base64.b64encode(_digest(hashlib.md5(usedforsecurity=False), data)).decode()
         try:
-            self.call("PutObject", key, **params)
+            self.call("PutObject", key, **self._put_params(key, data, sha256, content_type, create_once=True))
         except PreconditionFailedError:
             return self._resolve_existing(key, sha256, size)
         return PutOutcome.CREATED
@@ -353,20 +288,26 @@ class S3Store(MultipartUploads):
     def replace_bytes(self, key: str, data: bytes, *, content_type: str) -> None:
         """One unconditional PutObject (a new version where the bucket keeps versions)."""
         validate_key(key)
-        sha256 = hashlib.sha256(data).hexdigest()
-        params: dict[str, Any] = {
-            "Key": key,
-            "Body": data,
-            "ContentType": content_type,
-            "Metadata": {"sha256": sha256},
-            **self.evidence.put_params(time.time()),
-        }
+        self.call("PutObject", key, **self._put_params(key, data, hashlib.sha256(data).hexdigest(), content_type))
+
+    def _put_params(
+        self, key: str, data: bytes | BinaryIO, sha256: str, content_type: str, *, create_once: bool = False
+    ) -> dict[str, Any]:
+        """A PutObject's parameters: the body, its sha256 as metadata, the evidence settings and
+        the body's checksum; ``If-None-Match: *`` too for a ``create_once`` write."""
+        params: dict[str, Any] = {"Key": key, "Body": data, "ContentType": content_type, "Metadata": {"sha256": sha256}}
+        if create_once:
+            # Sent even in HEAD-before-PUT mode: harmless where ignored, decisive where honoured.
+            params["IfNoneMatch"] = "*"
+        params.update(self.evidence.put_params(time.time()))
         if self._crc32:
+            # The server re-hashes the body and refuses it unless it matches: integrity proved on
+            # arrival, and the checksum kept for `archiver verify` without a download.
             params["ChecksumAlgorithm"] = "SHA256"
             params["ChecksumSHA256"] = sha256_checksum(bytes.fromhex(sha256))
         else:
-            params["ContentMD5"] = base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode()
-        self.call("PutObject", key, **params)
+            params["ContentMD5"] = base64.b64encode(_digest(hashlib.md5(usedforsecurity=False), data)).decode()
+        return params
 
     def put_bytes(self, key: str, data: bytes, *, content_type: str) -> PutOutcome:
         validate_key(key)
@@ -383,12 +324,7 @@ class S3Store(MultipartUploads):
         journal: MultipartJournal | None = None,
     ) -> PutOutcome:
         validate_key(key)
-        check_sha256(sha256)
-        try:
-            source = path.open("rb")
-        except OSError as exc:
-            raise SourceFileError(f"cannot open local file {path}: {exc.strerror}") from exc
-        with source:
+        with open_source(path, sha256) as source:
             if size < self._threshold:
                 # The file itself is the body: read once, by the socket, with no copy of it in memory
                 # (a copy costs CPU per object, most of it touching fresh pages).

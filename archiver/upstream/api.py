@@ -194,7 +194,7 @@ class SessionHostClient:
         body = (
             whole
             if whole is not None
-            else self._read_body("GET", "/session", "GET /session", params=params, policy=policy)
+            else self._read_streamed("GET", "/session", "GET /session", params, policy, _gather)
         )
         try:
             return parser.parse(body)
@@ -205,7 +205,7 @@ class SessionHostClient:
         """`GET /session?all=true`, reduced to the entries whose status is terminal, unparsed
         (`models.parse_ended` parses one); see `sessionlist.scan_ended` for why."""
         params = SessionFilter(all=True).params()
-        body = self._read_body("GET", "/session", "GET /session", params=params, policy=policy)
+        body = self._read_streamed("GET", "/session", "GET /session", params, policy, _gather)
         try:
             return scan_ended(body)
         except PayloadError as exc:
@@ -319,26 +319,6 @@ class SessionHostClient:
                 ) from None
 
         return self._retrying(attempt, endpoint, policy, retry)
-
-    def _read_body(
-        self,
-        method: str,
-        path: str,
-        endpoint: str,
-        *,
-        params: Sequence[tuple[str, str]],
-        policy: RetryPolicy | None,
-    ) -> bytearray:
-        """A whole body in one growing buffer. httpx's `read()` joins a list of chunks, holding a
-        large body twice at its peak."""
-
-        def gather(chunks: Iterator[bytes]) -> bytearray:
-            buffer = bytearray()
-            for chunk in chunks:
-                buffer += chunk
-            return buffer
-
-        return self._read_streamed(method, path, endpoint, params, policy, gather)
 
     def _read_streamed(
         self,
@@ -486,6 +466,15 @@ class SessionHostClient:
             method=request.method,
             path=request_path(request),
         )
+
+
+def _gather(chunks: Iterator[bytes]) -> bytearray:
+    """A whole body in one growing buffer (`_read_streamed`'s consumer). httpx's `read()` joins a
+    list of chunks, holding a large body twice at its peak."""
+    buffer = bytearray()
+    for chunk in chunks:
+        buffer += chunk
+    return buffer
 
 
 __all__ = [

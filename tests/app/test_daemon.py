@@ -16,7 +16,7 @@ import pytest
 
 from archiver.app.daemon import Daemon
 from archiver.app.process import tune_allocator
-from archiver.config.settings import load_settings
+from archiver.config.settings import Settings, load_settings
 from archiver.durable import StateDirLock
 from archiver.errors import ConfigError
 from archiver.fake import FakeService
@@ -24,6 +24,16 @@ from tests.fixtures_fake import TEST_TOKEN
 from tests.support import wait_until
 
 ARCHIVER = str(Path(sys.executable).parent / "archiver")
+
+
+def _file_store_settings(fake_service: FakeService, tmp_path: Path) -> Settings:
+    """A daemon's settings over the fake and a directory store in `tmp_path` (made here), its state beside it."""
+    (tmp_path / "archive").mkdir()
+    return load_settings(
+        {"api_url": fake_service.base_url, "store": (tmp_path / "archive").as_uri(),
+         "state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0"},
+        {"ARCHIVER_API_TOKEN": TEST_TOKEN},
+    )  # fmt: skip
 
 
 def test_a_second_writer_on_the_same_state_dir_is_refused_with_a_clear_error(tmp_path: Path) -> None:
@@ -38,17 +48,7 @@ def test_a_second_writer_on_the_same_state_dir_is_refused_with_a_clear_error(tmp
 
 
 def test_archive_command_refuses_to_run_beside_a_daemon(fake_service: FakeService, tmp_path: Path) -> None:
-    (tmp_path / "archive").mkdir()
-    settings = load_settings(
-        {
-            "api_url": fake_service.base_url,
-            "store": (tmp_path / "archive").as_uri(),
-            "state_dir": str(tmp_path / "state"),
-            "listen": "127.0.0.1:0",
-        },
-        {"ARCHIVER_API_TOKEN": TEST_TOKEN},
-    )
-    daemon = Daemon(settings)
+    daemon = Daemon(_file_store_settings(fake_service, tmp_path))
     daemon.start()  # takes the state dir's lock
     try:
         result = subprocess.run(
@@ -82,13 +82,7 @@ def test_archive_command_backfills_an_ended_session(fake_service: FakeService, t
 
 def test_the_store_probe_reports_conditional_write_support(fake_service: FakeService, tmp_path: Path) -> None:
     """At start-up the daemon probes the store (a file store enforces create-once) and says so in a metric."""
-    (tmp_path / "archive").mkdir()
-    settings = load_settings(
-        {"api_url": fake_service.base_url, "store": (tmp_path / "archive").as_uri(),
-         "state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0"},
-        {"ARCHIVER_API_TOKEN": TEST_TOKEN},
-    )  # fmt: skip
-    daemon = Daemon(settings)
+    daemon = Daemon(_file_store_settings(fake_service, tmp_path))
     daemon.start()
     try:
         wait_until(
@@ -102,13 +96,7 @@ def test_the_store_probe_reports_conditional_write_support(fake_service: FakeSer
 
 
 def test_status_command_reads_the_state_dir(fake_service: FakeService, tmp_path: Path) -> None:
-    (tmp_path / "archive").mkdir()
-    settings = load_settings(
-        {"api_url": fake_service.base_url, "store": (tmp_path / "archive").as_uri(),
-         "state_dir": str(tmp_path / "state"), "listen": "127.0.0.1:0"},
-        {"ARCHIVER_API_TOKEN": TEST_TOKEN},
-    )  # fmt: skip
-    daemon = Daemon(settings)
+    daemon = Daemon(_file_store_settings(fake_service, tmp_path))
     daemon.start()  # takes the state dir and creates the state DB
     daemon.stop()
     result = subprocess.run(

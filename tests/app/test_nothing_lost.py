@@ -45,6 +45,15 @@ def _file_store(tmp_path: Path) -> FileStore:
     return FileStore(tmp_path / "store")
 
 
+def _end_and_archive(h: Harness, sid: str, *, archives: int = 1) -> None:
+    """End `sid` upstream and poll that; then wait until the store holds its `archives` archives and
+    the pipeline is idle."""
+    h.fake.end_session(TOKEN, sid)
+    assert _poll(h)
+    wait_until(lambda: len(_manifests(h.store, sid)) == archives, timeout=60)
+    assert h.pipeline.run_until_idle(60)
+
+
 def _archived_once_and_complete(h: Harness, sid: str) -> Manifest:
     (manifest,) = _manifests(h.store, sid)
     assert manifest.session_id == sid
@@ -127,10 +136,7 @@ def test_a_flapping_session_is_not_ended_by_a_missing_entry_and_a_proxy_404(
     assert row is not None and row.state == "active", row
     assert h.registry.get_sample_value("archiver_sessions_ended_total") == 0
     fake_service.advance(60.0)
-    fake_service.end_session(TOKEN, sid)
-    assert _poll(h)
-    wait_until(lambda: bool(_manifests(store, sid)), timeout=60)
-    assert h.pipeline.run_until_idle(60)
+    _end_and_archive(h, sid)
     assert _archived_once_and_complete(h, sid).last_status == "exited"
     assert h.registry.get_sample_value("archiver_sessions_ended_total") == 1
 
@@ -185,18 +191,12 @@ def test_a_reused_session_id_gets_an_archive_per_instance(
     h = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
     sid = fake_service.add_session(TOKEN, id="match-1")
     assert _poll(h)
-    fake_service.end_session(TOKEN, sid)
-    assert _poll(h)
-    wait_until(lambda: len(_manifests(store, sid)) == 1, timeout=60)
-    assert h.pipeline.run_until_idle(60)
+    _end_and_archive(h, sid)
     fake_service.advance(5 * 3600.0)  # the first one is removed upstream; the caller reuses its id
     fake_service.add_session(TOKEN, id="match-1")
     assert _poll(h)
     fake_service.advance(30.0)
-    fake_service.end_session(TOKEN, sid)
-    assert _poll(h)
-    wait_until(lambda: len(_manifests(store, sid)) == 2, timeout=60)
-    assert h.pipeline.run_until_idle(60)
+    _end_and_archive(h, sid, archives=2)
     first, second = sorted(_manifests(store, sid), key=lambda m: m.created)
     assert first.created < second.created
     assert all(i.outcome == "archived" for m in (first, second) for i in m.items)
@@ -244,10 +244,7 @@ def test_archived_rows_are_pruned_and_a_pruned_session_is_never_archived_again(
     h = harness_factory(fake_service, store, artifact_paths=(REPLAY,), prune_after=8 * 3600.0)
     sid = fake_service.add_session(TOKEN, id="old-match")
     assert _poll(h)
-    fake_service.end_session(TOKEN, sid)
-    assert _poll(h)
-    wait_until(lambda: bool(_manifests(store, sid)), timeout=60)
-    assert h.pipeline.run_until_idle(60)
+    _end_and_archive(h, sid)
     assert h.pipeline.reconcile() == 0  # still listed with all=true, already archived: nothing to do
     fake_service.advance(9 * 3600.0)
     assert h.pipeline.reconcile() == 0
@@ -265,10 +262,7 @@ def test_on_first_start_skip_archives_only_what_ends_from_then_on(
     assert h.pipeline.reconciled_once.wait(60)
     new = fake_service.add_session(TOKEN, id="ends-after-install")
     assert _poll(h)
-    fake_service.end_session(TOKEN, new)
-    assert _poll(h)
-    wait_until(lambda: bool(_manifests(store, new)), timeout=60)
-    assert h.pipeline.run_until_idle(60)
+    _end_and_archive(h, new)
     assert _manifests(store, old) == []
     row = h.state.latest(old)
     assert row is not None and row.state == "skipped"
@@ -370,10 +364,7 @@ def test_the_last_archive_time_is_restored_after_a_restart(
     first = harness_factory(fake_service, store, artifact_paths=(REPLAY,))
     sid = fake_service.add_session(TOKEN, id="before-restart")
     assert _poll(first)
-    fake_service.end_session(TOKEN, sid)
-    assert _poll(first)
-    wait_until(lambda: bool(_manifests(store, sid)), timeout=60)
-    assert first.pipeline.run_until_idle(60)
+    _end_and_archive(first, sid)
     written = first.registry.get_sample_value("archiver_last_archive_success_timestamp_seconds")
     assert written
     first.close()

@@ -112,6 +112,24 @@ def _all_logged(signer: Signer, store_dir: Path, count: int) -> bool:
     return len(archives) == count and set(archives) <= logged
 
 
+def _assert_each_archive_logged_once(
+    signer: Signer, store_dir: Path, kept: list[Checkpoint], sessions: int
+) -> dict[str, list[Leaf]]:
+    """The `sessions` archives are each a leaf of exactly one log, their shard's writer's, and every
+    log is consistent with every checkpoint `kept` (seen before a kill or a restart); the leaves."""
+    archives = _manifests(store_dir)
+    leaves = _leaves(signer, store_dir)
+    every = [leaf.manifest_sha256 for log in leaves.values() for leaf in log]
+    # Exactly as many leaves as archives: each archive in exactly one log, no duplicate leaf.
+    assert sorted(every) == sorted(archives) and len(archives) == sessions
+    for writer, log in leaves.items():
+        shard = int(writer.split("-")[1])
+        assert all(shard_of(leaf.session, 2) == shard for leaf in log), writer
+    report = audit(open_store(store_dir.as_uri()), signer.verifier, kept=kept, objects=True)
+    assert report.findings == [] and report.archives == sessions and report.leaves == sessions
+    return leaves
+
+
 def _heads(signer: Signer, store_dir: Path) -> list[Checkpoint]:
     store = open_store(store_dir.as_uri())
     heads = [LogReader(store, w).head(signer.verifier) for w in writers(store)]
@@ -146,17 +164,9 @@ def test_two_shards_of_two_replicas_log_every_archive_once_and_stay_consistent_a
                 fleet.start(shard)
         fleet.stop_all()
 
-        archives = _manifests(fleet.store_dir)
-        leaves = _leaves(signer, fleet.store_dir)
+        assert len(ended) == 24
+        leaves = _assert_each_archive_logged_once(signer, fleet.store_dir, kept, len(ended))
         assert set(leaves) <= {f"shard-{s.index}-replica-{s.replica}" for s in PODS}
-        every = [leaf.manifest_sha256 for log in leaves.values() for leaf in log]
-        # Exactly as many leaves as archives: each archive in exactly one log, no duplicate leaf.
-        assert sorted(every) == sorted(archives) and len(archives) == len(ended) == 24
-        for writer, log in leaves.items():
-            shard = int(writer.split("-")[1])
-            assert all(shard_of(leaf.session, 2) == shard for leaf in log), writer
-        report = audit(open_store(fleet.store_dir.as_uri()), signer.verifier, kept=kept, objects=True)
-        assert report.findings == [] and report.archives == 24 and report.leaves == 24
         assert len({cp.origin for cp in kept}) == len(leaves)
     finally:
         fleet.stop_all()
@@ -271,17 +281,8 @@ def test_two_shards_of_two_replicas_log_every_archive_once_through_sigkills_and_
             kept += _heads(signer, pods.store_dir)
         pods.stop_all()
 
-        archives = _manifests(pods.store_dir)
-        leaves = _leaves(signer, pods.store_dir)
-        every = [leaf.manifest_sha256 for log in leaves.values() for leaf in log]
-        # Exactly as many leaves as archives: each archive in exactly one log, no duplicate leaf.
-        assert sorted(every) == sorted(archives) and len(archives) == len(ended) == 24
-        for writer, log in leaves.items():
-            shard = int(writer.split("-")[1])
-            assert all(shard_of(leaf.session, 2) == shard for leaf in log), writer
-        # Every log is consistent with every checkpoint seen before a kill or a restart.
-        report = audit(open_store(pods.store_dir.as_uri()), signer.verifier, kept=kept, objects=True)
-        assert report.findings == [] and report.archives == 24 and report.leaves == 24
+        assert len(ended) == 24
+        _assert_each_archive_logged_once(signer, pods.store_dir, kept, len(ended))
         # Nothing is left queued, and the crashes did happen (a crash point exits as kill -9 does).
         for ordinal in range(4):
             state = StateDB.open(tmp_path / f"state-{ordinal}")

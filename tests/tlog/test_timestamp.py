@@ -15,8 +15,9 @@ from archiver.archive.log_stage import LogStage
 from archiver.archive.state import StateDB
 from archiver.cli.base import main
 from archiver.errors import LogError, LogVerificationError
+from archiver.layout.manifest import Manifest
 from archiver.metrics.selfmetrics import SelfMetrics
-from archiver.store import open_store
+from archiver.store import ObjectStore, open_store
 from archiver.tlog import standalone, timestamp
 from archiver.tlog.leaf import Leaf
 from archiver.tlog.log import read_object
@@ -26,6 +27,26 @@ from tests.fixtures_tsa import LocalTsa
 from tests.support import put_session
 
 SIGNER = Signer("archiver.test/log", hashlib.sha256(b"timestamp test key").digest())
+
+
+def _archived_and_logged(tsa: LocalTsa, tmp_path: Path, sid: str) -> tuple[ObjectStore, Manifest]:
+    """A directory store holding an archive of `sid`, appended to a log whose checkpoint `tsa` timestamped."""
+    (tmp_path / "store").mkdir()
+    store = open_store((tmp_path / "store").as_uri())
+    m = put_session(store, sid, ended_at=1_790_000_000)
+    data = read_object(store, f"sessions/{sid}/manifest.json")
+    leaf = Leaf.of(hashlib.sha256(data).hexdigest(), m.session_id, m.instance, m.archived_at)
+    state = StateDB.open(tmp_path / "state")
+    try:
+        state.add_log_pending("k", leaf.encode(), now=0.0)
+        stage = LogStage(
+            state, store, SIGNER, "shard-0-replica-0", SelfMetrics(CollectorRegistry()), lambda: 1.8e9,
+            interval=1, tsa_url=tsa.url,
+        )  # fmt: skip
+        assert stage.run_once() == 1
+    finally:
+        state.close()
+    return store, m
 
 
 def test_a_reply_is_checked_against_the_bytes_and_the_tsa_root(openssl_tsa: LocalTsa) -> None:
@@ -42,21 +63,7 @@ def test_a_reply_is_checked_against_the_bytes_and_the_tsa_root(openssl_tsa: Loca
 
 
 def test_each_checkpoint_is_timestamped_and_the_bundle_carries_it(openssl_tsa: LocalTsa, tmp_path: Path) -> None:
-    (tmp_path / "store").mkdir()
-    store = open_store((tmp_path / "store").as_uri())
-    m = put_session(store, "stamped-match", ended_at=1_790_000_000)
-    data = read_object(store, "sessions/stamped-match/manifest.json")
-    leaf = Leaf.of(hashlib.sha256(data).hexdigest(), m.session_id, m.instance, m.archived_at)
-    state = StateDB.open(tmp_path / "state")
-    try:
-        state.add_log_pending("k", leaf.encode(), now=0.0)
-        stage = LogStage(
-            state, store, SIGNER, "shard-0-replica-0", SelfMetrics(CollectorRegistry()), lambda: 1.8e9,
-            interval=1, tsa_url=openssl_tsa.url,
-        )  # fmt: skip
-        assert stage.run_once() == 1
-    finally:
-        state.close()
+    store, m = _archived_and_logged(openssl_tsa, tmp_path, "stamped-match")
     bundle = prove(store, SIGNER.verifier, m.session_id, m.instance)
     document = json.loads(bundle)
     assert document["timestamp"]
@@ -76,20 +83,7 @@ def test_each_checkpoint_is_timestamped_and_the_bundle_carries_it(openssl_tsa: L
 def test_the_standalone_verifier_says_a_timestamp_is_present_but_not_verified_by_it(
     openssl_tsa: LocalTsa, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    (tmp_path / "store").mkdir()
-    store = open_store((tmp_path / "store").as_uri())
-    m = put_session(store, "stamped-alone", ended_at=1_790_000_000)
-    data = read_object(store, "sessions/stamped-alone/manifest.json")
-    leaf = Leaf.of(hashlib.sha256(data).hexdigest(), m.session_id, m.instance, m.archived_at)
-    state = StateDB.open(tmp_path / "state")
-    try:
-        state.add_log_pending("k", leaf.encode(), now=0.0)
-        LogStage(
-            state, store, SIGNER, "shard-0-replica-0", SelfMetrics(CollectorRegistry()), lambda: 1.8e9,
-            interval=1, tsa_url=openssl_tsa.url,
-        ).run_once()  # fmt: skip
-    finally:
-        state.close()
+    store, m = _archived_and_logged(openssl_tsa, tmp_path, "stamped-alone")
     document = json.loads(prove(store, SIGNER.verifier, m.session_id, m.instance))
     path = tmp_path / "proof.json"
     path.write_text(json.dumps(document))

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from archiver.archive.state.connection import Connection
 from archiver.archive.state.rows import SESSION_COLUMNS, ArchivedMark, SessionRow, session_row
+from archiver.archive.state.sessions import lease_sessions, next_wake
 from archiver.vocabulary import TERMINAL_STATES
 
 
@@ -39,7 +40,7 @@ class FinalizeRepo(Connection):
                 "ORDER BY wake_at, archived_at LIMIT ?",
                 (now_mono, limit),
             ).fetchall()
-            db.executemany("UPDATE sessions SET wake_at = ? WHERE key = ?", [(now_mono + lease, r[0]) for r in rows])
+            lease_sessions(db, rows, now_mono + lease)
         return [session_row(r) for r in rows]
 
     def release_finalize(self, session_keys: Sequence[str]) -> None:
@@ -54,8 +55,7 @@ class FinalizeRepo(Connection):
 
     def next_finalize_wake(self) -> float | None:
         with self.read() as db:
-            value = db.execute("SELECT MIN(wake_at) FROM sessions WHERE state = 'finalizing'").fetchone()[0]
-        return None if value is None else float(value)
+            return next_wake(db, "finalizing")
 
     def finalize_retry(self, key: str, retry_at: float, error: str) -> int:
         """Finalization failed: try again at `retry_at`. Returns the attempts so far."""

@@ -154,13 +154,12 @@ class SessionRepo(Connection):
                 "ORDER BY first_seen_ended LIMIT ?",
                 (now_mono, limit),
             ).fetchall()
-            db.executemany("UPDATE sessions SET wake_at = ? WHERE key = ?", [(now_mono + lease, r[0]) for r in rows])
+            lease_sessions(db, rows, now_mono + lease)
         return [session_row(r) for r in rows]
 
     def next_candidate_wake(self) -> float | None:
         with self.read() as db:
-            value = db.execute("SELECT MIN(wake_at) FROM sessions WHERE state = 'candidate'").fetchone()[0]
-        return None if value is None else float(value)
+            return next_wake(db, "candidate")
 
     def candidate_alive(self, key: str, now: float, retry_at: float) -> None:
         """The describe says it still runs (listed late?): seen alive now, check again at `retry_at`."""
@@ -352,3 +351,14 @@ class SessionRepo(Connection):
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = ? ORDER BY key", (state,)
             ).fetchall()
         return [session_row(r) for r in rows]
+
+
+def lease_sessions(db: sqlite3.Connection, rows: Sequence[Sequence[object]], until: float) -> None:
+    """Lease claimed session `rows` (key first) until `until`: another worker skips them meanwhile."""
+    db.executemany("UPDATE sessions SET wake_at = ? WHERE key = ?", [(until, r[0]) for r in rows])
+
+
+def next_wake(db: sqlite3.Connection, state: str) -> float | None:
+    """The earliest `wake_at` of the sessions in `state` (None: there are none)."""
+    value = db.execute("SELECT MIN(wake_at) FROM sessions WHERE state = ?", (state,)).fetchone()[0]
+    return None if value is None else float(value)
