@@ -4,6 +4,8 @@ the digests that compare logs by content refuse what is not gzip."""
 from __future__ import annotations
 
 import gzip
+import hashlib
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 from archiver.archive.spool import Spool
 from archiver.archive.upload import log_digests
 from archiver.errors import ArchiveIntegrityError
-from archiver.store.gzipstream import DEFLATE_BLOCK
+from archiver.store.gzipstream import DEFLATE_BLOCK, gzip_blocks
 
 LINES = st.lists(st.text(min_size=0, max_size=80), min_size=0, max_size=4000)
 
@@ -61,3 +63,30 @@ def test_log_digests_compare_content_and_refuse_what_is_not_gzip() -> None:
         log_digests([b""], "empty")
     with pytest.raises(ArchiveIntegrityError):
         log_digests([log[:100]], "plain text")
+
+
+def test_a_live_capture_s_seal_is_adopted_by_a_link_not_a_copy_and_copied_across_filesystems(
+    tmp_path: Path,
+) -> None:
+    """The spool takes a sealed capture (already the stored log's gzip, synced) as it is: a hard link
+    on the same filesystem; a durable copy of the same bytes where a link cannot cross (tmpfs)."""
+    body = b"".join(gzip_blocks([b"line\n" * 500]))
+    digest = hashlib.sha256(body).hexdigest()
+    seal = tmp_path / "capture.gz"
+    seal.write_bytes(body)
+    spool = Spool(tmp_path / "spool")
+    linked = spool.adopt(7, seal, size=len(body), sha256=digest, received=2500)
+    assert linked.path == spool.final_path(7) and linked.path.stat().st_ino == seal.stat().st_ino
+    assert (linked.size, linked.sha256, linked.received) == (len(body), digest, 2500)
+    seal.unlink()  # the capture removed once spooled: the spool file stays whole
+    assert linked.path.read_bytes() == body
+
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as other:
+        elsewhere = Path(other) / "capture.gz"
+        elsewhere.write_bytes(body)
+        copied = spool.adopt(8, elsewhere, size=len(body), sha256=digest, received=2500)
+        assert copied.path.stat().st_ino != elsewhere.stat().st_ino
+        assert (copied.path.read_bytes(), copied.sha256, copied.received) == (body, digest, 2500)
+    with pytest.raises(FileNotFoundError):
+        spool.adopt(9, tmp_path / "gone.gz", size=1, sha256=digest, received=1)
+    assert not spool.partial_path(9).exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import os
 import signal
 import sqlite3
@@ -16,6 +18,7 @@ from archiver.errors import StateError
 from archiver.live.policy import Finish
 from archiver.live.resume import Kept
 from archiver.live.store import DB_NAME, DIR_NAME, FOLLOWING, CaptureStore
+from archiver.store.gzipstream import gzip_blocks
 
 KEY = "1700000000000:session/with odd id"
 
@@ -210,3 +213,114 @@ def test_prune_removes_only_long_finished_captures_nobody_holds(tmp_path: Path) 
     assert store.prune(200.0, keep=frozenset({"2:kept"})) == 1
     assert store.segments("1:done") == [] and not store.path_of("1:done", 0).exists()
     assert [len(store.segments(k)) for k in ("2:kept", "3:running", "4:late")] == [1, 1, 1]
+
+
+def _synced_paths(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The files `os.fdatasync` is called on from now on (each call still syncs)."""
+    synced: list[str] = []
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    return synced
+
+
+def test_a_finished_segment_is_sealed_as_its_stored_log_and_a_running_one_is_never_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: a checkpoint syncs the seals of segments that finished and nothing of running ones;
+    a seal is the gzip the archive stores (the same bytes a fetch would compress), named by its rows."""
+    store = CaptureStore(tmp_path)
+    running = store.begin(KEY, "s", 1, 0)
+    done = store.begin("2:done", "done", 2, 0)
+    store.append(running, _lines(5))
+    store.append(done, _lines(7))
+    store.finish(done, Finish.COMPLETE)
+    synced = _synced_paths(monkeypatch)
+    _commit(store)
+
+    (row,) = store.segments("2:done")
+    assert row.sealed is not None and store.segments(KEY)[0].sealed is None
+    seal = store.sealed_path(row)
+    assert synced == [f"{seal}.partial"]  # written beside, synced, then renamed into place
+    body = seal.read_bytes()
+    assert (len(body), hashlib.sha256(body).hexdigest()) == (row.sealed.size, row.sealed.sha256)
+    assert gzip.decompress(body) == b"".join(x + b"\n" for x in _lines(7))
+    assert body == b"".join(gzip_blocks(store.read(row)))
+    store.append(running, _lines(2, start=5))
+    _commit(store)
+    assert synced == [f"{seal}.partial"]  # the running segment's new lines: recorded, not synced
+
+
+def test_a_removed_capture_is_gone_at_once_and_its_rows_leave_with_the_next_checkpoint(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    first = store.begin(KEY, "s", 1, 0)
+    store.append(first, _lines(3))
+    store.finish(first, Finish.COMPLETE)
+    _commit(store)
+    (row,) = store.segments(KEY)
+    seal = store.sealed_path(row)
+    store.remove(KEY)
+
+    def rows_in_db() -> int:
+        with sqlite3.connect(tmp_path / DIR_NAME / DB_NAME) as db:
+            return int(db.execute("SELECT count(*) FROM segments WHERE key = ?", (KEY,)).fetchone()[0])
+
+    assert store.segments(KEY) == [] and store.latest(KEY) is None
+    assert not first.path.exists() and not seal.exists()
+    assert rows_in_db() == 1 and store.removals_pending()  # no commit of its own
+    again = store.begin(KEY, "s", 1, 0)  # the session listed again after its archive
+    store.append(again, _lines(1, start=9))
+    _commit(store)
+    assert not store.removals_pending()
+    (fresh,) = store.segments(KEY)
+    assert (fresh.kept, fresh.state, fresh.sealed) == (Kept().after(_lines(1, start=9)), FOLLOWING, None)
+    store.release(again)
+    store.close()
+
+
+def test_a_crash_between_a_removal_and_its_checkpoint_leaves_no_trace_after_recovery(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    segment = store.begin(KEY, "s", 1, 0)
+    store.append(segment, _lines(3))
+    store.finish(segment, Finish.COMPLETE)
+    _commit(store)
+    store.remove(KEY)  # the process dies before the next checkpoint: the row is still in the DB
+
+    recovered = CaptureStore(tmp_path)
+    assert recovered.segments(KEY) == [] and not segment.path.exists()
+    assert list((tmp_path / DIR_NAME).glob("*.log")) == [] and list((tmp_path / DIR_NAME).glob("*.gz")) == []
+    recovered.close()
+    with sqlite3.connect(tmp_path / DIR_NAME / DB_NAME) as db:
+        assert db.execute("SELECT count(*) FROM segments").fetchone()[0] == 0
+
+
+def test_recovery_seals_an_older_store_s_finished_segments_and_makes_a_lost_seal_again(tmp_path: Path) -> None:
+    store = CaptureStore(tmp_path)
+    segment = store.begin(KEY, "s", 1, 0)
+    store.append(segment, _lines(4))
+    store.finish(segment, Finish.GAP)
+    _commit(store)
+    (row,) = store.segments(KEY)
+    assert row.sealed is not None
+    store.close()
+    first = store.sealed_path(row).read_bytes()
+    store.sealed_path(row).unlink()  # a seal lost (a machine crash before its rename reached the disk)
+    again = CaptureStore(tmp_path)
+    (remade,) = again.segments(KEY)
+    assert remade.sealed == row.sealed and again.sealed_path(remade).read_bytes() == first
+    again.close()
+
+    # A store written by schema 1 (no seal columns): migrated, and its finished segment sealed.
+    with sqlite3.connect(tmp_path / DIR_NAME / DB_NAME) as db:
+        db.execute("ALTER TABLE segments DROP COLUMN sealed_size")
+        db.execute("ALTER TABLE segments DROP COLUMN sealed_sha256")
+        db.execute("PRAGMA user_version = 1")
+    again.sealed_path(remade).unlink()
+    old = CaptureStore(tmp_path)
+    (migrated,) = old.segments(KEY)
+    assert (migrated.state, migrated.sealed) == (Finish.GAP, row.sealed)
+    old.close()
