@@ -1,4 +1,5 @@
-"""The README stays true: two Quick start commands, and a configuration table in sync with --help."""
+"""The README stays true: two Quick start commands; the reference pages it links to
+(docs/configuration.md, docs/metrics.md) in sync with --help and the metrics the code exposes."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ from archiver.config.options import option_table
 from archiver.exporter.families import FAMILIES
 from archiver.metrics.selfmetrics import SelfMetrics
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+#: The reference pages the README links to for its tables.
+CONFIGURATION = (REPO / "docs" / "configuration.md").read_text()
+METRICS = (REPO / "docs" / "metrics.md").read_text()
 
 
-def section(title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", README, re.S | re.M)
-    assert match, f"README has no '## {title}' section"
+def section(title: str, text: str = README) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert match, f"no '## {title}' section"
     return match.group(1)
 
 
@@ -32,18 +37,15 @@ def test_quick_start_has_exactly_the_demo_and_test_commands() -> None:
 
 
 def test_configuration_table_matches_the_option_table() -> None:
-    rows = re.findall(
-        r"^\| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$", section("Configuration"), re.M
-    )
+    """docs/configuration.md's table of the daemon's options is the option table, row for row."""
+    rows = re.findall(r"^\| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$", CONFIGURATION, re.M)
     assert rows == [(flag, env, default, text) for flag, env, default, text in option_table()]
 
 
 def test_command_options_table_matches_the_command_tables() -> None:
-    """The README's table of `browse`, `demo` and `fake-service` options is their option tables."""
+    """docs/configuration.md's table of `browse`, `demo`, `fake-service` and `grep` options is their option tables."""
     rows = re.findall(
-        r"^\| `([a-z-]+)` \| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$",
-        section("Configuration"),
-        re.M,
+        r"^\| `([a-z-]+)` \| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$", CONFIGURATION, re.M
     )
     assert rows == [
         (command, opt.flag, opt.env, opt.shown_default, opt.help)
@@ -53,7 +55,7 @@ def test_command_options_table_matches_the_command_tables() -> None:
 
 
 def test_every_run_option_in_help_is_documented_and_vice_versa() -> None:
-    """`run --help` says what the README's table says: each row's help text, env var and default."""
+    """`run --help` says what docs/configuration.md's table says: each row's help text, env var and default."""
     result = CliRunner().invoke(main, ["run", "--help"], terminal_width=200)
     assert result.exit_code == 0
     in_help = set(re.findall(r"^\s+(--[a-z0-9.-]+)", result.output, re.M)) - {"--help", "--config"}
@@ -66,15 +68,15 @@ def test_every_run_option_in_help_is_documented_and_vice_versa() -> None:
 
 
 def metric_rows() -> dict[str, tuple[str, set[str]]]:
-    """The README's metric tables: name → (type, label names), label values in parentheses left out."""
+    """docs/metrics.md's tables: name → (type, label names), label values in parentheses left out."""
     rows = {}
-    for name, kind, labels in re.findall(r"^\| `([a-z_<>]+)` \|([^|]+)\|([^|]*)\|", section("Metrics"), re.M):
+    for name, kind, labels in re.findall(r"^\| `([a-z_<>]+)` \|([^|]+)\|([^|]*)\|", METRICS, re.M):
         rows[name] = (kind.strip(), set(re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", labels))))
     return rows
 
 
 def test_every_exposition_family_is_documented_with_its_type_and_labels() -> None:
-    """archiver.exposition.FAMILIES and the README's tables say the same: name, type, labels."""
+    """archiver.exposition.FAMILIES and docs/metrics.md's tables say the same: name, type, labels."""
     rows = metric_rows()
     for family in FAMILIES:
         kind = family.type + (" (1)" if family.value_one else "")
@@ -84,7 +86,7 @@ def test_every_exposition_family_is_documented_with_its_type_and_labels() -> Non
 
 
 def test_every_self_metric_is_documented_with_its_type_and_labels() -> None:
-    """Every family the SelfMetrics registry exposes has its README row, and every archiver_* row
+    """Every family the SelfMetrics registry exposes has its docs/metrics.md row, and every archiver_* row
     is either a self metric or one of the exposition's snapshot gauges."""
     registry = CollectorRegistry()
     metrics = SelfMetrics(registry)
@@ -112,7 +114,7 @@ def test_the_alert_table_states_each_alerts_default_severity_and_every_alert_is_
     """The README's alert table says what the chart's defaults do (severity, the `for` it names),
     and the section names every alert the chart can render."""
     text = section("Dashboards and alerts")
-    values = yaml.safe_load((Path(__file__).resolve().parents[2] / "helm/archiver/values.yaml").read_text())
+    values = yaml.safe_load((REPO / "helm/archiver/values.yaml").read_text())
     rules = values["prometheusRule"]["rules"]
     rows = re.findall(r"^\| `(Archiver\w+)` \| (.*?) \| (critical|warning) \|$", text, re.M)
     assert len(rows) >= 10
