@@ -1,5 +1,6 @@
-"""The README stays true: two Quick start commands; the reference pages it links to
-(docs/configuration.md, docs/metrics.md) in sync with --help and the metrics the code exposes."""
+"""The README stays a short, true user manual: two Quick start commands, a size limit, links that
+resolve; the reference pages it links to (docs/configuration.md, docs/metrics.md) in sync with the
+code."""
 
 from __future__ import annotations
 
@@ -125,3 +126,71 @@ def test_the_alert_table_states_each_alerts_default_severity_and_every_alert_is_
             assert "15 min" in meaning, name
     named = set(re.findall(r"`(Archiver[A-Z]\w+)`", text))
     assert named == set(rules), set(rules) ^ named
+
+
+#: The project's limit on the README: a user manual; deep topics are pages under docs/.
+README_LIMIT_BYTES = 48_000
+
+
+def test_the_readme_stays_a_manual_within_its_size_limit() -> None:
+    size = len(README.encode())
+    assert size <= README_LIMIT_BYTES, f"README.md is {size} bytes: move a deep topic to a page under docs/"
+
+
+#: The Markdown files whose relative links and anchors must resolve.
+LINKED_PAGES = (
+    "README.md",
+    "RELIABILITY.md",
+    "ARCHITECTURE.md",
+    "CHANGELOG.md",
+    "helm/archiver/README.md",
+    "benchmarks/RESULTS.md",
+    *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")),
+)
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings (lower-cased, punctuation dropped, spaces to -,
+    a repeated heading numbered) and of its explicit `<a id=...>` / `<a name=...>` tags."""
+    text = re.sub(r"(?ms)^```.*?^```", "", path.read_text(encoding="utf-8"))
+    found: set[str] = set(re.findall(r"""<a (?:id|name)=["']([^"']+)["']""", text))
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        candidate, n = slug, 0
+        while candidate in found:
+            n += 1
+            candidate = f"{slug}-{n}"
+        found.add(candidate)
+    return found
+
+
+def broken_links(path: Path) -> list[str]:
+    """The relative links of a Markdown file (code blocks left out) whose file or anchor is missing."""
+    text = re.sub(r"(?ms)^```.*?^```", "", path.read_text(encoding="utf-8"))
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # https:, mailto: and the like
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        missing_heading = anchor and resolved.suffix == ".md" and resolved.exists() and anchor not in anchors(resolved)
+        if not resolved.exists() or missing_heading:
+            broken.append(target)
+    return broken
+
+
+def test_every_relative_link_of_the_docs_reaches_its_file_and_heading() -> None:
+    """README ↔ docs/, the chart README, ARCHITECTURE.md, RELIABILITY.md: no link points at a moved
+    page or a heading that is gone."""
+    broken = {page: links for page in LINKED_PAGES if (links := broken_links(REPO / page))}
+    assert not broken, broken
+
+
+def test_the_link_check_finds_a_missing_page_and_a_missing_heading(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other\n\n## A `code` heading\n\n## Twice\n\n## Twice\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[ok](other.md#a-code-heading) [ok](other.md#twice-1) [ok](#here) [web](https://example.com/x#y)\n"
+        "[gone](missing.md) [no heading](other.md#nowhere)\n\n## Here\n\n```\n[in code](missing-too.md)\n```\n"
+    )
+    assert broken_links(page) == ["missing.md", "other.md#nowhere"]
