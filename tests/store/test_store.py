@@ -933,6 +933,9 @@ BAD_KEYS = [
 ]
 
 
+# The refusal comes before any request (store/base.py checks every key), so one S3 server shows it
+# for S3Store: SeaweedFS would only repeat moto's case.
+@pytest.mark.parametrize("store", ["s3-moto", "file"], indirect=True)
 @pytest.mark.parametrize("key", BAD_KEYS)
 def test_keys_that_could_escape_are_refused(store: ObjectStore, key: str, tmp_path: Path) -> None:
     """Keys with `..`, leading `/`, empty/dot segments, NUL, > 1024 bytes: InvalidKeyError, no write."""
