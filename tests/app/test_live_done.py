@@ -23,6 +23,8 @@ from archiver.live.store import DB_NAME, DIR_NAME
 from archiver.store import open_store
 from tests.support import ARCHIVER, free_port, wait_until
 
+pytestmark = pytest.mark.slow  # the real daemon, a kill -9 and a restart: `make test-slow`, which CI runs
+
 TOKEN = "done-when-token"
 SESSIONS = 6
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,13 +16,8 @@ import pytest
 from archiver.browse import ranges
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
-from archiver.store import ObjectStore
-from tests import fixtures_retrieval
+from archiver.store import ObjectStore, make_s3_client, open_store
 from tests.support import NOW, put_session
-
-file_store = fixtures_retrieval.file_store
-s3_store = fixtures_retrieval.s3_store
-store = fixtures_retrieval.store
 
 #: An artifact larger than one read chunk of either store, so ranges cross chunk boundaries.
 DATA = os.urandom(3 * 1024 * 1024 + 12345)
@@ -50,13 +46,36 @@ class _Recording:
         return self._inner.iter_range(key, first, last, **kwargs)
 
 
+@pytest.fixture(scope="module", params=["file", "s3"])
+def browser(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, _Recording]]:
+    """The browser over a directory store or an S3 store (moto) holding one session whose item 1 is
+    DATA, and its download URL: archived once per store, as every test here only reads."""
+    if request.param == "s3":
+        endpoint = str(request.getfixturevalue("moto_endpoint"))
+        bucket = f"downloads-{uuid.uuid4().hex[:20]}"
+        make_s3_client(endpoint_url=endpoint).create_bucket(Bucket=bucket)
+        store = open_store(f"s3://{bucket}/archive/", s3_endpoint_url=endpoint)
+    else:
+        root = tmp_path_factory.mktemp("downloads") / "archive"
+        root.mkdir()
+        store = open_store(root.as_uri())
+    try:
+        put_session(store, "s-1", ended_at=NOW - 60, artifacts={"/srv/replays/match.dem": DATA})
+        recording = _Recording(store)
+        with BrowseServer(("127.0.0.1", 0), BrowseApp(recording)) as server:  # type: ignore[arg-type]
+            yield f"{server.url}/sessions/s-1/items/1", recording
+    finally:
+        store.close()
+
+
 @pytest.fixture
-def served(store: ObjectStore) -> Iterator[tuple[str, _Recording]]:
-    """The browser over ``store`` holding one session whose item 1 is DATA; its download URL."""
-    put_session(store, "s-1", ended_at=NOW - 60, artifacts={"/srv/replays/match.dem": DATA})
-    recording = _Recording(store)
-    with BrowseServer(("127.0.0.1", 0), BrowseApp(recording)) as server:  # type: ignore[arg-type]
-        yield f"{server.url}/sessions/s-1/items/1", recording
+def served(browser: tuple[str, _Recording]) -> tuple[str, _Recording]:
+    """The download URL and the store's record of this test's reads (none yet)."""
+    url, recording = browser
+    recording.reads.clear()
+    return url, recording
 
 
 def test_a_whole_download_names_its_etag_and_accepts_ranges(served: tuple[str, _Recording]) -> None:

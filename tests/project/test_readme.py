@@ -1,4 +1,6 @@
-"""The README stays true: two Quick start commands, and a configuration table in sync with --help."""
+"""The README stays a short, true user manual: two Quick start commands, a size limit, links that
+resolve; the reference pages it links to (docs/configuration.md, docs/metrics.md) in sync with the
+code."""
 
 from __future__ import annotations
 
@@ -15,12 +17,16 @@ from archiver.config.options import option_table
 from archiver.exporter.families import FAMILIES
 from archiver.metrics.selfmetrics import SelfMetrics
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+REPO = Path(__file__).resolve().parents[2]
+README = (REPO / "README.md").read_text()
+#: The reference pages the README links to for its tables.
+CONFIGURATION = (REPO / "docs" / "configuration.md").read_text()
+METRICS = (REPO / "docs" / "metrics.md").read_text()
 
 
-def section(title: str) -> str:
-    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## )", README, re.S | re.M)
-    assert match, f"README has no '## {title}' section"
+def section(title: str, text: str = README) -> str:
+    match = re.search(rf"^## {re.escape(title)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert match, f"no '## {title}' section"
     return match.group(1)
 
 
@@ -32,18 +38,15 @@ def test_quick_start_has_exactly_the_demo_and_test_commands() -> None:
 
 
 def test_configuration_table_matches_the_option_table() -> None:
-    rows = re.findall(
-        r"^\| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$", section("Configuration"), re.M
-    )
+    """docs/configuration.md's table of the daemon's options is the option table, row for row."""
+    rows = re.findall(r"^\| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$", CONFIGURATION, re.M)
     assert rows == [(flag, env, default, text) for flag, env, default, text in option_table()]
 
 
 def test_command_options_table_matches_the_command_tables() -> None:
-    """The README's table of `browse`, `demo` and `fake-service` options is their option tables."""
+    """docs/configuration.md's table of `browse`, `demo`, `fake-service` and `grep` options is their option tables."""
     rows = re.findall(
-        r"^\| `([a-z-]+)` \| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$",
-        section("Configuration"),
-        re.M,
+        r"^\| `([a-z-]+)` \| `(--[a-z0-9.-]+)` \| `([A-Z0-9_]+)` \| `([^`]*)` \| (.*?) \|$", CONFIGURATION, re.M
     )
     assert rows == [
         (command, opt.flag, opt.env, opt.shown_default, opt.help)
@@ -53,7 +56,7 @@ def test_command_options_table_matches_the_command_tables() -> None:
 
 
 def test_every_run_option_in_help_is_documented_and_vice_versa() -> None:
-    """`run --help` says what the README's table says: each row's help text, env var and default."""
+    """`run --help` says what docs/configuration.md's table says: each row's help text, env var and default."""
     result = CliRunner().invoke(main, ["run", "--help"], terminal_width=200)
     assert result.exit_code == 0
     in_help = set(re.findall(r"^\s+(--[a-z0-9.-]+)", result.output, re.M)) - {"--help", "--config"}
@@ -66,15 +69,15 @@ def test_every_run_option_in_help_is_documented_and_vice_versa() -> None:
 
 
 def metric_rows() -> dict[str, tuple[str, set[str]]]:
-    """The README's metric tables: name → (type, label names), label values in parentheses left out."""
+    """docs/metrics.md's tables: name → (type, label names), label values in parentheses left out."""
     rows = {}
-    for name, kind, labels in re.findall(r"^\| `([a-z_<>]+)` \|([^|]+)\|([^|]*)\|", section("Metrics"), re.M):
+    for name, kind, labels in re.findall(r"^\| `([a-z_<>]+)` \|([^|]+)\|([^|]*)\|", METRICS, re.M):
         rows[name] = (kind.strip(), set(re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", labels))))
     return rows
 
 
 def test_every_exposition_family_is_documented_with_its_type_and_labels() -> None:
-    """archiver.exposition.FAMILIES and the README's tables say the same: name, type, labels."""
+    """archiver.exposition.FAMILIES and docs/metrics.md's tables say the same: name, type, labels."""
     rows = metric_rows()
     for family in FAMILIES:
         kind = family.type + (" (1)" if family.value_one else "")
@@ -84,7 +87,7 @@ def test_every_exposition_family_is_documented_with_its_type_and_labels() -> Non
 
 
 def test_every_self_metric_is_documented_with_its_type_and_labels() -> None:
-    """Every family the SelfMetrics registry exposes has its README row, and every archiver_* row
+    """Every family the SelfMetrics registry exposes has its docs/metrics.md row, and every archiver_* row
     is either a self metric or one of the exposition's snapshot gauges."""
     registry = CollectorRegistry()
     metrics = SelfMetrics(registry)
@@ -112,7 +115,7 @@ def test_the_alert_table_states_each_alerts_default_severity_and_every_alert_is_
     """The README's alert table says what the chart's defaults do (severity, the `for` it names),
     and the section names every alert the chart can render."""
     text = section("Dashboards and alerts")
-    values = yaml.safe_load((Path(__file__).resolve().parents[2] / "helm/archiver/values.yaml").read_text())
+    values = yaml.safe_load((REPO / "helm/archiver/values.yaml").read_text())
     rules = values["prometheusRule"]["rules"]
     rows = re.findall(r"^\| `(Archiver\w+)` \| (.*?) \| (critical|warning) \|$", text, re.M)
     assert len(rows) >= 10
@@ -123,3 +126,71 @@ def test_the_alert_table_states_each_alerts_default_severity_and_every_alert_is_
             assert "15 min" in meaning, name
     named = set(re.findall(r"`(Archiver[A-Z]\w+)`", text))
     assert named == set(rules), set(rules) ^ named
+
+
+#: The project's limit on the README: a user manual; deep topics are pages under docs/.
+README_LIMIT_BYTES = 48_000
+
+
+def test_the_readme_stays_a_manual_within_its_size_limit() -> None:
+    size = len(README.encode())
+    assert size <= README_LIMIT_BYTES, f"README.md is {size} bytes: move a deep topic to a page under docs/"
+
+
+#: The Markdown files whose relative links and anchors must resolve.
+LINKED_PAGES = (
+    "README.md",
+    "RELIABILITY.md",
+    "ARCHITECTURE.md",
+    "CHANGELOG.md",
+    "helm/archiver/README.md",
+    "benchmarks/RESULTS.md",
+    *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")),
+)
+
+
+def anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings (lower-cased, punctuation dropped, spaces to -,
+    a repeated heading numbered) and of its explicit `<a id=...>` / `<a name=...>` tags."""
+    text = re.sub(r"(?ms)^```.*?^```", "", path.read_text(encoding="utf-8"))
+    found: set[str] = set(re.findall(r"""<a (?:id|name)=["']([^"']+)["']""", text))
+    for heading in re.findall(r"^#{1,6}\s+(.+?)\s*#*$", text, re.M):
+        slug = re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+        candidate, n = slug, 0
+        while candidate in found:
+            n += 1
+            candidate = f"{slug}-{n}"
+        found.add(candidate)
+    return found
+
+
+def broken_links(path: Path) -> list[str]:
+    """The relative links of a Markdown file (code blocks left out) whose file or anchor is missing."""
+    text = re.sub(r"(?ms)^```.*?^```", "", path.read_text(encoding="utf-8"))
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # https:, mailto: and the like
+        file, _, anchor = target.partition("#")
+        resolved = (path.parent / file).resolve() if file else path
+        missing_heading = anchor and resolved.suffix == ".md" and resolved.exists() and anchor not in anchors(resolved)
+        if not resolved.exists() or missing_heading:
+            broken.append(target)
+    return broken
+
+
+def test_every_relative_link_of_the_docs_reaches_its_file_and_heading() -> None:
+    """README ↔ docs/, the chart README, ARCHITECTURE.md, RELIABILITY.md: no link points at a moved
+    page or a heading that is gone."""
+    broken = {page: links for page in LINKED_PAGES if (links := broken_links(REPO / page))}
+    assert not broken, broken
+
+
+def test_the_link_check_finds_a_missing_page_and_a_missing_heading(tmp_path: Path) -> None:
+    (tmp_path / "other.md").write_text("# Other\n\n## A `code` heading\n\n## Twice\n\n## Twice\n")
+    page = tmp_path / "page.md"
+    page.write_text(
+        "[ok](other.md#a-code-heading) [ok](other.md#twice-1) [ok](#here) [web](https://example.com/x#y)\n"
+        "[gone](missing.md) [no heading](other.md#nowhere)\n\n## Here\n\n```\n[in code](missing-too.md)\n```\n"
+    )
+    assert broken_links(page) == ["missing.md", "other.md#nowhere"]

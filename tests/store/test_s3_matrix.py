@@ -5,9 +5,11 @@ once, byte-identical to what the service served, no object written twice with ot
 false alarm from `verify` or `get`.
 
 Each case archives once (a module-scoped fixture, one bucket and proxy per case, the session's one
-SeaweedFS); the tests below then read what it left. Ground truth is read straight from SeaweedFS,
-never through the proxy. The start-up probe's findings (and its warnings) are asserted per case, and
-issue 28's two `verify` stories and `archiver check` on the worst store close the module.
+SeaweedFS); the tests below then read what it left. `make test` runs the faithful and the worst
+store; each switch alone (about 2.5 s a case) runs in `make test-slow`, which CI runs too. Ground
+truth is read straight from SeaweedFS, never through the proxy. The start-up probe's findings (and
+its warnings) are asserted per case, and issue 28's two `verify` stories and `archiver check` on the
+worst store close the module.
 """
 
 from __future__ import annotations
@@ -202,7 +204,13 @@ SESSIONS: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(scope="module", params=list(CASES))
+#: The cases of `make test`: the proxy alone and every switch at once; the others are `slow`.
+IN_MAKE_TEST = {"faithful", "worst"}
+
+
+@pytest.fixture(
+    scope="module", params=[c if c in IN_MAKE_TEST else pytest.param(c, marks=pytest.mark.slow) for c in CASES]
+)
 def run(
     request: pytest.FixtureRequest, seaweed_server: SeaweedServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MatrixRun]:
