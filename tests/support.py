@@ -96,6 +96,7 @@ LIVE_FAST = LiveTuning(
     drain_max_wait=0.2,
     connect_timeout=5.0,
     checkpoint_interval=0.2,
+    progress_interval=0.2,
 )
 
 

@@ -150,7 +150,7 @@ class EndingStage(Stage):
                     # Even when a describe raised: the ends confirmed before it are not redone.
                     self._end_confirmed(ends)
                 if not rows:
-                    self.wake.wait(generation, self.wake.until(self.state.next_candidate_wake()), CONFIRM)
+                    self.wake.wait(generation, self.wake.until(self.state.next_candidate_wake(self._mono())), CONFIRM)
             except Exception:  # loop edge: a bug must not silently end confirmations
                 log.exception("confirm loop failed; continuing")
                 self.metrics.error("confirm")

@@ -22,7 +22,7 @@ class Tuning:
     #: Threads describing candidates.
     confirm_workers: int = 2
     #: Candidates leased per claim.
-    confirm_batch: int = 20
+    confirm_batch: int = 50
     #: A claimed candidate is not claimed again for this long (a confirmer that died mid-way).
     confirm_lease: float = 120.0
     #: Re-describe a candidate whose describe failed after this long.
@@ -35,11 +35,11 @@ class Tuning:
     #: The API's own 404 for a candidate ends it only when a describe this much later says so too.
     not_found_confirm: float = 30.0
     #: Pending items a fetch worker claims at once; their spooled marks share one commit (issue 35).
-    fetch_batch: int = 16
+    fetch_batch: int = 32
     #: A fetch batch commits its spooled items at the latest this long after the first of them.
     spooled_commit_after: float = 0.5
     #: Complete sessions a worker leases at once; their archived marks share one commit (issue 35).
-    finalize_batch: int = 16
+    finalize_batch: int = 64
     #: A session being finalized is not taken by another worker for this long.
     finalize_lease: float = 300.0
     #: Finalization re-attempts: exponential from initial to max.
@@ -63,11 +63,11 @@ class Tuning:
     replica_stagger: float = 60.0
     #: Upload outcomes: the committer waits this long after the first one for the others in flight,
     #: to record them all in one transaction (`outcomes.py`); delays only finalization.
-    outcome_gather: float = 0.02
+    outcome_gather: float = 0.25
     #: Spooled items a running upload worker claims per transaction (one hold of the write lock,
     #: which the group commit's fsync also takes); those it has not attempted go back when it
     #: stops or the store fails.
-    upload_claim_batch: int = 4
+    upload_claim_batch: int = 16
     #: Longest a worker sleeps before looking at the DB again even without a notification.
     idle_wait: float = 5.0
     #: Minimum interval between gauge refreshes triggered by workers.

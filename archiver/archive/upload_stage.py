@@ -187,7 +187,7 @@ class UploadStage(Stage):
             if item is None:
                 # The next look for a due manifest, as the last one fixed it (it took the finalize gates in).
                 last_look = self._no_manifest_due
-                look_again = last_look[1] if last_look is not None else self.state.next_finalize_wake()
+                look_again = last_look[1] if last_look is not None else self.state.next_finalize_wake(self._mono())
                 gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), look_again) if g]
                 return self.wake.until(min(gates) if gates else None)
             self._upload(item)
@@ -339,7 +339,7 @@ class UploadStage(Stage):
         last = self._no_manifest_due
         if last is not None and last[0] == generation and now < last[1]:
             return False
-        gate = self.state.next_finalize_wake()
+        gate = self.state.next_finalize_wake(now)
         if gate is not None and gate <= now:
             return True
         look_again = now + self.tuning.idle_wait

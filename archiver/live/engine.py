@@ -474,7 +474,7 @@ class LiveCapture:
         self.store.checkpoint(rows)
 
     async def _checkpoint(self) -> None:
-        for row in self.store.pending():
+        for row in self.store.pending(self.tuning.progress_interval):
             self._unsaved[(row.key, row.index)] = row
         if not self._unsaved and not self.store.removals_pending():
             return

@@ -75,8 +75,11 @@ class Tuning:
     #: swamped accept queue, not an idle game server (that is ``stall_timeout``'s).
     first_byte_timeout: float = 5.0
     connect_timeout: float = 5.0
-    #: Seconds between checkpoints of every capture (one filesystem sync and one transaction).
+    #: Seconds between checkpoints of the captures (one transaction; finished segments sealed first).
     checkpoint_interval: float = 10.0
+    #: A running segment that only gained lines is recorded at most this often: its row is where a
+    #: restart resumes, and recovery scans the lines written after it.
+    progress_interval: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,9 +117,12 @@ class SegmentRow:
 class Segment:
     """A segment being written (owned by the event loop thread): the file's fd and what it holds."""
 
-    __slots__ = ("created_ms", "dirty", "fd", "index", "kept", "key", "path", "session_id", "shape", "state")
+    __slots__ = (
+        "changed", "created_ms", "dirty", "fd", "index", "kept", "key", "path", "recorded", "session_id", "shape",
+        "state",
+    )  # fmt: skip
 
-    def __init__(self, row: SegmentRow, fd: int | None) -> None:
+    def __init__(self, row: SegmentRow, fd: int | None, recorded: float | None = None) -> None:
         self.key = row.key
         self.index = row.index
         self.session_id = row.session_id
@@ -130,6 +133,10 @@ class Segment:
         self.path = row.path
         self.fd = fd
         self.dirty = False
+        #: More than new lines changed (begun, reopened, shape told, finished): in the next checkpoint.
+        self.changed = False
+        #: When a checkpoint last took its row (store clock; None: its row was never taken).
+        self.recorded = recorded
 
     def row(self) -> SegmentRow:
         return SegmentRow(
@@ -310,7 +317,8 @@ class CaptureStore:
             "SELECT * FROM segments s WHERE state = ? AND idx = (SELECT max(idx) FROM segments WHERE key = s.key)",
             (FOLLOWING,),
         )
-        return [Segment(row, self._open(row.path)) for row in rows]
+        now = self._clock()
+        return [Segment(row, self._open(row.path), recorded=now) for row in rows]
 
     def latest(self, key: str) -> SegmentRow | None:
         """The key's newest segment, if it has any."""
@@ -350,7 +358,7 @@ class CaptureStore:
                 os.ftruncate(segment.fd, segment.kept.size)
             raise
         segment.kept = segment.kept.after(lines)
-        self._mark(segment)
+        self._mark(segment, changed=False)
         return len(data)
 
     def set_shape(self, segment: Segment, shape: str) -> None:
@@ -371,18 +379,26 @@ class CaptureStore:
             os.close(segment.fd)
             segment.fd = None
 
-    def _mark(self, segment: Segment) -> None:
+    def _mark(self, segment: Segment, *, changed: bool = True) -> None:
+        segment.changed = segment.changed or changed
         if not segment.dirty:
             segment.dirty = True
             self._dirty[(segment.key, segment.index)] = segment
 
-    def pending(self) -> list[SegmentRow]:
-        """Take what every segment changed since the last call holds now (on the writer's thread);
-        `checkpoint` makes it durable."""
-        taken = [segment.row() for segment in self._dirty.values()]
-        for segment in self._dirty.values():
-            segment.dirty = False
-        self._dirty.clear()
+    def pending(self, progress_every: float = 0.0) -> list[SegmentRow]:
+        """Take what the segments changed since the last call hold now (on the writer's thread);
+        `checkpoint` makes it durable. A segment that only gained lines is taken at most every
+        ``progress_every`` seconds: its row is a resume point, and recovery scans the lines after
+        it (issue 35: thousands of running sessions rewrote their rows every checkpoint)."""
+        now = self._clock()
+        taken = []
+        for where, segment in list(self._dirty.items()):
+            if not segment.changed and segment.recorded is not None and now - segment.recorded < progress_every:
+                continue
+            taken.append(segment.row())
+            segment.dirty = segment.changed = False
+            segment.recorded = now
+            del self._dirty[where]
         return taken
 
     def checkpoint(self, rows: Sequence[SegmentRow]) -> None:

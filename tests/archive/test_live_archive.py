@@ -330,10 +330,10 @@ class _BuggyCaptures(CaptureStore):
 
     broken = False
 
-    def pending(self) -> list[SegmentRow]:
+    def pending(self, progress_every: float = 0.0) -> list[SegmentRow]:
         if self.broken:
             raise RuntimeError("a bug in the live loop")
-        return super().pending()
+        return super().pending(progress_every)
 
 
 def test_when_the_live_loop_dies_the_logs_are_archived_at_once_from_what_it_checkpointed(

@@ -208,7 +208,7 @@ _CHILD = textwrap.dedent(
 
     url, state, key = sys.argv[1:4]
     engine = LiveCapture(url, Token("test-token"), CaptureStore(Path(state)), max_streams=10,
-                         tuning=Tuning(checkpoint_interval=0.3))
+                         tuning=Tuning(checkpoint_interval=0.3, progress_interval=0.3))
     engine.start()
     engine.update([key])
     while True:

@@ -324,3 +324,25 @@ def test_recovery_seals_an_older_store_s_finished_segments_and_makes_a_lost_seal
     (migrated,) = old.segments(KEY)
     assert (migrated.state, migrated.sealed) == (Finish.GAP, row.sealed)
     old.close()
+
+
+def test_a_running_segment_that_only_gains_lines_is_recorded_at_most_every_progress_interval(tmp_path: Path) -> None:
+    """Issue 35: thousands of running sessions no longer rewrite their rows at every checkpoint; a
+    new segment, a shape and a finish are recorded at the next one, and recovery scans the rest."""
+    now = [0.0]
+    store = CaptureStore(tmp_path, clock=lambda: now[0])
+    segment = store.begin(KEY, "s", 1, 0)
+    store.append(segment, _lines(2))
+    assert [r.kept.lines for r in store.pending(60.0)] == [2]  # a new segment: at once
+    store.append(segment, _lines(3, start=2))
+    now[0] = 59.0
+    assert store.pending(60.0) == []  # only lines: not yet
+    store.set_shape(segment, "ndjson")
+    assert [(r.kept.lines, r.shape) for r in store.pending(60.0)] == [(5, "ndjson")]  # a shape: at once
+    store.append(segment, _lines(1, start=5))
+    now[0] = 119.0
+    assert [r.kept.lines for r in store.pending(60.0)] == [6]  # the interval passed
+    store.append(segment, _lines(1, start=6))
+    store.finish(segment, Finish.COMPLETE)
+    assert [(r.kept.lines, r.state) for r in store.pending(60.0)] == [(7, Finish.COMPLETE)]  # a finish: at once
+    assert store.pending(60.0) == []

@@ -56,6 +56,7 @@ class Connection:
                 mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StateError(f"state DB {path}: the filesystem does not support WAL mode")
+                self._conn.execute("PRAGMA wal_autocheckpoint=8000")
                 self._migrate()
             self._reader = connect(path, readonly=readonly)
             version = self._reader.execute("PRAGMA user_version").fetchone()[0]
@@ -160,6 +161,11 @@ class Connection:
     def _finalize_may_be_due(self) -> None:
         """Called inside a write transaction that may make a finalizing session due (see above)."""
         self._finalize_moved = True
+
+    def _finalize_changed(self) -> None:
+        """Outside a transaction: something of this process (a lease let go) made a finalizing session due."""
+        with self._write_lock:
+            self._finalize_generation += 1
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from archiver.archive.state.connection import Connection
+from archiver.archive.state.leases import LeasedSessions
 from archiver.archive.state.rows import SESSION_COLUMNS, ArchivedMark, SessionRow, session_row
-from archiver.archive.state.sessions import lease_sessions, next_wake
 from archiver.vocabulary import TERMINAL_STATES
 
 
-class FinalizeRepo(Connection):
+class FinalizeRepo(LeasedSessions):
     """Session rows whose items all have an outcome (or another replica's archive): leased for their
     manifests, marked archived or failed, then forgotten; and what `status` and the gauges read of them."""
 
@@ -20,42 +19,32 @@ class FinalizeRepo(Connection):
         return rows[0] if rows else None
 
     def claim_finalizes(self, now_mono: float, lease: float, limit: int) -> list[SessionRow]:
-        """Up to `limit` complete sessions due for their manifests, leased in one (non-durable) commit.
+        """Up to `limit` complete sessions due for their manifests, leased (in memory: `leases`).
 
         Ordered by retry gate, so a session whose finalization keeps failing (backed off) never
         keeps the others waiting.
         """
-        # Upload workers ask before every item, and almost always nothing is due: a look on the
-        # reader connection spares them the write lock (the claim below looks again, under it).
-        with self.read() as db:
-            due = db.execute(
-                "SELECT 1 FROM sessions WHERE state = 'finalizing' AND wake_at <= ? LIMIT 1", (now_mono,)
-            ).fetchone()
-        if due is None:
-            return []
-        # The lease lives in wake_at, monotonic and reset at start-up: a crash may lose it.
-        with self.write(durable=False) as db:
-            rows = db.execute(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'finalizing' AND wake_at <= ? "
-                "ORDER BY wake_at, archived_at LIMIT ?",
-                (now_mono, limit),
-            ).fetchall()
-            lease_sessions(db, rows, now_mono + lease)
+        with self.finalize_leases.lock:
+            held = self.finalize_leases.held(now_mono)
+            with self.read() as db:
+                rows = db.execute(
+                    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'finalizing' AND wake_at <= ? "
+                    "ORDER BY wake_at, archived_at LIMIT ?",
+                    (now_mono, limit + len(held)),
+                ).fetchall()
+            rows = [r for r in rows if r[0] not in held][:limit]
+            self.finalize_leases.take((r[0] for r in rows), now_mono + lease)
         return [session_row(r) for r in rows]
 
     def release_finalize(self, session_keys: Sequence[str]) -> None:
-        """Hand back leased sessions not attempted (due again now); non-durable: a restart resets leases anyway."""
-        if not session_keys:
-            return
-        with self.write(durable=False) as db:
-            self._finalize_may_be_due()
-            db.executemany(
-                "UPDATE sessions SET wake_at = 0 WHERE key = ? AND state = 'finalizing'", [(k,) for k in session_keys]
-            )
+        """Hand back leased sessions not attempted (due again now)."""
+        if session_keys:
+            self.finalize_leases.release(session_keys)
+            self._finalize_changed()
 
-    def next_finalize_wake(self) -> float | None:
-        with self.read() as db:
-            return next_wake(db, "finalizing")
+    def next_finalize_wake(self, now_mono: float) -> float | None:
+        """When a manifest is due next: a retry gate, or the end of a lease another worker holds."""
+        return self._next_due("finalizing", self.finalize_leases, now_mono)
 
     def finalize_retry(self, key: str, retry_at: float, error: str) -> int:
         """Finalization failed: try again at `retry_at`. Returns the attempts so far."""
@@ -67,18 +56,19 @@ class FinalizeRepo(Connection):
                 (retry_at, error[:500], key),
             )
             row = db.execute("SELECT finalize_attempts FROM sessions WHERE key = ?", (key,)).fetchone()
+        self.finalize_leases.release([key])
         return int(row[0]) if row else 0
 
     def fail_session(self, key: str, reason: str, now: float) -> bool:
         """Give up on a session whose finalization kept failing past its deadline (kept for `status`)."""
         with self.write() as db:
-            return bool(
-                db.execute(
-                    "UPDATE sessions SET state = 'failed', last_error = ?, done_at = ? "
-                    "WHERE key = ? AND state = 'finalizing'",
-                    (reason[:500], now, key),
-                ).rowcount
-            )
+            failed = db.execute(
+                "UPDATE sessions SET state = 'failed', last_error = ?, done_at = ? "
+                "WHERE key = ? AND state = 'finalizing'",
+                (reason[:500], now, key),
+            ).rowcount
+        self.finalize_leases.release([key])
+        return bool(failed)
 
     def mark_archived(
         self, key: str, manifest_key: str, now: float | None = None, *, log_entry: bytes | None = None
@@ -89,11 +79,15 @@ class FinalizeRepo(Connection):
 
     def mark_archived_many(self, marks: Sequence[ArchivedMark]) -> set[str]:
         """`mark_archived` for sessions whose manifests are written, in one transaction (a flood of
-        endings: one commit per batch of manifests). Returns the keys marked (still finalizing)."""
+        endings: one commit per batch of manifests). Returns the keys marked (still finalizing).
+
+        Not synced on its own (the next durable commit syncs it): the manifests are in the store, and
+        should a machine crash lose the mark, the next start writes them again byte for byte (the
+        create-once store takes them as already there) and queues the same log leaves."""
         if not marks:
             return set()
         done: set[str] = set()
-        with self.write() as db:
+        with self.write(durable=False) as db:
             for m in marks:
                 if db.execute(
                     "UPDATE sessions SET state = 'archived', manifest_key = ?, done_at = COALESCE(?, archived_at), "
@@ -106,6 +100,7 @@ class FinalizeRepo(Connection):
                             "INSERT OR IGNORE INTO log_pending (session_key, entry, added_at) VALUES (?, ?, ?)",
                             (m.key, m.log_entry, m.now if m.now is not None else 0.0),
                         )
+        self.finalize_leases.release(m.key for m in marks)
         return done
 
     def archived_elsewhere(self, key: str, manifest_key: str, now: float) -> tuple[list[str], bool] | None:

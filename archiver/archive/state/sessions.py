@@ -6,7 +6,7 @@ import json
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 
-from archiver.archive.state.connection import Connection
+from archiver.archive.state.leases import LeasedSessions
 from archiver.archive.state.rows import (
     SESSION_COLUMNS,
     STATE_COLUMN,
@@ -24,7 +24,7 @@ from archiver.upstream.models import Session
 from archiver.vocabulary import DETECTING_STATES, SessionState
 
 
-class SessionRepo(Connection):
+class SessionRepo(LeasedSessions):
     """Session rows: detection (poll, candidates, ends) and looking sessions up."""
 
     # --- detection --------------------------------------------------------------------------
@@ -147,19 +147,22 @@ class SessionRepo(Connection):
         return found
 
     def claim_candidates(self, now_mono: float, lease: float, limit: int) -> list[SessionRow]:
-        """Candidates due for a describe; leased (`wake_at` moved) so another confirmer skips them."""
-        with self.write(durable=False) as db:  # a lease: `reset_in_flight` zeroes every wake_at at start
-            rows = db.execute(
-                f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'candidate' AND wake_at <= ? "
-                "ORDER BY first_seen_ended LIMIT ?",
-                (now_mono, limit),
-            ).fetchall()
-            lease_sessions(db, rows, now_mono + lease)
+        """Candidates due for a describe, leased (in memory: `leases`) so another confirmer skips them."""
+        with self.candidate_leases.lock:
+            held = self.candidate_leases.held(now_mono)
+            with self.read() as db:
+                rows = db.execute(
+                    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'candidate' AND wake_at <= ? "
+                    "ORDER BY first_seen_ended LIMIT ?",
+                    (now_mono, limit + len(held)),
+                ).fetchall()
+            rows = [r for r in rows if r[0] not in held][:limit]
+            self.candidate_leases.take((r[0] for r in rows), now_mono + lease)
         return [session_row(r) for r in rows]
 
-    def next_candidate_wake(self) -> float | None:
-        with self.read() as db:
-            return next_wake(db, "candidate")
+    def next_candidate_wake(self, now_mono: float) -> float | None:
+        """When a candidate is due next: its retry gate, or the end of a lease another confirmer holds."""
+        return self._next_due("candidate", self.candidate_leases, now_mono)
 
     def candidate_alive(self, key: str, now: float, retry_at: float) -> None:
         """The describe says it still runs (listed late?): seen alive now, check again at `retry_at`."""
@@ -170,6 +173,7 @@ class SessionRepo(Connection):
                 "WHERE key = ? AND state = 'candidate'",
                 (now, retry_at, key),
             )
+        self.candidate_leases.release([key])
 
     def candidate_retry(self, key: str, retry_at: float, error: str) -> None:
         """The describe failed (transient or not): try again at `retry_at`."""
@@ -179,6 +183,7 @@ class SessionRepo(Connection):
                 "WHERE key = ? AND state = 'candidate'",
                 (retry_at, error[:500], key),
             )
+        self.candidate_leases.release([key])
 
     def candidate_not_found(self, key: str, now: float, retry_at: float) -> float:
         """The API's own 404 for a candidate: returns when it first said so (the end needs it twice)."""
@@ -190,6 +195,7 @@ class SessionRepo(Connection):
                 (now, retry_at, key),
             )
             row = db.execute("SELECT not_found_at FROM sessions WHERE key = ?", (key,)).fetchone()
+        self.candidate_leases.release([key])
         return float(row[0]) if row is not None and row[0] is not None else now
 
     def end_session(
@@ -210,7 +216,9 @@ class SessionRepo(Connection):
         instance unknown to the DB is created from `described` (with `backfill` only).
         """
         with self.write() as db:
-            return self._end(db, key, described, deadline_for, items_for, now, backfill=backfill)
+            row = self._end(db, key, described, deadline_for, items_for, now, backfill=backfill)
+        self.candidate_leases.release([key])
+        return row
 
     def end_sessions(
         self,
@@ -229,6 +237,7 @@ class SessionRepo(Connection):
             rows = [
                 self._end(db, key, described, deadline_for, items_for, now, backfill=False) for key, described in ends
             ]
+        self.candidate_leases.release(key for key, _ in ends)
         return [row for row in rows if row is not None]
 
     def add_candidates(self, ended: Sequence[Session], now: float) -> int:
@@ -351,14 +360,3 @@ class SessionRepo(Connection):
                 f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = ? ORDER BY key", (state,)
             ).fetchall()
         return [session_row(r) for r in rows]
-
-
-def lease_sessions(db: sqlite3.Connection, rows: Sequence[Sequence[object]], until: float) -> None:
-    """Lease claimed session `rows` (key first) until `until`: another worker skips them meanwhile."""
-    db.executemany("UPDATE sessions SET wake_at = ? WHERE key = ?", [(until, r[0]) for r in rows])
-
-
-def next_wake(db: sqlite3.Connection, state: str) -> float | None:
-    """The earliest `wake_at` of the sessions in `state` (None: there are none)."""
-    value = db.execute("SELECT MIN(wake_at) FROM sessions WHERE state = ?", (state,)).fetchone()[0]
-    return None if value is None else float(value)

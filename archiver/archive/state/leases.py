@@ -1,0 +1,68 @@
+"""In-process leases of session rows: the candidates a confirmer describes and the complete sessions
+an upload worker writes manifests for, right now.
+
+Held in memory, never written to the state DB (issue 35: a lease was a commit per batch, each
+rewriting the rows' pages, for a fact only this process cares about). A restart starts with none,
+as `reset_in_flight` made of the leases once kept in `wake_at`; a worker thread that died holding
+some lets them go when they run out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from archiver.archive.state.connection import Connection
+
+
+class Leases:
+    """Keys leased until a moment of the pipeline's monotonic clock (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._until: dict[str, float] = {}
+
+    def held(self, now: float) -> frozenset[str]:
+        """The keys whose lease runs past ``now`` (those that ran out are forgotten). Claims call it
+        and `take` under `lock`, so two workers never lease one key."""
+        self._until = {key: until for key, until in self._until.items() if until > now}
+        return frozenset(self._until)
+
+    def take(self, keys: Iterable[str], until: float) -> None:
+        self._until.update(dict.fromkeys(keys, until))
+
+    def release(self, keys: Iterable[str]) -> None:
+        """The work on these keys is recorded (or handed back): they are due as the DB says again."""
+        with self.lock:
+            for key in keys:
+                self._until.pop(key, None)
+
+    def earliest_end(self, now: float) -> float | None:
+        """When the first lease still running ends (None: none runs)."""
+        with self.lock:
+            ends = [until for until in self._until.values() if until > now]
+        return min(ends, default=None)
+
+
+class LeasedSessions(Connection):
+    """The state DB connection with this process's leases of session rows (see the module doc)."""
+
+    def __init__(self, path: Path, *, readonly: bool = False) -> None:
+        super().__init__(path, readonly=readonly)
+        self.candidate_leases = Leases()
+        self.finalize_leases = Leases()
+
+    def _next_due(self, state: str, leases: Leases, now: float) -> float | None:
+        """When a session in ``state`` is due next: the earliest retry gate of those nobody holds, or
+        the end of a lease still running."""
+        with leases.lock:
+            held = sorted(leases.held(now))
+        with self.read() as db:
+            value = db.execute(
+                f"SELECT MIN(wake_at) FROM sessions WHERE state = ? AND key NOT IN ({','.join('?' * len(held))})",
+                (state, *held),
+            ).fetchone()[0]
+        gates = [float(value)] if value is not None else []
+        end = leases.earliest_end(now)
+        return min([*gates, *([end] if end is not None else [])], default=None)
