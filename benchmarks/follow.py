@@ -194,6 +194,9 @@ def _follow(engine: Any, streams: int, *, timeout: float = 120.0) -> float:
 
 def child_follower(url: str, streams: int, window: float, warmup: float) -> None:
     """Follow `streams` sessions of the stand-in and measure CPU and RSS (see the module docstring)."""
+    from archiver.app import process
+
+    process.apply(follows=streams)  # as `archiver run` does at start-up, with --follow-logs-max streams
     with tempfile.TemporaryDirectory(prefix="archiver-follow-") as state:
         engine = _engine(url, Path(state), streams)
         engine.start()
@@ -230,15 +233,17 @@ def child_follower(url: str, streams: int, window: float, warmup: float) -> None
 
 def child_polls(upstream: str, follow_url: str, polls: int, streams: int, server_pid: int) -> None:
     """The 10k poll cycle without following and while following `streams` (the conditions: the module docstring)."""
-    from archiver.app.process import tune_allocator
+    from archiver.app import process
 
-    tune_allocator()  # as `archiver run` does at start-up
+    applied = process.apply(follows=streams)  # as `archiver run` does at start-up
     from archiver.exporter.exposition import SnapshotRenderer
     from archiver.exporter.poller import Poller
     from archiver.upstream.api import SessionHostClient, Token
+    from archiver.upstream.listparser import SessionListParser
 
     client = SessionHostClient.connect(upstream, Token("benchmark"))
-    poller = Poller(client, interval=10.0, on_result=lambda r: None)
+    parser = SessionListParser(digests=applied.list_digests)
+    poller = Poller(client, interval=10.0, on_result=lambda r: None, parser=parser)
     renderer = SnapshotRenderer(max_sessions=10**6, label_allowlist=["mode", "tournament"])
     samples: dict[str, list[tuple[float, float, float]]] = {name: [] for name in CONDITIONS}
 

@@ -35,7 +35,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from archiver.live.loop import ensure_file_limit
+from archiver.app.process import raise_file_limit
+from archiver.live.loop import files_for
 from tests.chaos_run import ChaosConfig, ChaosReport, run_chaos
 
 #: Seconds: a session's first line is captured within this long of its first listing (p99), by the
@@ -87,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, help="only summarize the runs of an earlier --json")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
-    ensure_file_limit(max(sizes))  # the fake's end of every follow stream is in this process
+    raise_file_limit(files_for(max(sizes)))  # the fake's end of every follow stream is in this process
     results: list[dict[str, Any]] = []
     if args.report is not None:
         results = json.loads(args.report.read_text())["results"]

@@ -70,6 +70,7 @@ def _p50_ms(samples: list[float]) -> float:
 def measure(upstream: str, workdir: Path, ended_count: int) -> dict[str, Any]:
     from prometheus_client import CollectorRegistry
 
+    from archiver.app.process import list_digests
     from archiver.archive.pipeline import Pipeline
     from archiver.archive.state import StateDB
     from archiver.config.settings import Settings
@@ -84,7 +85,7 @@ def measure(upstream: str, workdir: Path, ended_count: int) -> dict[str, Any]:
     state = StateDB.open(settings.state_dir)
     pipeline = Pipeline(settings, client, FileStore(workdir / "store"), state, SelfMetrics(CollectorRegistry()))
 
-    parser = SessionListParser()
+    parser = SessionListParser(digests=list_digests())  # the daemon's poll parser's (nothing else tuned)
     poll_times = []
     for i in range(21):
         t0 = time.perf_counter()

@@ -109,9 +109,9 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
     poller's SessionListParser) then SnapshotRenderer.render, as Daemon._on_poll does."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.app.process import tune_allocator
+    from archiver.app import process
 
-    tune_allocator()  # as `archiver run` does at start-up
+    applied = process.apply()  # as `archiver run` does at start-up (no live capture here)
 
     from archiver.exporter.exposition import SnapshotRenderer
     from archiver.exporter.metricsserver import MetricsServer
@@ -155,7 +155,8 @@ def child_ours(paths: list[Path], polls: int, allowlist: list[str], upstream: st
                 parse_times.append(time.perf_counter() - t0 - waited)
 
     client = SessionHostClient.connect(upstream, Token("benchmark"))
-    poller = Poller(client, interval=10.0, on_result=lambda result: None, parser=TimedParser())
+    parser = TimedParser(digests=applied.list_digests)
+    poller = Poller(client, interval=10.0, on_result=lambda result: None, parser=parser)
     renderer = SnapshotRenderer(max_sessions=10**6, label_allowlist=allowlist)
     fetch, metrics_fetch, render, total, cpu = [], [], [], [], []
     first_ms = 0.0

@@ -44,9 +44,9 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
     """The daemon's poll path for one shard (`total` 1: the unsharded daemon)."""
     from prometheus_client import CollectorRegistry
 
-    from archiver.app.process import tune_allocator
+    from archiver.app import process
 
-    tune_allocator()
+    applied = process.apply()  # as `archiver run` does at start-up (no live capture here)
 
     from archiver.config.sharding import Shard
     from archiver.exporter.exposition import SnapshotRenderer
@@ -58,7 +58,7 @@ def child_daemon(polls: int, upstream: str, shard: int, total: int) -> None:
 
     me = Shard(shard, total)
     client = SessionHostClient.connect(upstream, Token("benchmark"))
-    parser = SessionListParser(owns=None if me.whole else me.owns)
+    parser = SessionListParser(owns=None if me.whole else me.owns, digests=applied.list_digests)
     poller = Poller(client, interval=10.0, on_result=lambda r: None, parser=parser, upstream_metrics=shard == 0)
     renderer = SnapshotRenderer(max_sessions=10**6, label_allowlist=["mode", "tournament"])
     totals, lists, cpus = [], [], []

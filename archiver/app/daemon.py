@@ -30,6 +30,7 @@ from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.upstream.api import SessionHostClient
 from archiver.upstream.listparser import SessionListParser
 from archiver.upstream.models import Session
+from archiver.upstream.sessionlist import Digests, sha256_digests
 from archiver.web.webconfig import load_web_config
 
 if TYPE_CHECKING:
@@ -88,7 +89,10 @@ class Daemon:
         client: SessionHostClient | None = None,
         pipeline_factory: PipelineFactory | None = default_pipeline,
         clock: Callable[[], float] = time.time,
+        list_digests: Digests = sha256_digests,
     ) -> None:
+        """``list_digests``: how the poller's parser remembers entries, the entry point's choice
+        (`process.apply`: the keyed hash under the process tuning)."""
         self.settings = settings
         self._clock = clock
         self.registry = CollectorRegistry()
@@ -117,7 +121,7 @@ class Daemon:
             on_result=self._on_poll,
             clock=clock,
             # Sharded: other shards' entries are skipped before their parse; shard 0 re-exposes /metrics.
-            parser=SessionListParser(owns=None if shard.whole else shard.owns),
+            parser=SessionListParser(owns=None if shard.whole else shard.owns, digests=list_digests),
             upstream_metrics=shard.index == 0,
         )
         self._poll_thread = threading.Thread(target=self._poll_loop, name="poller", daemon=True)
@@ -310,11 +314,11 @@ def run_forever(settings: Settings, *, early: Iterable[logging.LogRecord] = ()) 
 
     ``early``: log records kept while the configuration was read (deprecated option names), written
     in the configured format."""
-    process.apply()
+    applied = process.apply(follows=settings.follow_cap)
     # Every value the token has held, asked per line: a rotated token file adds one.
     secrets = settings.api_token.known_values if settings.api_token else ()
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets, early=early)
-    daemon = Daemon(settings)
+    daemon = Daemon(settings, list_digests=applied.list_digests)
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         log.info("signal received, stopping", extra={"signal": signal.Signals(signum).name})
@@ -336,7 +340,7 @@ def archive_now(
     Returns the ids that were queued and whether everything finished within `timeout`.
     Meant for when no daemon runs on the same state dir (SQLite has one writer).
     """
-    process.apply(tuning=False)
+    process.apply(tuning=False)  # one short run, no live capture (`Pipeline.start(follow=False)`)
     # Every value the token has held, asked per line: a rotated token file adds one.
     secrets = settings.api_token.known_values if settings.api_token else ()
     logsetup.configure(settings.log_format, settings.log_level, secrets=secrets, early=early)

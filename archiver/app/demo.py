@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TextIO
 
 from archiver.app import logs as logsetup
+from archiver.app import process
 from archiver.app.daemon import Daemon
 from archiver.browse.app import BrowseApp
 from archiver.browse.server import BrowseServer
@@ -160,7 +161,11 @@ def run_demo(
             max_duration=options.max_duration,
             crash_ratio=options.crash_ratio,
         )
-        daemon = Daemon(demo_settings(options, fake.base_url))
+        settings = demo_settings(options, fake.base_url)
+        # The demo runs the daemon: it starts as `archiver run` does (the fake's ends of the follow
+        # streams are in this process too, a few with the demo's traffic).
+        applied = process.apply(follows=settings.follow_cap)
+        daemon = Daemon(settings, list_digests=applied.list_digests)
         daemon.start()
         # The evidence browser over the same archive, next to /metrics (the port after it when free).
         host, port = options.listen

@@ -278,6 +278,14 @@ class Settings:
         extra = self.image_artifact_paths.get(image, ())
         return tuple(dict.fromkeys((*self.artifact_paths, *extra)))
 
+    @property
+    def follow_cap(self) -> int:
+        """Most follow streams the daemon's live capture may hold: `follow_logs_max` when live capture
+        runs (`follow_logs`, a store and an upstream: the archive pipeline's condition), else 0."""
+        if self.follow_logs and self.store and self.api_url and self.api_token is not None:
+            return self.follow_logs_max
+        return 0
+
     def require_api(self) -> tuple[str, Token]:
         if not self.api_url:
             raise ConfigError(

@@ -31,7 +31,7 @@ from archiver.config.credentials import Token
 from archiver.live import policy
 from archiver.live.follow import Counters, Follow
 from archiver.live.followset import SessionRef, plan, ref_of
-from archiver.live.loop import MAX_PAUSE, PARK_WAIT, GatedSelector, ensure_file_limit
+from archiver.live.loop import MAX_PAUSE, PARK_WAIT, GatedSelector, open_file_limit, streams_room
 from archiver.live.policy import Ending, Finish, Tuning
 from archiver.live.report import FailureLog, LiveStats
 from archiver.live.store import FOLLOWING, CaptureStore, Segment, SegmentRow
@@ -110,8 +110,10 @@ class LiveCapture:
     # --- the caller's side (any thread) -------------------------------------------------------
 
     def start(self) -> None:
-        """Start the loop thread; resumes every capture the store was following."""
-        allowed = ensure_file_limit(self.max_streams)
+        """Start the loop thread; resumes every capture the store was following. Follows no more
+        streams than the open-file limit leaves room for (the entry point raised it for
+        ``max_streams``: `archiver.app.process.apply`; here it is only read)."""
+        allowed = streams_room(self.max_streams, open_file_limit())
         if allowed < self.max_streams:
             log.warning(
                 "live capture: the open-file limit leaves room for %d follow streams, not %d; following at most %d",

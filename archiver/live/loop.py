@@ -1,4 +1,5 @@
-"""The event loop's plumbing for live capture: a selector the poll can pause, and the open-file limit.
+"""The event loop's plumbing for live capture: a selector the poll can pause, and the room the
+open-file limit leaves for follows.
 
 The loop runs on its own thread beside the poller; Python's GIL means every stream it handles
 while a poll runs lengthens the poll. `GatedSelector` lets the poller close a gate around its
@@ -9,7 +10,6 @@ cycle both ways).
 
 from __future__ import annotations
 
-import contextlib
 import resource
 import selectors
 import threading
@@ -26,20 +26,24 @@ EVENTS_PER_LOOK = 64
 OTHER_FILES = 512
 
 
-def ensure_file_limit(streams: int) -> int:
-    """Raise this process's open-file limit for ``streams`` follows (a socket and a capture file
-    each, plus room for the rest of the daemon), as far as the hard limit allows; returns how
-    many streams the limit leaves room for."""
-    needed = 2 * streams + OTHER_FILES
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != resource.RLIM_INFINITY and soft < needed:
-        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    if soft == resource.RLIM_INFINITY:
+def files_for(streams: int) -> int:
+    """Open files a daemon following ``streams`` sessions needs: a socket and a capture file each,
+    and OTHER_FILES for the rest (what the entry point raises the limit to: `app.process.apply`)."""
+    return 2 * streams + OTHER_FILES
+
+
+def streams_room(streams: int, soft_limit: int) -> int:
+    """How many of ``streams`` follows an open-file soft limit of ``soft_limit`` leaves room for
+    (`files_for` each, and OTHER_FILES besides); all of them when there is no limit."""
+    if soft_limit == resource.RLIM_INFINITY:
         return streams
-    return max(0, min(streams, (soft - OTHER_FILES) // 2))
+    return max(0, min(streams, (soft_limit - OTHER_FILES) // 2))
+
+
+def open_file_limit() -> int:
+    """This process's open-file soft limit, read only (raising it is the entry point's, never live
+    capture's: it reaches every thread of the process)."""
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
 
 
 class GatedSelector(selectors.BaseSelector):

@@ -22,7 +22,15 @@ from archiver.upstream.models import (
     invalid_entry,
     parse_session,
 )
-from archiver.upstream.sessionlist import Digest, brief_id, digests, list_entries, only_owned, parse_session_list
+from archiver.upstream.sessionlist import (
+    Digest,
+    Digests,
+    brief_id,
+    list_entries,
+    only_owned,
+    parse_session_list,
+    sha256_digests,
+)
 
 
 class WholeBodyNeeded(Exception):
@@ -59,16 +67,19 @@ class SessionListParser:
     Between two polls only a few percent of the entries change, so the decode of all the others is
     skipped, and each result says which sessions are new and which vanished (`ListDelta`, against
     the last good parse), so the renderer skips comparing the others too. Entries are
-    recognised by a digest of their bytes (`sessionlist.digests`: a keyed 64-bit hash) rather than
-    the bytes themselves: the bytes hold the container env, whose values must not be kept, and an
-    int per session is far smaller than an entry.
+    recognised by a digest of their bytes (`digests`: SHA-256, or the keyed 64-bit hash
+    `sessionlist.keyed_hash_digests` when the entry point hands it over) rather than the bytes
+    themselves: the bytes hold the container env, whose values must not be kept, and a digest per
+    session is far smaller than an entry.
 
     Not thread-safe: one poller owns one parser. A failed parse leaves the state of the last good
     one in place.
     """
 
-    def __init__(self, owns: Callable[[str | None], bool] | None = None) -> None:
+    def __init__(self, owns: Callable[[str | None], bool] | None = None, *, digests: Digests = sha256_digests) -> None:
         self._by_digest: dict[Digest, Session] = {}
+        #: How entries are remembered: the entry point's choice (`archiver.app.process.list_digests`).
+        self.digests = digests
         #: Sharding (`archiver.config.sharding.Shard.owns`): entries of other shards' sessions are left out
         #: before their full parse (one small decode of the id when new, nothing when unchanged).
         self._owns = owns
@@ -152,7 +163,7 @@ class _ListBuild:
             local = self._owned_indices(doc, raws)
             raws = [raws[i] for i in local]
             indices = [offset + i for i in local]
-        keys = list(digests(raws))
+        keys = list(self.parser.digests(raws))
         found: list[Session | None] = list(map(self.previous.pop, keys, itertools.repeat(None)))
         current = self.current
         # At once, so that everything taken out of `previous` is in `current` (see `abort`); only

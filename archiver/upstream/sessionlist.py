@@ -126,21 +126,26 @@ def _raws_around_surrogates(body: bytes) -> list[bytes] | None:
 
 #: What an entry is remembered by between polls: Python's hash of its bytes (an int), or their SHA-256.
 Digest = int | bytes
+#: A way to digest a list of entries (`sha256_digests`, `keyed_hash_digests`), handed to the parser.
+Digests = Callable[[list[msgspec.Raw] | list[bytes]], Iterator[Digest]]
 
 #: Whether `hash()` of bytes is keyed by a secret the process drew at start (the default): it is not
 #: when PYTHONHASHSEED fixes the key (0 turns the randomisation off, a number makes the key public).
+#: A fact about the interpreter, read here; the choice of digests is the entry point's
+#: (`archiver.app.process.list_digests`).
 HASH_KEY_SECRET = bool(sys.flags.hash_randomization) and (
     sys.flags.ignore_environment or os.environ.get("PYTHONHASHSEED", "random") in ("", "random")
 )
 _digest = operator.methodcaller("digest")
 
 
-def _sha256_digests(raws: list[msgspec.Raw] | list[bytes]) -> Iterator[Digest]:
-    """SHA-256 of each entry's bytes; map() keeps the loop in C."""
+def sha256_digests(raws: list[msgspec.Raw] | list[bytes]) -> Iterator[Digest]:
+    """SHA-256 of each entry's bytes; map() keeps the loop in C. The parser's default: the same in
+    every process, whatever the interpreter's hash key."""
     return map(_digest, map(hashlib.sha256, raws))
 
 
-def _keyed_hash_digests(raws: list[msgspec.Raw] | list[bytes]) -> Iterator[Digest]:
+def keyed_hash_digests(raws: list[msgspec.Raw] | list[bytes]) -> Iterator[Digest]:
     """`hash()` of each entry's bytes: SipHash-1-3 under the process's secret 128-bit key, 64 bits out
     (the bytes copy is freed at once, only the int stays); a fraction of SHA-256's cost on
     entries of a few hundred bytes, and every entry of every poll is hashed.
@@ -150,14 +155,10 @@ def _keyed_hash_digests(raws: list[msgspec.Raw] | list[bytes]) -> Iterator[Diges
     equal one of the ~N previous ones: with 2 % of 10,000 entries changing, ~200 x 10^4 / 2^64 ≈ 1e-13
     a poll (one poll a second for 300,000 years per expected collision; 5e-12 for a wholly new body).
     Nobody can aim for a collision either: the key is random per process and never leaves it. Under
-    a fixed PYTHONHASHSEED the key is known, so SHA-256 is used instead (`HASH_KEY_SECRET`). Mixing
-    in the length or a CRC-32 for more bits makes the result a big int and the hash several times
-    dearer, for a risk already far below the machine's own memory errors."""
+    a fixed PYTHONHASHSEED the key is known, so the entry point keeps SHA-256 (`HASH_KEY_SECRET`).
+    Mixing in the length or a CRC-32 for more bits makes the result a big int and the hash several
+    times dearer, for a risk already far below the machine's own memory errors."""
     return map(hash, map(bytes, raws))
-
-
-#: The digests of a list of entries (see `_keyed_hash_digests`; SHA-256 when the key is not secret).
-digests = _keyed_hash_digests if HASH_KEY_SECRET else _sha256_digests
 
 
 # --- reconciliation --------------------------------------------------------------------------------

@@ -360,3 +360,23 @@ def test_live_capture_is_on_by_default_and_switched_by_flag_env_or_file(tmp_path
         settings_from(["--config", str(write(tmp_path, 'follow_logs = "sometimes"\n'))])
     with pytest.raises(ConfigError, match="--follow-logs-max must be at least 0"):
         settings_from(["--follow-logs-max", "-1"])
+
+
+@pytest.mark.parametrize(
+    ("args", "cap"),
+    [
+        (["--follow-logs-max", "12"], 12),
+        (["--follow-logs-max", "12", "--no-follow-logs"], 0),
+        (["--follow-logs-max", "0"], 0),
+    ],
+)
+def test_the_follow_cap_the_file_limit_is_raised_for_is_the_max_only_when_live_capture_runs(
+    args: list[str], cap: int
+) -> None:
+    """Live capture runs with a store and an upstream; without either the daemon follows nothing."""
+    token = {"ARCHIVER_API_TOKEN": "t"}
+    api, store = ["--api-url", "http://upstream.invalid"], ["--store", "file:///tmp/archive"]
+    assert settings_from([*api, *store, *args], token).follow_cap == cap
+    assert settings_from([*store, *args], token).follow_cap == 0
+    assert settings_from([*api, *args], token).follow_cap == 0
+    assert settings_from([*api, *store, *args]).follow_cap == 0

@@ -9,9 +9,10 @@ from collections.abc import Callable
 
 import h11
 
+from archiver.app.process import raise_file_limit
 from archiver.fake import FakeClock, FakeService
 from archiver.fake.logs import render_ndjson, render_text
-from archiver.live.loop import ensure_file_limit
+from archiver.live.loop import files_for
 from archiver.live.stream import Closed, FollowStream, Target, open_stream
 from tests.fixtures_fake import TEST_TOKEN
 
@@ -48,7 +49,7 @@ def test_a_burst_of_a_thousand_connections_is_answered_with_no_reset(
     """A thousand clients connect at once before any is served, then all ask: every one gets its
     200, none is reset or refused (the listen backlog holds them all)."""
     # Both ends of every connection are in this process: two descriptors each.
-    assert ensure_file_limit(BURST) >= BURST, "the open-file limit leaves no room for the burst"
+    assert raise_file_limit(files_for(BURST)) >= files_for(BURST), "the open-file limit leaves no room for the burst"
     svc = fake_service_factory(clock=FakeClock(FROZEN, time_scale=0))
     svc.add_session(TEST_TOKEN)
     host, port = svc.base_url.removeprefix("http://").rsplit(":", 1)

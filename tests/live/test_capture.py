@@ -24,7 +24,7 @@ from archiver.fake import FakeClock, FakeService
 from archiver.fake.logs import render_ndjson, render_text
 from archiver.live.engine import LiveCapture
 from archiver.live.followset import SessionRef
-from archiver.live.loop import ensure_file_limit
+from archiver.live.loop import streams_room
 from archiver.live.policy import Finish, Tuning
 from archiver.live.store import DB_NAME, DIR_NAME, FOLLOWING, CaptureStore, Segment
 from archiver.upstream.api import SessionHostClient
@@ -391,12 +391,18 @@ def test_a_capture_counts_as_followed_at_every_step_of_its_finish_until_the_chec
     assert store.answers == [True]
 
 
-def test_the_open_file_limit_is_raised_for_the_streams_and_caps_them_when_it_cannot_be() -> None:
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    assert ensure_file_limit(100) == 100
-    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= min(hard, 2 * 100 + 512)
-    if hard != resource.RLIM_INFINITY:
-        assert ensure_file_limit(hard) == (hard - 512) // 2
+def test_starting_caps_the_follows_to_the_open_file_limit_with_a_warning_and_never_raises_it(
+    svc: FakeService, make_engine: Callable[..., LiveCapture], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Raising the limit reaches the whole process: the entry point's (`app.process.apply`), never
+    live capture's, which only follows what the limit leaves room for."""
+    limits = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if limits[0] == resource.RLIM_INFINITY:
+        pytest.skip("no open-file limit to cap at")
+    engine = make_engine(svc, max_streams=limits[0])
+    assert engine.max_streams == streams_room(limits[0], limits[0]) < limits[0]
+    assert resource.getrlimit(resource.RLIMIT_NOFILE) == limits
+    assert f"leaves room for {engine.max_streams} follow streams, not {limits[0]}" in caplog.text
 
 
 def test_a_stream_that_gives_no_answer_is_reopened_after_the_first_byte_timeout_long_before_the_stall(

@@ -1,15 +1,19 @@
-"""Live capture's pure decisions: a cut body's lines, a replay's kept-prefix check, what to follow, when to reopen."""
+"""Live capture's pure decisions: a cut body's lines, a replay's kept-prefix check, what to follow, when to
+reopen, how many follows the open-file limit leaves room for."""
 
 from __future__ import annotations
 
 import random
+import resource
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from archiver.live import resume
 from archiver.live.followset import SessionRef, plan, ref_of
 from archiver.live.lines import MAX_LINE, LineSplitter
+from archiver.live.loop import OTHER_FILES, files_for, streams_room
 from archiver.live.policy import (
     Ending,
     Finish,
@@ -205,3 +209,31 @@ def test_the_first_byte_timeout_doubles_with_each_silent_stream_in_a_row_up_to_e
     """A service too swamped to answer within 5 s gets 10, 20, then 40 s: reopening every 5 s
     would only add to its queue."""
     assert [first_byte_after(n, TUNING) for n in (0, 1, 2, 3, 9)] == [5.0, 10.0, 20.0, 40.0, 40.0]
+
+
+# --- the open-file limit's room -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("streams", "soft_limit", "room"),
+    [
+        (100, 1024, 100),  # room to spare
+        (5000, 1024, 256),  # a common default soft limit: (1024 - 512) / 2
+        (5000, 10_512, 5000),  # exactly what the entry point raises it to for 5,000
+        (5000, 10_511, 4999),
+        (5000, OTHER_FILES, 0),  # the rest of the daemon takes everything
+        (5000, 100, 0),  # never negative
+        (0, 1024, 0),
+        (5000, resource.RLIM_INFINITY, 5000),
+    ],
+)
+def test_the_follows_are_capped_to_what_the_open_file_limit_leaves_room_for(
+    streams: int, soft_limit: int, room: int
+) -> None:
+    assert streams_room(streams, soft_limit) == room
+
+
+@given(st.integers(min_value=0, max_value=10**6))
+def test_a_limit_raised_to_the_files_a_follow_cap_needs_leaves_room_for_all_of_them(streams: int) -> None:
+    assert streams_room(streams, files_for(streams)) == streams
+    assert streams_room(streams + 1, files_for(streams)) == streams
