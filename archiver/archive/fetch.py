@@ -246,6 +246,7 @@ class FetchStage(Stage):
         if not spooled:
             return
         try:
+            self.fetcher.sync_spool()  # their names durable, once for the batch, before the commit
             self.state.mark_spooled_many(
                 [
                     SpooledMark(
@@ -297,6 +298,10 @@ class Fetcher:
         self._max_artifact_size = max_artifact_size
         # Downloads retry (and count) as fetch_item whatever policy the pipeline bounds them with.
         self._policy = policy.named(FETCH_ITEM.operation)
+
+    def sync_spool(self) -> None:
+        """The spool files fetched so far are durable by name too (`Spool.sync`)."""
+        self._spool.sync()
 
     def fetch(self, item: ItemRow, *, remaining: float) -> FetchResult:
         """One attempt at `item`; `remaining` seconds to its deadline (<= 0: a last try, no retries).

@@ -1,7 +1,8 @@
 """The spool: durable files named by item id, where a fetched body waits for its upload.
 
-A body goes to `spool/<item-id>.partial` while its sha256 is computed on the way, is fsynced,
-renamed to `spool/<item-id>` and the directory fsynced; only then may the fetch commit `spooled`.
+A body goes to `spool/<item-id>.partial` while its sha256 is computed on the way, is fsynced and
+renamed to `spool/<item-id>`; the directory is fsynced once for a batch of them (`sync`), and only
+then may the fetch commit their `spooled`.
 Logs are gzip-compressed on the way in (`gzipstream.gzip_blocks`: stored as received, just
 smaller); artifacts are kept byte for byte. A live capture's seal (`live.store`: already the
 stored log's gzip, already synced) is adopted by a hard link instead of a copy. The fetch writes
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +46,26 @@ class Spool:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        #: Moves with every file named in the directory; `sync` makes all up to a generation durable.
+        self._generation = 0
+        self._synced = 0
+
+    def _named(self) -> None:
+        with self._lock:
+            self._generation += 1
+
+    def sync(self) -> None:
+        """Make the names of every spool file written or adopted so far durable: one directory
+        fsync for a batch of them, before the commit that records them (issue 35: a directory
+        fsync writes its block, and the next name dirties it again)."""
+        with self._lock:
+            target = self._generation
+            if self._synced >= target:
+                return
+        fsync_dir(self.directory)
+        with self._lock:
+            self._synced = max(self._synced, target)
 
     def final_path(self, item_id: int | str) -> Path:
         return self.directory / str(item_id)
@@ -52,7 +74,8 @@ class Spool:
         return self.directory / f"{item_id}.partial"
 
     def write(self, item_id: int | str, chunks: Iterator[bytes], *, compress: bool, limit: int | None) -> SpoolFile:
-        """Stream `chunks` into the spool durably; TooLargeError past `limit` received bytes."""
+        """Stream `chunks` into the spool, its data durable (its name once `sync` ran); TooLargeError
+        past `limit` received bytes."""
         partial = self.partial_path(item_id)
         digest = hashlib.sha256()
         size = received = 0
@@ -84,14 +107,14 @@ class Spool:
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()
             raise
-        fsync_dir(self.directory)
+        self._named()
         crashpoint("after_spool_rename")
         return SpoolFile(final, size, digest.hexdigest(), received, head)
 
     def adopt(self, item_id: int | str, source: Path, *, size: int, sha256: str, received: int) -> SpoolFile:
         """``source`` (a durable file of ``size`` bytes whose SHA-256 is ``sha256``) as the spool file
-        of ``item_id``: hard-linked, so nothing is copied or synced but the directory; copied where
-        the spool is on another filesystem. FileNotFoundError when ``source`` is gone."""
+        of ``item_id``: hard-linked, so nothing is copied or synced (its name once `sync` ran); copied
+        where the spool is on another filesystem. FileNotFoundError when ``source`` is gone."""
         final = self.final_path(item_id)
         partial = self.partial_path(item_id)
         with contextlib.suppress(FileNotFoundError):
@@ -105,7 +128,7 @@ class Spool:
                 copied = self.write(item_id, iter(lambda: f.read(1024 * 1024), b""), compress=False, limit=None)
             return SpoolFile(copied.path, copied.size, copied.sha256, received, b"")
         os.rename(partial, final)
-        fsync_dir(self.directory)
+        self._named()
         crashpoint("after_spool_rename")
         return SpoolFile(final, size, sha256, received, b"")
 

@@ -409,16 +409,27 @@ class CaptureStore:
             removed = frozenset(self._removed)
         # A row taken before its capture was removed (its file gone with it) is not written back.
         rows = [r for r in rows if r.key not in removed or r.path.exists()]
-        sealed = [self._sealed(r) if r.state != FOLLOWING and r.sealed is None and r.kept.lines else r for r in rows]
-        if any(r.sealed is not None and r is not o for r, o in zip(sealed, rows, strict=True)):
-            os.fsync(self._dir_fd)  # the seals' names
+        sealed = [self._seal(r) if r.state != FOLLOWING and r.sealed is None and r.kept.lines else r for r in rows]
+        written = [self.sealed_path(r) for r, o in zip(sealed, rows, strict=True) if r is not o]
+        # All seals written first, then synced, then named: seals made together share the blocks
+        # of their inodes, and each block is written once, not once per seal.
+        for path in written:
+            partial = path.with_name(path.name + ".partial")
+            fd = os.open(partial, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        for path in written:
+            os.replace(path.with_name(path.name + ".partial"), path)
+        if written:
+            os.fsync(self._dir_fd)
         self._write(sealed, removed)
 
-    def _sealed(self, row: SegmentRow) -> SegmentRow:
-        """The finished segment with its seal: its lines as the stored log's gzip, written beside
-        it and synced (`sealed_path`)."""
-        final = self.sealed_path(row)
-        partial = final.with_name(final.name + ".partial")
+    def _seal(self, row: SegmentRow) -> SegmentRow:
+        """The finished segment with its seal: its lines as the stored log's gzip, written beside it
+        as ``.partial`` (`checkpoint` syncs and names it)."""
+        partial = self.sealed_path(row).with_name(self.sealed_path(row).name + ".partial")
         digest = hashlib.sha256()
         size = 0
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -428,9 +439,6 @@ class CaptureStore:
                     digest.update(data)
                     out.write(data)
                     size += len(data)
-                out.flush()
-                os.fdatasync(out.fileno())
-            os.replace(partial, final)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 partial.unlink()

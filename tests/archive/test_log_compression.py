@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from archiver.archive import spool as spool_module
 from archiver.archive.spool import Spool
 from archiver.archive.upload import log_digests
 from archiver.errors import ArchiveIntegrityError
@@ -90,3 +91,25 @@ def test_a_live_capture_s_seal_is_adopted_by_a_link_not_a_copy_and_copied_across
     with pytest.raises(FileNotFoundError):
         spool.adopt(9, tmp_path / "gone.gz", size=1, sha256=digest, received=1)
     assert not spool.partial_path(9).exists()
+
+
+def test_the_spool_syncs_its_directory_once_for_a_batch_of_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35: each file's data is synced as it is written, their names once before the batch's
+    commit (`Spool.sync`), and a sync with no new name syncs nothing."""
+    synced: list[Path] = []
+    real = spool_module.fsync_dir
+    monkeypatch.setattr(spool_module, "fsync_dir", lambda path: (synced.append(path), real(path))[1])
+    spool = Spool(tmp_path / "spool")
+    seal = tmp_path / "seal.gz"
+    seal.write_bytes(gzip.compress(b"x\n"))
+    for n in range(3):
+        spool.write(n, iter([b"line\n"]), compress=True, limit=None)
+    spool.adopt(3, seal, size=seal.stat().st_size, sha256="0" * 64, received=2)
+    assert synced == []
+    spool.sync()
+    assert synced == [spool.directory]
+    spool.sync()
+    assert synced == [spool.directory]
+    assert sorted(p.name for p in spool.directory.iterdir()) == ["0", "1", "2", "3"]
