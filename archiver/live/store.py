@@ -42,6 +42,7 @@ import os
 import sqlite3
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ from archiver.errors import StateError
 from archiver.live.policy import Finish
 from archiver.live.resume import Kept
 from archiver.logshape import NDJSON, TEXT, starts_like_json
-from archiver.store.gzipstream import gzip_blocks
+from archiver.store.gzipstream import gunzip, gzip_blocks
 
 log = logging.getLogger("archiver.live")
 
@@ -165,6 +166,12 @@ def _values(r: SegmentRow, now: float) -> tuple[object, ...]:
             now, now, None if sealed is None else sealed.size, None if sealed is None else sealed.sha256)  # fmt: skip
 
 
+def segment_file_name(key: str, index: int) -> str:
+    """The name of a segment's lines file in the captures directory: fixed length whatever the id."""
+    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{digest}.{index}.log"
+
+
 class CaptureStore:
     """The captures of one state dir. Writes (`begin`, `append`, `finish`) come from one thread;
     `checkpoint` may run on another; readers (`segments`, `read`, `remove`) on any."""
@@ -177,6 +184,8 @@ class CaptureStore:
         #: Keys whose captures were removed (files deleted at once), their rows deleted by the next
         #: checkpoint's transaction; readers no longer see them meanwhile.
         self._removed: set[str] = set()
+        #: Segments open for appending, by key: a sealed segment's lines file goes only when none is.
+        self._appending: Counter[str] = Counter()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
@@ -204,8 +213,7 @@ class CaptureStore:
         self._recover()
 
     def path_of(self, key: str, index: int) -> Path:
-        digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-        return self.directory / f"{digest}.{index}.log"
+        return self.directory / segment_file_name(key, index)
 
     @staticmethod
     def sealed_path(row: SegmentRow) -> Path:
@@ -294,6 +302,8 @@ class CaptureStore:
 
     def _recovered(self, row: SegmentRow) -> Kept:
         """What the segment's file really holds, beyond or instead of its checkpoint."""
+        if row.state != FOLLOWING and row.sealed is not None and not row.path.exists():
+            return row.kept  # sealed: its seal holds the lines (`_seal_holds` checks it)
         try:
             size = row.path.stat().st_size
         except FileNotFoundError:
@@ -318,7 +328,7 @@ class CaptureStore:
             (FOLLOWING,),
         )
         now = self._clock()
-        return [Segment(row, self._open(row.path), recorded=now) for row in rows]
+        return [Segment(row, self._open_for(row.key, row.path), recorded=now) for row in rows]
 
     def latest(self, key: str) -> SegmentRow | None:
         """The key's newest segment, if it has any."""
@@ -328,20 +338,37 @@ class CaptureStore:
     def begin(self, key: str, session_id: str, created_ms: int, index: int) -> Segment:
         """A new, empty segment (recorded at the next checkpoint)."""
         path = self.path_of(key, index)
+        with self._lock:
+            self._appending[key] += 1
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
         segment = Segment(SegmentRow(key, index, session_id, created_ms, None, Kept(), FOLLOWING, path), fd)
         self._mark(segment)
         return segment
 
     def reopen(self, row: SegmentRow) -> Segment:
-        """A finished segment followed again (its session was listed again): appends continue it."""
-        segment = Segment(row, self._open(row.path))
+        """A finished segment followed again (its session was listed again): appends continue it
+        (a sealed one's lines file made again from its seal first)."""
+        with self._lock:
+            if row.sealed is not None and not row.path.exists():
+                with open(row.path, "wb") as out:
+                    for block in self._unsealed(row):
+                        out.write(block)
+            self._appending[row.key] += 1
+        segment = Segment(row, os.open(row.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
         segment.state = FOLLOWING
         self._mark(segment)
         return segment
 
-    def _open(self, path: Path) -> int:
+    def _open_for(self, key: str, path: Path) -> int:
+        with self._lock:
+            self._appending[key] += 1
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+    def _closed(self, key: str) -> None:
+        with self._lock:
+            self._appending[key] -= 1
+            if self._appending[key] <= 0:
+                del self._appending[key]
 
     def append(self, segment: Segment, lines: Sequence[bytes]) -> int:
         """Append ``lines`` (each without its newline) to the segment's file; the bytes written.
@@ -371,6 +398,7 @@ class CaptureStore:
         if segment.fd is not None:
             os.close(segment.fd)
             segment.fd = None
+            self._closed(segment.key)
         self._mark(segment)
 
     def release(self, segment: Segment) -> None:
@@ -378,6 +406,7 @@ class CaptureStore:
         if segment.fd is not None:
             os.close(segment.fd)
             segment.fd = None
+            self._closed(segment.key)
 
     def _mark(self, segment: Segment, *, changed: bool = True) -> None:
         segment.changed = segment.changed or changed
@@ -425,6 +454,14 @@ class CaptureStore:
         if written:
             os.fsync(self._dir_fd)
         self._write(sealed, removed)
+        # A sealed segment keeps its seal only: its lines file goes (mostly before the kernel wrote
+        # it), unless it is being appended to again (its session listed again meanwhile).
+        for row, old in zip(sealed, rows, strict=True):
+            if row is not old:
+                with self._lock:
+                    if row.key not in self._appending:
+                        with contextlib.suppress(FileNotFoundError):
+                            row.path.unlink()
 
     def _seal(self, row: SegmentRow) -> SegmentRow:
         """The finished segment with its seal: its lines as the stored log's gzip, written beside it
@@ -498,12 +535,22 @@ class CaptureStore:
         return self._rows("SELECT * FROM segments WHERE key = ? ORDER BY idx", (key,))
 
     def read(self, row: SegmentRow) -> Iterator[bytes]:
-        """The segment's checkpointed bytes (``row.kept.size`` of them), in blocks."""
+        """The segment's checkpointed bytes (``row.kept.size`` of them), in blocks: from its lines
+        file, or from its seal once that is all it keeps."""
+        if row.sealed is not None and not row.path.exists():
+            yield from self._unsealed(row)
+            return
         left = row.kept.size
         with open(row.path, "rb") as f:
             while left > 0 and (block := f.read(min(_READ_BLOCK, left))):
                 left -= len(block)
                 yield block
+
+    def _unsealed(self, row: SegmentRow) -> Iterator[bytes]:
+        """The lines of a sealed segment, from its seal."""
+        seal = self.sealed_path(row)
+        with open(seal, "rb") as f:
+            yield from gunzip(iter(lambda: f.read(_READ_BLOCK), b""), seal.name)
 
     def remove(self, key: str) -> None:
         """Forget a session instance's captures (its archive is done): its files (lines and seals)

@@ -19,7 +19,7 @@ from archiver.fake import FakeClock, FakeService
 from archiver.fake.logs import render_ndjson
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
-from archiver.live.store import DB_NAME, DIR_NAME
+from archiver.live.store import DB_NAME, DIR_NAME, segment_file_name
 from archiver.store import open_store
 from tests.support import ARCHIVER, free_port, wait_until
 
@@ -64,16 +64,23 @@ class Daemon:
 
 
 def captured_lines(state_dir: Path) -> dict[str, int]:
-    """Lines each session's capture holds as checkpointed (read beside the daemon, read-only)."""
+    """Lines each session's capture holds (read beside the daemon, read-only): a segment's lines
+    file where it has one (its checkpointed row is only a resume point, rewritten now and then),
+    else its row (a sealed segment keeps its lines in the seal)."""
     path = state_dir / DIR_NAME / DB_NAME
     if not path.is_file():
         return {}
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)) as db:
         try:
-            rows = db.execute("SELECT session_id, sum(lines) FROM segments GROUP BY key").fetchall()
+            rows = db.execute("SELECT key, idx, session_id, lines FROM segments").fetchall()
         except sqlite3.OperationalError:  # the table is being created
             return {}
-    return {sid: int(n) for sid, n in rows}
+    held: dict[str, int] = {}
+    for key, index, sid, lines in rows:
+        with contextlib.suppress(FileNotFoundError):
+            lines = (state_dir / DIR_NAME / segment_file_name(key, index)).read_bytes().count(b"\n")
+        held[sid] = held.get(sid, 0) + int(lines)
+    return held
 
 
 @pytest.fixture

@@ -298,32 +298,61 @@ def test_a_crash_between_a_removal_and_its_checkpoint_leaves_no_trace_after_reco
         assert db.execute("SELECT count(*) FROM segments").fetchone()[0] == 0
 
 
-def test_recovery_seals_an_older_store_s_finished_segments_and_makes_a_lost_seal_again(tmp_path: Path) -> None:
+def test_a_sealed_segment_keeps_only_its_seal_which_serves_reads_and_a_reopen(tmp_path: Path) -> None:
+    """Once its seal is recorded, a finished segment's lines file goes (mostly before the kernel
+    wrote it); reads come from the seal, and a session listed again continues from it."""
+    store = CaptureStore(tmp_path)
+    segment = store.begin(KEY, "s", 1, 0)
+    store.append(segment, _lines(4))
+    store.finish(segment, Finish.COMPLETE)
+    _commit(store)
+    (row,) = store.segments(KEY)
+    assert row.sealed is not None and not row.path.exists() and store.sealed_path(row).exists()
+    assert b"".join(store.read(row)) == b"".join(x + b"\n" for x in _lines(4))
+    store.close()
+
+    again = CaptureStore(tmp_path)  # nothing to recover: the seal holds the lines
+    (same,) = again.segments(KEY)
+    assert (same.kept, same.state, same.sealed) == (row.kept, Finish.COMPLETE, row.sealed)
+    resumed = again.reopen(same)
+    again.append(resumed, _lines(2, start=4))
+    again.finish(resumed, Finish.COMPLETE)
+    _commit(again)
+    (longer,) = again.segments(KEY)
+    assert b"".join(again.read(longer)) == b"".join(x + b"\n" for x in _lines(6))
+    assert longer.kept == Kept().after(_lines(6)) and longer.sealed not in (None, row.sealed)
+
+
+def test_recovery_seals_an_older_store_s_finished_segments_and_a_seal_whose_lines_remain(tmp_path: Path) -> None:
+    """A schema-1 store (no seals, every lines file kept) is migrated and its finished segments are
+    sealed; a seal lost while its lines file remained is made again, byte for byte."""
     store = CaptureStore(tmp_path)
     segment = store.begin(KEY, "s", 1, 0)
     store.append(segment, _lines(4))
     store.finish(segment, Finish.GAP)
     _commit(store)
     (row,) = store.segments(KEY)
-    assert row.sealed is not None
     store.close()
-    first = store.sealed_path(row).read_bytes()
-    store.sealed_path(row).unlink()  # a seal lost (a machine crash before its rename reached the disk)
-    again = CaptureStore(tmp_path)
-    (remade,) = again.segments(KEY)
-    assert remade.sealed == row.sealed and again.sealed_path(remade).read_bytes() == first
-    again.close()
-
-    # A store written by schema 1 (no seal columns): migrated, and its finished segment sealed.
+    seal = store.sealed_path(row)
+    first = seal.read_bytes()
+    lines = b"".join(x + b"\n" for x in _lines(4))
+    row.path.write_bytes(lines)  # as a schema-1 store left it
     with sqlite3.connect(tmp_path / DIR_NAME / DB_NAME) as db:
         db.execute("ALTER TABLE segments DROP COLUMN sealed_size")
         db.execute("ALTER TABLE segments DROP COLUMN sealed_sha256")
         db.execute("PRAGMA user_version = 1")
-    again.sealed_path(remade).unlink()
+    seal.unlink()
     old = CaptureStore(tmp_path)
     (migrated,) = old.segments(KEY)
-    assert (migrated.state, migrated.sealed) == (Finish.GAP, row.sealed)
+    assert (migrated.state, migrated.sealed) == (Finish.GAP, row.sealed) and seal.read_bytes() == first
     old.close()
+
+    row.path.write_bytes(lines)  # a crash after the seal's row committed, before its lines file went
+    seal.unlink()  # and a seal lost with it
+    again = CaptureStore(tmp_path)
+    (remade,) = again.segments(KEY)
+    assert remade.sealed == row.sealed and seal.read_bytes() == first
+    again.close()
 
 
 def test_a_running_segment_that_only_gains_lines_is_recorded_at_most_every_progress_interval(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ multipart upload resumed after a restart (see the xfail in tests/store/test_stor
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,7 +20,7 @@ from archiver.layout import keys
 from archiver.layout.manifest import parse_manifest
 from archiver.retrieval import retrieve
 from archiver.store import S3Store, make_s3_client, open_store
-from tests.fixtures_pipeline import MB, MISSING, REPLAY, TOKEN, Harness
+from tests.fixtures_pipeline import FAST, MB, MISSING, REPLAY, TOKEN, Harness
 from tests.fixtures_s3 import SeaweedServer, weed_binary
 from tests.support import wait_until
 
@@ -58,7 +59,9 @@ def test_seaweedfs_killed_mid_upload_and_restarted_loses_nothing(
     assert isinstance(store, S3Store)
     fake = fake_service_factory((TOKEN,))
     ids = [fake.add_session(TOKEN, id=f"restart-{n:02d}", files={REPLAY: MB}) for n in range(SESSIONS)]
-    h = harness_factory(fake, store, upload_workers=2)
+    # Outcomes recorded one by one (no gathering): the first archived item is seen while the
+    # others are still in flight, so the kill lands mid-backlog.
+    h = harness_factory(fake, store, upload_workers=2, tuning=dataclasses.replace(FAST, outcome_gather=0.0))
     h.poll()
     for sid in ids:
         fake.end_session(TOKEN, sid)
