@@ -25,7 +25,7 @@ from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
 from archiver.archive.state import ExtraItem, ItemRow, SpooledMark
 from archiver.errors import ApiError, NotFoundError, TooLargeError
 from archiver.layout import keys
-from archiver.live.store import SegmentRow
+from archiver.live.segment import SegmentRow
 from archiver.logshape import NDJSON, declared, starts_like_json
 from archiver.retry import FETCH_ITEM, RetryPolicy
 from archiver.upstream.api import SessionHostClient

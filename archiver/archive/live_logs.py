@@ -15,7 +15,8 @@ from pathlib import Path
 
 from archiver import logshape
 from archiver.live.policy import Finish
-from archiver.live.store import FOLLOWING, CaptureStore, SegmentRow
+from archiver.live.segment import FOLLOWING, SegmentRow
+from archiver.live.store import CaptureStore
 from archiver.store.gzipstream import gunzip
 
 #: Bytes read at a time from a spool file or a capture.

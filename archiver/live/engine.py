@@ -15,8 +15,8 @@ If a background job fails, the loop ends (logged, counted) and `following` is fa
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
+import functools
 import logging
 import random
 import ssl
@@ -29,12 +29,14 @@ import httpx
 
 from archiver.config.credentials import Token
 from archiver.live import policy
+from archiver.live.checkpoints import Checkpoints
 from archiver.live.follow import Counters, Follow
 from archiver.live.followset import SessionRef, plan, ref_of
-from archiver.live.loop import MAX_PAUSE, PARK_WAIT, GatedSelector, open_file_limit, streams_room
+from archiver.live.loop import PARK_WAIT, GatedSelector, open_file_limit, streams_room
 from archiver.live.policy import Ending, Finish, Tuning
 from archiver.live.report import FailureLog, LiveStats
-from archiver.live.store import FOLLOWING, CaptureStore, Segment, SegmentRow
+from archiver.live.segment import FOLLOWING, Segment, SegmentRow
+from archiver.live.store import CaptureStore
 from archiver.live.stream import FollowStream, Target, open_stream
 
 log = logging.getLogger("archiver.live")
@@ -99,9 +101,7 @@ class LiveCapture:
         self._counters = Counters()
         self._finished: dict[str, int] = dict.fromkeys(Finish, 0)
         self._failures = FailureLog()
-        self._checkpoint_soon: asyncio.Event | None = None
-        self._saver = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="live-checkpoint")
-        self._unsaved: dict[tuple[str, int], SegmentRow] = {}
+        self._checkpoints = Checkpoints(store, self.tuning, self._gate, self._counters)
         self._tasks: set[asyncio.Task[None]] = set()
         #: Called (on the loop's or a dying thread) when `following` turned False for some keys:
         #: the archive's logs items waiting for those captures are woken.
@@ -201,7 +201,7 @@ class LiveCapture:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._request_stop)
             thread.join(timeout)
-        self._saver.shutdown(wait=True)
+        self._checkpoints.shutdown()
 
     # --- the loop -----------------------------------------------------------------------------
 
@@ -229,7 +229,6 @@ class LiveCapture:
 
     async def _main(self, loop: asyncio.AbstractEventLoop) -> None:
         self._stop_requested = asyncio.Event()
-        self._checkpoint_soon = asyncio.Event()
         for segment in self.store.following():
             ref = SessionRef(segment.key, segment.session_id, segment.created_ms)
             self._held[segment.key] = Follow(ref, segment, self.store, self._counters, self._ended)
@@ -239,7 +238,7 @@ class LiveCapture:
             pending, self._pending = self._pending, None
         if pending is not None:
             self._apply(pending)
-        jobs = [loop.create_task(job) for job in (self._checkpoints(), self._sweeps())]
+        jobs = [loop.create_task(job) for job in (self._checkpoints.run(self._saved), self._sweeps())]
         self._tasks.update(jobs)
         stop = loop.create_task(self._stop_requested.wait())
         done, _ = await asyncio.wait([stop, *jobs], return_when=asyncio.FIRST_COMPLETED)
@@ -415,8 +414,7 @@ class LiveCapture:
             follow.abort(Ending.UNWANTED)  # no longer held: its end is not acted upon
         self.store.finish(follow.segment, state)
         self._finished[state] += 1
-        assert self._checkpoint_soon is not None
-        self._checkpoint_soon.set()
+        self._checkpoints.soon()
 
     # --- background jobs ----------------------------------------------------------------------
 
@@ -433,9 +431,7 @@ class LiveCapture:
                 keep = frozenset(self._held) | frozenset(self._recent)
                 stale = time.time() - self._keep_finished
                 try:
-                    removed = await asyncio.get_running_loop().run_in_executor(
-                        self._saver, self.store.prune, stale, keep
-                    )
+                    removed = await self._checkpoints.in_background(functools.partial(self.store.prune, stale, keep))
                 except Exception:  # housekeeping's edge: it never stops following; counted
                     self._counters.errors += 1
                     log.exception("live capture: removing finished captures failed")
@@ -458,38 +454,8 @@ class LiveCapture:
                     del self._recent[key]
             self._failures.summarize(clock)
 
-    async def _checkpoints(self) -> None:
-        assert self._checkpoint_soon is not None
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.tuning.checkpoint_interval):
-                    await self._checkpoint_soon.wait()
-                # A finish asks for a checkpoint soon, not at once: finishes close together share it.
-                await asyncio.sleep(min(0.2, self.tuning.checkpoint_interval))
-            self._checkpoint_soon.clear()
-            await self._checkpoint()
-
-    def _save(self, rows: list[SegmentRow]) -> None:
-        """On the checkpoint thread: like the loop, it waits while a poll runs."""
-        if not self._gate.is_set():
-            self._gate.wait(MAX_PAUSE)
-        self.store.checkpoint(rows)
-
-    async def _checkpoint(self) -> None:
-        for row in self.store.pending(self.tuning.progress_interval):
-            self._unsaved[(row.key, row.index)] = row
-        if not self._unsaved and not self.store.removals_pending():
-            return
-        rows = list(self._unsaved.values())
-        self._unsaved.clear()
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._saver, self._save, rows)
-        except Exception:  # the checkpoint's edge: kept for the next one (disk full, I/O error); counted
-            self._counters.errors += 1
-            log.exception("live capture: checkpoint failed; retrying at the next one")
-            for row in rows:
-                self._unsaved.setdefault((row.key, row.index), row)
-            return
+    def _saved(self, rows: list[SegmentRow]) -> None:
+        """A checkpoint recorded ``rows``: the follows it saw finish have settled."""
         settled = False
         for row in rows:
             recent = self._recent.get(row.key)
@@ -514,4 +480,5 @@ class LiveCapture:
             if follow.stream is not None:
                 follow.stream.abort()
             self.store.release(follow.segment)
-        await self._checkpoint()
+        if rows := await self._checkpoints.once():
+            self._saved(rows)

@@ -19,7 +19,8 @@ from archiver.live.lines import LineSplitter
 from archiver.live.policy import Ending, ending_of_status
 from archiver.live.report import FIRST_BYTE_BUCKETS, bucket_of
 from archiver.live.resume import Verdict
-from archiver.live.store import CaptureStore, Segment
+from archiver.live.segment import Segment
+from archiver.live.store import CaptureStore
 from archiver.live.stream import Closed, FollowStream
 from archiver.logshape import declared
 

@@ -44,13 +44,13 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from archiver.errors import StateError
 from archiver.live.policy import Finish
+from archiver.live.recovery import recover
 from archiver.live.resume import Kept
-from archiver.logshape import NDJSON, TEXT, starts_like_json
+from archiver.live.segment import FOLLOWING, READ_BLOCK, Sealed, Segment, SegmentRow, sealed_path, segment_file_name
 from archiver.store.gzipstream import gunzip, gzip_blocks
 
 log = logging.getLogger("archiver.live")
@@ -62,9 +62,6 @@ DB_NAME = "captures.db"
 SCHEMA_VERSION = 2
 #: Bytes per page of a new checkpoint DB (as the state DB's, archive/state/schema.py: issue 35).
 PAGE_SIZE = 1024
-#: A segment still being followed (the others are `policy.Finish` values).
-FOLLOWING = "following"
-_READ_BLOCK = 1024 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS segments (
@@ -91,85 +88,10 @@ _MIGRATE_1_TO_2 = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Sealed:
-    """A finished segment's lines as the stored log object: the gzip file's size and SHA-256."""
-
-    size: int
-    sha256: str
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentRow:
-    """One segment as checkpointed: for readers (the archive step) and for resuming a follow."""
-
-    key: str
-    index: int
-    session_id: str
-    created_ms: int
-    shape: str | None
-    kept: Kept
-    state: str
-    path: Path
-    #: The seal of a finished segment (None: still followed, not sealed yet, or nothing to seal).
-    sealed: Sealed | None = None
-
-
-class Segment:
-    """A segment being written (owned by the event loop thread): the file's fd and what it holds."""
-
-    __slots__ = (
-        "changed", "created_ms", "dirty", "fd", "index", "kept", "key", "path", "recorded", "session_id", "shape",
-        "state",
-    )  # fmt: skip
-
-    def __init__(self, row: SegmentRow, fd: int | None, recorded: float | None = None) -> None:
-        self.key = row.key
-        self.index = row.index
-        self.session_id = row.session_id
-        self.created_ms = row.created_ms
-        self.shape = row.shape
-        self.kept = row.kept
-        self.state = row.state
-        self.path = row.path
-        self.fd = fd
-        self.dirty = False
-        #: More than new lines changed (begun, reopened, shape told, finished): in the next checkpoint.
-        self.changed = False
-        #: When a checkpoint last took its row (store clock; None: its row was never taken).
-        self.recorded = recorded
-
-    def row(self) -> SegmentRow:
-        return SegmentRow(
-            self.key, self.index, self.session_id, self.created_ms, self.shape, self.kept, self.state, self.path
-        )
-
-
-def scan(path: Path, kept: Kept) -> Kept:
-    """``kept`` extended by the complete lines the file holds after ``kept.size`` bytes; a torn last
-    line (no newline) is cut off the file."""
-    with open(path, "r+b") as f:
-        f.seek(kept.size)
-        pending = b""
-        lines = kept
-        while block := f.read(_READ_BLOCK):
-            *complete, pending = (pending + block).split(b"\n")
-            lines = lines.after(complete)
-        if pending:
-            f.truncate(lines.size)
-    return lines
-
-
 def _values(r: SegmentRow, now: float) -> tuple[object, ...]:
     sealed = r.sealed
     return (r.key, r.index, r.session_id, r.created_ms, r.shape, r.kept.lines, r.kept.size, r.kept.chain, r.state,
             now, now, None if sealed is None else sealed.size, None if sealed is None else sealed.sha256)  # fmt: skip
-
-
-def segment_file_name(key: str, index: int) -> str:
-    """The name of a segment's lines file in the captures directory: fixed length whatever the id."""
-    digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{digest}.{index}.log"
 
 
 class CaptureStore:
@@ -217,107 +139,21 @@ class CaptureStore:
 
     @staticmethod
     def sealed_path(row: SegmentRow) -> Path:
-        """Where a finished segment's seal is: named by its line count too, so a name never changes
-        content (a segment followed again and finished anew gets a seal of its own)."""
-        return row.path.with_name(f"{row.path.name.removesuffix('.log')}.{row.kept.lines}.gz")
+        """Where a finished segment's seal is (`segment.sealed_path`)."""
+        return sealed_path(row)
 
     # --- recovery ---------------------------------------------------------------------------
 
     def _recover(self) -> None:
-        rows = self._rows("SELECT * FROM segments")
-        # Captures removed (every file gone) whose rows a crash kept: their removal is finished now.
-        keys = {row.key for row in rows}
-        for row in rows:
-            if row.state == FOLLOWING or row.path.exists() or (row.sealed and self.sealed_path(row).exists()):
-                keys.discard(row.key)
-        self._removed |= keys
-        rows = [row for row in rows if row.key not in keys]
-        changed: dict[tuple[str, int], SegmentRow] = {}
-        for row in rows:
-            kept = self._recovered(row)
-            if kept != row.kept:
-                state = row.state if row.state == FOLLOWING or kept.size >= row.kept.size else Finish.GAP
-                changed[(row.key, row.index)] = dataclasses.replace(row, kept=kept, state=state, sealed=None)
-            elif row.sealed is not None and not self._seal_holds(row):
-                log.warning("live capture of %r: its seal is missing or short; sealing it again", row.session_id)
-                changed[(row.key, row.index)] = dataclasses.replace(row, sealed=None)
-        found = self._unrecorded(rows)
-        changed.update({(row.key, row.index): row for row in found})
-        current = {(row.key, row.index): row for row in rows} | changed
-        for key in {row.key for row in found}:  # a segment begins when the one before it diverged
-            newest = max(index for k, index in current if k == key)
-            for (k, index), row in current.items():
-                if k == key and index < newest and row.state == FOLLOWING:
-                    changed[(k, index)] = dataclasses.replace(row, state=Finish.DIVERGED)
-        # Finished segments without a seal (an older archiver's, or one whose seal was lost) are sealed now.
-        for where, row in (current | changed).items():
-            if row.state != FOLLOWING and row.sealed is None and row.kept.lines:
-                changed[where] = row
-        self._sweep_seals(list((current | changed).values()))
-        self.checkpoint(list(changed.values()))
+        """Trust the checkpoint, re-read what follows it (`recovery.recover`), and record the result."""
+        found = recover(self.directory, self._rows("SELECT * FROM segments"))
+        self._removed |= found.removed
+        self.checkpoint(found.changed)
 
     def removals_pending(self) -> bool:
         """Removed captures whose rows the next checkpoint deletes."""
         with self._lock:
             return bool(self._removed)
-
-    def _seal_holds(self, row: SegmentRow) -> bool:
-        try:
-            return row.sealed is not None and self.sealed_path(row).stat().st_size == row.sealed.size
-        except FileNotFoundError:
-            return False
-
-    def _sweep_seals(self, rows: Sequence[SegmentRow]) -> None:
-        """Delete seals no row names (made for an older finish, or before a crash let their row
-        commit) and seals left half written."""
-        named = {self.sealed_path(row).name for row in rows if row.sealed is not None}
-        for entry in self.directory.iterdir():
-            if entry.name.endswith(".partial") or (entry.name.endswith(".gz") and entry.name not in named):
-                entry.unlink()
-
-    def _unrecorded(self, rows: Sequence[SegmentRow]) -> list[SegmentRow]:
-        """The files without a row (begun after the last checkpoint) rebuilt as segments, when a row
-        of another segment names their session; the others are deleted (the replay brings their lines
-        again), as are empty ones."""
-        recorded = {row.path.name for row in rows}
-        sessions = {row.path.name.partition(".")[0]: row for row in rows}
-        found = []
-        for entry in self.directory.iterdir():
-            if not entry.name.endswith(".log") or entry.name in recorded:
-                continue
-            digest, _, index = entry.name.removesuffix(".log").partition(".")
-            other = sessions.get(digest)
-            if other is None or not index.isdigit() or not (kept := scan(entry, Kept())).lines:
-                entry.unlink()
-                continue
-            with entry.open("rb") as f:  # the answer's shape was not recorded: its first line tells
-                shape = NDJSON if starts_like_json(f.read(64)) else TEXT
-            log.info("live capture of %r: segment %s began after the last checkpoint; kept", other.session_id, index)
-            found.append(
-                dataclasses.replace(
-                    other, index=int(index), shape=shape, kept=kept, state=FOLLOWING, path=entry, sealed=None
-                )
-            )
-        return found
-
-    def _recovered(self, row: SegmentRow) -> Kept:
-        """What the segment's file really holds, beyond or instead of its checkpoint."""
-        if row.state != FOLLOWING and row.sealed is not None and not row.path.exists():
-            return row.kept  # sealed: its seal holds the lines (`_seal_holds` checks it)
-        try:
-            size = row.path.stat().st_size
-        except FileNotFoundError:
-            log.warning("live capture file of %r segment %d is missing: starting it afresh", row.session_id, row.index)
-            row.path.touch(mode=0o600)
-            return Kept()
-        if size < row.kept.size:
-            log.warning("live capture file of %r is shorter than its checkpoint: re-reading it", row.session_id)
-            return scan(row.path, Kept())
-        if row.state != FOLLOWING:
-            if size > row.kept.size:
-                os.truncate(row.path, row.kept.size)  # nothing is appended after a segment finished
-            return row.kept
-        return scan(row.path, row.kept) if size > row.kept.size else row.kept
 
     # --- the writer's side --------------------------------------------------------------------
 
@@ -542,7 +378,7 @@ class CaptureStore:
             return
         left = row.kept.size
         with open(row.path, "rb") as f:
-            while left > 0 and (block := f.read(min(_READ_BLOCK, left))):
+            while left > 0 and (block := f.read(min(READ_BLOCK, left))):
                 left -= len(block)
                 yield block
 
@@ -550,7 +386,7 @@ class CaptureStore:
         """The lines of a sealed segment, from its seal."""
         seal = self.sealed_path(row)
         with open(seal, "rb") as f:
-            yield from gunzip(iter(lambda: f.read(_READ_BLOCK), b""), seal.name)
+            yield from gunzip(iter(lambda: f.read(READ_BLOCK), b""), seal.name)
 
     def remove(self, key: str) -> None:
         """Forget a session instance's captures (its archive is done): its files (lines and seals)

@@ -19,7 +19,8 @@ from archiver.fake import FakeClock, FakeService
 from archiver.fake.logs import render_ndjson
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
-from archiver.live.store import DB_NAME, DIR_NAME, segment_file_name
+from archiver.live.segment import segment_file_name
+from archiver.live.store import DB_NAME, DIR_NAME
 from archiver.store import open_store
 from tests.support import ARCHIVER, free_port, wait_until
 

@@ -31,7 +31,8 @@ from archiver.layout import keys
 from archiver.layout.manifest import Manifest, ManifestItem, parse_manifest
 from archiver.live.engine import LiveCapture
 from archiver.live.policy import Finish
-from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore, SegmentRow
+from archiver.live.segment import SegmentRow
+from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
 from archiver.retrieval.grep import Matcher, grep_sessions
 from archiver.retrieval.query import list_sessions
 from archiver.retrieval.reading import print_logs

@@ -26,7 +26,8 @@ from archiver.live.engine import LiveCapture
 from archiver.live.followset import SessionRef
 from archiver.live.loop import streams_room
 from archiver.live.policy import Finish, Tuning
-from archiver.live.store import DB_NAME, DIR_NAME, FOLLOWING, CaptureStore, Segment
+from archiver.live.segment import FOLLOWING, Segment
+from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
 from tests.support import LIVE_FAST, wait_until

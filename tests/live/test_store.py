@@ -17,7 +17,8 @@ import pytest
 from archiver.errors import StateError
 from archiver.live.policy import Finish
 from archiver.live.resume import Kept
-from archiver.live.store import DB_NAME, DIR_NAME, FOLLOWING, CaptureStore
+from archiver.live.segment import FOLLOWING
+from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
 from archiver.store.gzipstream import gzip_blocks
 
 KEY = "1700000000000:session/with odd id"
