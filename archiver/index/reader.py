@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from archiver.index import parts
-from archiver.index.compact import list_parts
+from archiver.index.compact import earliest_entry, list_parts
 from archiver.index.engine import PartFiles, connect, fetch_rows, sql_list
 from archiver.index.rows import entry_from_row
 from archiver.layout.manifest import IndexEntry
@@ -25,7 +25,7 @@ LIST_WORKERS = 16
 #: from the spool, a compaction interval). An entry written later still (a store outage of hours,
 #: a backfill of an old session) is read from the next compaction's ``late`` part on.
 LATE_WINDOW = 6 * parts.HOUR
-#: A range longer than this (seconds) first looks up the oldest indexed day (two listings).
+#: A range longer than this (seconds) first looks up the oldest indexed day (one listing).
 LOOKUP_FIRST_DAY_AFTER = 31 * parts.DAY
 
 
@@ -63,28 +63,6 @@ class Plan:
         return frozenset(prefix + key for (key,) in found)
 
 
-def first_day(store: ObjectStore) -> str | None:
-    """The oldest day (``YYYY-MM-DD``) with an index entry or part (None: none): the first key of
-    two listings, as keys list in byte order (S3; SeaweedFS's directory order agrees for sibling
-    ``dt=`` directories)."""
-    found = []
-    for directory in (f"{store.prefix}index/dt=", f"{store.prefix}index/hourly/dt="):
-        for key in store.list_keys(directory):
-            day = key[len(directory) :].partition("/")[0]
-            if _is_day(day):
-                found.append(day)
-                break
-    return min(found, default=None)
-
-
-def _is_day(text: str) -> bool:
-    try:
-        parts.day_start(text)
-    except ValueError:
-        return False
-    return len(text) == 10
-
-
 def plan(
     store: ObjectStore, since: float, until: float, *, now: float | None = None, workers: int = LIST_WORKERS
 ) -> Plan:
@@ -97,11 +75,11 @@ def plan(
     if now is not None:
         until = min(until, now + parts.DAY)  # a far future lists no empty days
     if until - since > LOOKUP_FIRST_DAY_AFTER:
-        # Nor do the days before the first indexed one: `--since 1970-01-01` costs two listings, not 20,000.
-        earliest = first_day(store)
+        # Nor do the days before the first indexed one: `--since 1970-01-01` costs one listing, not 20,000.
+        earliest = earliest_entry(store)
         if earliest is None:
             return result  # nothing was ever indexed
-        since = max(since, parts.day_start(earliest))
+        since = max(since, earliest)
     first_hour = int(since // parts.HOUR * parts.HOUR)
     days = parts.days(since, until)
 
