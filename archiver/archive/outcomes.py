@@ -13,9 +13,11 @@ flight takes an outcome).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from archiver.archive.crashpoints import crashpoint
@@ -68,6 +70,22 @@ class OutcomeCommitter:
         self._queueing = False
         #: One batch at a time, so a hand-over committed inline returns only after its commit.
         self._commit_lock = threading.Lock()
+        #: Uploads begun and not yet handed over or given up (`uploading`): whose outcomes a commit waits for.
+        self._in_flight = 0
+
+    @contextlib.contextmanager
+    def uploading(self) -> Iterator[None]:
+        """Around one upload and its hand-over: while none is in flight, the committer gathers no
+        longer (a lone upload's outcome is committed at once, not `gather` seconds later)."""
+        with self._cv:
+            self._in_flight += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._in_flight -= 1
+                if not self._in_flight:
+                    self._cv.notify_all()
 
     def hand_over(self, item: ItemRow, spool_path: Path) -> None:
         """`item`'s object is stored at its key: record `archived`, then delete its spool file."""
@@ -139,9 +157,10 @@ class OutcomeCommitter:
                         self._queueing = False  # in the same hold of the lock: no hand-over is stranded
                         return
                     # Let the outcomes of the other workers' PUTs in flight join this commit: fewer
-                    # transactions, so the workers' claims wait less often behind one.
+                    # transactions, so the workers' claims wait less often behind one; none in
+                    # flight, nothing to wait for.
                     until = time.monotonic() + self._gather
-                    while len(self._pending) < MAX_PENDING and not stop.is_set():
+                    while len(self._pending) < MAX_PENDING and self._in_flight and not stop.is_set():
                         left = until - time.monotonic()
                         if left <= 0:
                             break

@@ -61,8 +61,8 @@ class Tuning:
     #: Replica r of a shard waits r times this before a session's first fetch, so a healthy pair
     #: fetches once (the later replica finds the first one's manifest; archive/replicas.py).
     replica_stagger: float = 60.0
-    #: Upload outcomes: the committer waits this long after the first one for the others in flight,
-    #: to record them all in one transaction (`outcomes.py`); delays only finalization.
+    #: Upload outcomes: the committer waits up to this long after the first one for the others in
+    #: flight, to record them all in one transaction (`outcomes.py`); none in flight, it waits no more.
     outcome_gather: float = 0.25
     #: Spooled items a running upload worker claims per transaction (one hold of the write lock,
     #: which the group commit's fsync also takes); those it has not attempted go back when it

@@ -190,7 +190,8 @@ class UploadStage(Stage):
                 look_again = last_look[1] if last_look is not None else self.state.next_finalize_wake(self._mono())
                 gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), look_again) if g]
                 return self.wake.until(min(gates) if gates else None)
-            self._upload(item)
+            with self.committer.uploading():
+                self._upload(item)
             self._store_ok()
         except InvalidKeyError as exc:
             # The key itself is refused (never for ids escaped by keys.py): this item can never

@@ -109,6 +109,38 @@ def test_the_committer_thread_commits_hand_overs_and_once_it_stops_a_worker_comm
     state.close()
 
 
+def test_the_committer_gathers_only_while_another_upload_is_in_flight(tmp_path: Path) -> None:
+    """An outcome waits for the others' PUTs in flight to join its commit, and no longer once none
+    is in flight: the last (or a lone) upload's outcome is committed at once, not `gather` later."""
+    state = StateDB.open(tmp_path / "state")
+    spool = Spool(tmp_path / "state" / "spool")
+    wake = Wakeups(idle_wait=30.0)
+    committer = OutcomeCommitter(state, spool, SelfMetrics(CollectorRegistry()), wake, lambda: 50.0, gather=120.0)
+    first, second = uploading(state, spool, "sess-00001", ("/a",))
+    stop = threading.Event()
+    thread = threading.Thread(target=committer.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        with committer.uploading():  # the second upload, still in flight
+            with committer.uploading():
+                committer.hand_over(first, Path(first.spool_path or ""))
+            assert committer.pending() == 1  # gathering: another PUT may join its commit
+            assert committed_statuses(tmp_path / "state")[first.id] == "uploading"
+            committer.hand_over(second, Path(second.spool_path or ""))
+        statuses = wait_until(  # far sooner than the 120 s gather: nothing is in flight any more
+            lambda: (s := committed_statuses(tmp_path / "state"))[first.id] == s[second.id] == "done" and s,
+            timeout=30.0,
+            message="the outcomes were not committed once no upload was in flight",
+        )
+        assert statuses[first.id] == "done"
+        assert not Path(first.spool_path or "").exists() and not Path(second.spool_path or "").exists()
+    finally:
+        stop.set()
+        committer.wake()
+        thread.join(30.0)
+    state.close()
+
+
 def test_with_four_workers_every_spool_file_goes_only_after_its_outcome_is_committed(
     fake_service: FakeService, tmp_path: Path, harness_factory: Callable[..., Harness]
 ) -> None:
