@@ -1,9 +1,10 @@
-"""Local durability primitives: fsync of directory entries, and the lock that gives a state dir one writer."""
+"""Local durability primitives: fsync of directory entries and file data; the one-writer lock of a state dir."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from archiver.errors import ConfigError
@@ -11,9 +12,18 @@ from archiver.errors import ConfigError
 
 def fsync_dir(path: Path) -> None:
     """Flush a directory entry (a create, link or rename inside it) to disk."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    _synced(path, os.O_RDONLY | os.O_DIRECTORY, os.fsync)
+
+
+def fdatasync_file(path: Path) -> None:
+    """Flush a file's data (and what reading it back needs) to disk, by its path."""
+    _synced(path, os.O_RDONLY | os.O_CLOEXEC, os.fdatasync)
+
+
+def _synced(path: Path, flags: int, sync: Callable[[int], None]) -> None:
+    fd = os.open(path, flags)
     try:
-        os.fsync(fd)
+        sync(fd)
     finally:
         os.close(fd)
 

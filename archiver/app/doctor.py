@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from archiver.config.evidence import Evidence
 from archiver.config.settings import TOKEN_ENV, Settings
+from archiver.durable import fsync_dir
 from archiver.errors import (
     ApiError,
     ApiTransportError,
@@ -329,11 +330,7 @@ def check_state_dir(settings: Settings) -> CheckResult:
         finally:
             os.close(fd)
         probe.unlink()
-        dir_fd = os.open(existing, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(existing)
     except OSError as exc:
         probe.unlink(missing_ok=True)
         return CheckResult(FAIL, name, f"cannot create, fsync and remove a file in {existing}: {exc.strerror}")

@@ -46,6 +46,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from archiver.durable import fdatasync_file
 from archiver.errors import StateError
 from archiver.live.policy import Finish
 from archiver.live.recovery import recover
@@ -279,12 +280,7 @@ class CaptureStore:
         # All seals written first, then synced, then named: seals made together share the blocks
         # of their inodes, and each block is written once, not once per seal.
         for path in written:
-            partial = path.with_name(path.name + ".partial")
-            fd = os.open(partial, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
+            fdatasync_file(path.with_name(path.name + ".partial"))
         for path in written:
             os.replace(path.with_name(path.name + ".partial"), path)
         if written:

@@ -24,17 +24,7 @@ class FinalizeRepo(LeasedSessions):
         Ordered by retry gate, so a session whose finalization keeps failing (backed off) never
         keeps the others waiting.
         """
-        with self.finalize_leases.lock:
-            held = self.finalize_leases.held(now_mono)
-            with self.read() as db:
-                rows = db.execute(
-                    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'finalizing' AND wake_at <= ? "
-                    "ORDER BY wake_at, archived_at LIMIT ?",
-                    (now_mono, limit + len(held)),
-                ).fetchall()
-            rows = [r for r in rows if r[0] not in held][:limit]
-            self.finalize_leases.take((r[0] for r in rows), now_mono + lease)
-        return [session_row(r) for r in rows]
+        return self._claim_due(self.finalize_leases, "finalizing", "wake_at, archived_at", now_mono, lease, limit)
 
     def release_finalize(self, session_keys: Sequence[str]) -> None:
         """Hand back leased sessions not attempted (due again now)."""

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from archiver.archive.state.connection import Connection
+from archiver.archive.state.rows import SESSION_COLUMNS, SessionRow, session_row
 
 
 class Leases:
@@ -52,6 +53,22 @@ class LeasedSessions(Connection):
         super().__init__(path, readonly=readonly)
         self.candidate_leases = Leases()
         self.finalize_leases = Leases()
+
+    def _claim_due(
+        self, leases: Leases, state: str, order: str, now: float, lease: float, limit: int
+    ) -> list[SessionRow]:
+        """Up to ``limit`` sessions in ``state`` due at ``now`` (monotonic) that no lease holds, in
+        ``order`` (an ORDER BY of constant text), leased until ``now + lease``."""
+        with leases.lock:
+            held = leases.held(now)
+            with self.read() as db:
+                rows = db.execute(
+                    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = ? AND wake_at <= ? ORDER BY {order} LIMIT ?",
+                    (state, now, limit + len(held)),
+                ).fetchall()
+            rows = [r for r in rows if r[0] not in held][:limit]
+            leases.take((r[0] for r in rows), now + lease)
+        return [session_row(r) for r in rows]
 
     def _next_due(self, state: str, leases: Leases, now: float) -> float | None:
         """When a session in ``state`` is due next: the earliest retry gate of those nobody holds, or

@@ -148,17 +148,7 @@ class SessionRepo(LeasedSessions):
 
     def claim_candidates(self, now_mono: float, lease: float, limit: int) -> list[SessionRow]:
         """Candidates due for a describe, leased (in memory: `leases`) so another confirmer skips them."""
-        with self.candidate_leases.lock:
-            held = self.candidate_leases.held(now_mono)
-            with self.read() as db:
-                rows = db.execute(
-                    f"SELECT {SESSION_COLUMNS} FROM sessions WHERE state = 'candidate' AND wake_at <= ? "
-                    "ORDER BY first_seen_ended LIMIT ?",
-                    (now_mono, limit + len(held)),
-                ).fetchall()
-            rows = [r for r in rows if r[0] not in held][:limit]
-            self.candidate_leases.take((r[0] for r in rows), now_mono + lease)
-        return [session_row(r) for r in rows]
+        return self._claim_due(self.candidate_leases, "candidate", "first_seen_ended", now_mono, lease, limit)
 
     def next_candidate_wake(self, now_mono: float) -> float | None:
         """When a candidate is due next: its retry gate, or the end of a lease another confirmer holds."""
