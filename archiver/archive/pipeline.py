@@ -187,10 +187,11 @@ class Pipeline:
         )
         state = StateDB.open(settings.state_dir)
         live = None
-        if settings.follow_logs and settings.follow_logs_max > 0 and settings.api_url and settings.api_token:
+        # The same cap the entry point raised the open-file limit for (`Settings.follow_cap`).
+        if settings.follow_cap > 0 and settings.api_url and settings.api_token:
             live = LiveCapture(
                 settings.api_url, settings.api_token, CaptureStore(settings.state_dir),
-                max_streams=settings.follow_logs_max, keep_finished=settings.prune_after,
+                max_streams=settings.follow_cap, keep_finished=settings.prune_after,
                 tuning=LiveTuning(first_byte_timeout=settings.follow_logs_first_byte_timeout),
             )  # fmt: skip
         return cls(settings, client, store, state, metrics, live=live)

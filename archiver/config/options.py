@@ -2,7 +2,7 @@
 help, metavar, which commands take it, the Settings field it fills, and its deprecated aliases).
 
 `archiver.cli` builds the click options from it, `archiver.config.settings` converts and checks the values
-and fills `Settings` from it, and the README's configuration table is checked against it. Adding an
+and fills `Settings` from it, and docs/configuration.md's table is checked against it. Adding an
 option is one entry here plus (at most) one typed field of `Settings`.
 
 Renaming an option keeps the old spelling working for a release: declare the new name and give the
@@ -487,5 +487,5 @@ LOG_SCOPES = frozenset({"log"})
 
 
 def option_table(options: Iterable[Option] = OPTIONS) -> list[tuple[str, str, str, str]]:
-    """(flag, env var, default, help) rows for the README's configuration table."""
+    """(flag, env var, default, help) rows for docs/configuration.md's option tables."""
     return [(opt.flag, opt.env, opt.shown_default, opt.help) for opt in options]

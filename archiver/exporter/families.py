@@ -68,7 +68,7 @@ def label_names_for(allowlist: Iterable[str]) -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class FamilySpec:
-    """One metric family this module renders: what the README's metric tables and the dashboards'
+    """One metric family this module renders: what docs/metrics.md's tables and the dashboards'
     name check read (`FAMILIES`). `labels` are the documented label names (`label_<key>` stands for
     the allowlisted caller labels); `value_one` marks families whose samples are always 1."""
 
@@ -178,8 +178,8 @@ AGGREGATE_FAMILIES: tuple[AggregateFamily, ...] = (
 #:                   render=lambda name, s, sid, pairs: f"{name}{{{sid}}} {len(s.ports)}\n",
 #:                   fields=("ports",)),
 #:
-#: plus its row in the README's metric table (tests/exporter/test_exposition.py checks the table against the
-#: README, and tests/deploy/test_dashboards_alerts.py takes its known names from here). The header, the
+#: plus its row in docs/metrics.md's tables (tests/project/test_readme.py checks the tables against
+#: `FAMILIES`, and tests/deploy/test_dashboards_alerts.py takes its known names from here). The header, the
 #: cache, the change key and the join all follow from the entry.
 SESSION_FAMILIES: tuple[SessionFamily, ...] = (
     SessionFamily("session_info", "gauge", "Information about an active session, always 1.",
