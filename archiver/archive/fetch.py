@@ -25,7 +25,7 @@ from archiver.archive.stage import FETCH, UPLOAD, Stage, StageParts, backoff
 from archiver.archive.state import ExtraItem, ItemRow, SpooledMark
 from archiver.errors import ApiError, NotFoundError, TooLargeError
 from archiver.layout import keys
-from archiver.live.segment import SegmentRow
+from archiver.live.segment import SegmentRow, sealed_path
 from archiver.logshape import NDJSON, declared, starts_like_json
 from archiver.retry import FETCH_ITEM, RetryPolicy
 from archiver.upstream.api import SessionHostClient
@@ -436,7 +436,7 @@ class Fetcher:
         if row.sealed is not None:  # the capture's seal is already these very bytes, synced
             with contextlib.suppress(FileNotFoundError):
                 spooled = self._spool.adopt(
-                    name, self.live.sealed_path(row), size=row.sealed.size, sha256=row.sealed.sha256,
+                    name, sealed_path(row), size=row.sealed.size, sha256=row.sealed.sha256,
                     received=row.kept.size,
                 )  # fmt: skip
         if spooled is None:

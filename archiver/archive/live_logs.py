@@ -91,10 +91,6 @@ class LiveLogs:
     def read(self, row: SegmentRow) -> Iterator[bytes]:
         return self.captures.read(row)
 
-    def sealed_path(self, row: SegmentRow) -> Path:
-        """Where a finished segment's seal is (`row.sealed`: its size and SHA-256)."""
-        return self.captures.sealed_path(row)
-
     def kept(self, segments: list[SegmentRow], after_end: Path, content_type: str) -> list[SegmentRow]:
         """The segments to archive beside the logs read after the end: those that are no line
         prefix of them."""

@@ -78,7 +78,7 @@ CREATE TABLE IF NOT EXISTS segments (
     began REAL NOT NULL,
     updated REAL NOT NULL,
     sealed_size INTEGER,            -- a finished segment's lines as the stored log's gzip: its size ...
-    sealed_sha256 TEXT,             -- ... and SHA-256 (the file `CaptureStore.sealed_path`); NULL: not sealed
+    sealed_sha256 TEXT,             -- ... and SHA-256 (the file `segment.sealed_path`); NULL: not sealed
     PRIMARY KEY (key, idx)
 ) WITHOUT ROWID
 """
@@ -87,6 +87,11 @@ _MIGRATE_1_TO_2 = (
     "ALTER TABLE segments ADD COLUMN sealed_size INTEGER",
     "ALTER TABLE segments ADD COLUMN sealed_sha256 TEXT",
 )
+
+
+def _partial(path: Path) -> Path:
+    """Where a seal (or a lines file made again from one) is written before it is named."""
+    return path.with_name(path.name + ".partial")
 
 
 def _values(r: SegmentRow, now: float) -> tuple[object, ...]:
@@ -138,11 +143,6 @@ class CaptureStore:
     def path_of(self, key: str, index: int) -> Path:
         return self.directory / segment_file_name(key, index)
 
-    @staticmethod
-    def sealed_path(row: SegmentRow) -> Path:
-        """Where a finished segment's seal is (`segment.sealed_path`)."""
-        return sealed_path(row)
-
     # --- recovery ---------------------------------------------------------------------------
 
     def _recover(self) -> None:
@@ -186,12 +186,22 @@ class CaptureStore:
         """A finished segment followed again (its session was listed again): appends continue it
         (a sealed one's lines file made again from its seal first)."""
         with self._lock:
-            if row.sealed is not None and not row.path.exists():
-                with open(row.path, "wb") as out:
-                    for block in self._unsealed(row):
-                        out.write(block)
-            self._appending[row.key] += 1
-        segment = Segment(row, os.open(row.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+            self._appending[row.key] += 1  # from now on no checkpoint deletes its lines file
+        try:
+            # Gone: sealed, by an earlier checkpoint or one that ran since the caller took ``row``
+            # (the loop's copy of a finish not yet recorded says nothing of its seal).
+            if not row.path.exists():
+                blocks = self._unsealed(row)
+                first = next(blocks, b"")  # the seal is opened first: no lines file is made without one
+                with open(_partial(row.path), "wb") as out:  # named whole: a reader never sees it half made
+                    out.write(first)
+                    out.writelines(blocks)
+                os.replace(_partial(row.path), row.path)
+            fd = os.open(row.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        except BaseException:
+            self._closed(row.key)
+            raise
+        segment = Segment(row, fd)
         segment.state = FOLLOWING
         self._mark(segment)
         return segment
@@ -276,13 +286,13 @@ class CaptureStore:
         # A row taken before its capture was removed (its file gone with it) is not written back.
         rows = [r for r in rows if r.key not in removed or r.path.exists()]
         sealed = [self._seal(r) if r.state != FOLLOWING and r.sealed is None and r.kept.lines else r for r in rows]
-        written = [self.sealed_path(r) for r, o in zip(sealed, rows, strict=True) if r is not o]
+        written = [sealed_path(r) for r, o in zip(sealed, rows, strict=True) if r is not o]
         # All seals written first, then synced, then named: seals made together share the blocks
         # of their inodes, and each block is written once, not once per seal.
         for path in written:
-            fdatasync_file(path.with_name(path.name + ".partial"))
+            fdatasync_file(_partial(path))
         for path in written:
-            os.replace(path.with_name(path.name + ".partial"), path)
+            os.replace(_partial(path), path)
         if written:
             os.fsync(self._dir_fd)
         self._write(sealed, removed)
@@ -298,7 +308,7 @@ class CaptureStore:
     def _seal(self, row: SegmentRow) -> SegmentRow:
         """The finished segment with its seal: its lines as the stored log's gzip, written beside it
         as ``.partial`` (`checkpoint` syncs and names it)."""
-        partial = self.sealed_path(row).with_name(self.sealed_path(row).name + ".partial")
+        partial = _partial(sealed_path(row))
         digest = hashlib.sha256()
         size = 0
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
@@ -380,7 +390,7 @@ class CaptureStore:
 
     def _unsealed(self, row: SegmentRow) -> Iterator[bytes]:
         """The lines of a sealed segment, from its seal."""
-        seal = self.sealed_path(row)
+        seal = sealed_path(row)
         with open(seal, "rb") as f:
             yield from gunzip(iter(lambda: f.read(READ_BLOCK), b""), seal.name)
 

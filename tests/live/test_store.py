@@ -17,7 +17,7 @@ import pytest
 from archiver.errors import StateError
 from archiver.live.policy import Finish
 from archiver.live.resume import Kept
-from archiver.live.segment import FOLLOWING
+from archiver.live.segment import FOLLOWING, Segment, sealed_path
 from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
 from archiver.store.gzipstream import gzip_blocks
 
@@ -30,6 +30,15 @@ def _lines(n: int, start: int = 0) -> list[bytes]:
 
 def _commit(store: CaptureStore) -> None:
     store.checkpoint(store.pending())
+
+
+def _finished(store: CaptureStore, lines: int, state: Finish = Finish.COMPLETE) -> Segment:
+    """A segment of ``lines`` lines, finished as ``state`` and checkpointed (so sealed)."""
+    segment = store.begin(KEY, "s", 1, 0)
+    store.append(segment, _lines(lines))
+    store.finish(segment, state)
+    _commit(store)
+    return segment
 
 
 def test_appended_lines_are_kept_with_their_chain_and_read_back_after_a_reopen(tmp_path: Path) -> None:
@@ -245,7 +254,7 @@ def test_a_finished_segment_is_sealed_as_its_stored_log_and_a_running_one_is_nev
 
     (row,) = store.segments("2:done")
     assert row.sealed is not None and store.segments(KEY)[0].sealed is None
-    seal = store.sealed_path(row)
+    seal = sealed_path(row)
     assert synced == [f"{seal}.partial"]  # written beside, synced, then renamed into place
     body = seal.read_bytes()
     assert (len(body), hashlib.sha256(body).hexdigest()) == (row.sealed.size, row.sealed.sha256)
@@ -258,12 +267,9 @@ def test_a_finished_segment_is_sealed_as_its_stored_log_and_a_running_one_is_nev
 
 def test_a_removed_capture_is_gone_at_once_and_its_rows_leave_with_the_next_checkpoint(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
-    first = store.begin(KEY, "s", 1, 0)
-    store.append(first, _lines(3))
-    store.finish(first, Finish.COMPLETE)
-    _commit(store)
+    first = _finished(store, 3)
     (row,) = store.segments(KEY)
-    seal = store.sealed_path(row)
+    seal = sealed_path(row)
     store.remove(KEY)
 
     def rows_in_db() -> int:
@@ -285,10 +291,7 @@ def test_a_removed_capture_is_gone_at_once_and_its_rows_leave_with_the_next_chec
 
 def test_a_crash_between_a_removal_and_its_checkpoint_leaves_no_trace_after_recovery(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
-    segment = store.begin(KEY, "s", 1, 0)
-    store.append(segment, _lines(3))
-    store.finish(segment, Finish.COMPLETE)
-    _commit(store)
+    segment = _finished(store, 3)
     store.remove(KEY)  # the process dies before the next checkpoint: the row is still in the DB
 
     recovered = CaptureStore(tmp_path)
@@ -303,12 +306,9 @@ def test_a_sealed_segment_keeps_only_its_seal_which_serves_reads_and_a_reopen(tm
     """Once its seal is recorded, a finished segment's lines file goes (mostly before the kernel
     wrote it); reads come from the seal, and a session listed again continues from it."""
     store = CaptureStore(tmp_path)
-    segment = store.begin(KEY, "s", 1, 0)
-    store.append(segment, _lines(4))
-    store.finish(segment, Finish.COMPLETE)
-    _commit(store)
+    _finished(store, 4)
     (row,) = store.segments(KEY)
-    assert row.sealed is not None and not row.path.exists() and store.sealed_path(row).exists()
+    assert row.sealed is not None and not row.path.exists() and sealed_path(row).exists()
     assert b"".join(store.read(row)) == b"".join(x + b"\n" for x in _lines(4))
     store.close()
 
@@ -324,17 +324,30 @@ def test_a_sealed_segment_keeps_only_its_seal_which_serves_reads_and_a_reopen(tm
     assert longer.kept == Kept().after(_lines(6)) and longer.sealed not in (None, row.sealed)
 
 
+def test_a_reopen_from_a_copy_taken_before_its_seal_continues_from_the_seal(tmp_path: Path) -> None:
+    """The loop reopens a finished segment from its own copy (no seal named) while the checkpoint
+    that sealed it and deleted its lines file has already run: the lines come back from the seal."""
+    store = CaptureStore(tmp_path)
+    segment = _finished(store, 3)
+    assert not segment.path.exists()  # sealed, its lines file gone
+    resumed = store.reopen(segment.row())  # the loop's copy: `sealed` is None
+    store.append(resumed, _lines(2, start=3))
+    store.finish(resumed, Finish.COMPLETE)
+    _commit(store)
+    (row,) = store.segments(KEY)
+    assert b"".join(store.read(row)) == b"".join(x + b"\n" for x in _lines(5))
+    assert list((tmp_path / DIR_NAME).glob("*.partial")) == []
+    store.close()
+
+
 def test_recovery_seals_an_older_store_s_finished_segments_and_a_seal_whose_lines_remain(tmp_path: Path) -> None:
     """A schema-1 store (no seals, every lines file kept) is migrated and its finished segments are
     sealed; a seal lost while its lines file remained is made again, byte for byte."""
     store = CaptureStore(tmp_path)
-    segment = store.begin(KEY, "s", 1, 0)
-    store.append(segment, _lines(4))
-    store.finish(segment, Finish.GAP)
-    _commit(store)
+    _finished(store, 4, Finish.GAP)
     (row,) = store.segments(KEY)
     store.close()
-    seal = store.sealed_path(row)
+    seal = sealed_path(row)
     first = seal.read_bytes()
     lines = b"".join(x + b"\n" for x in _lines(4))
     row.path.write_bytes(lines)  # as a schema-1 store left it
