@@ -25,7 +25,7 @@ class Decisions:
     kept: dict[str, Session | None] = field(default_factory=dict)
     #: (key, last seen alive) of known instances absent from the list: they become candidates.
     gone: list[tuple[str, float | None]] = field(default_factory=list)
-    #: Persist last_seen_active of every remaining active row in this poll's transaction.
+    #: Move the list mark (the last-seen time of every remaining active row) in this poll's transaction.
     touch_active: bool = False
 
     @property

@@ -86,8 +86,9 @@ class EndingStage(Stage):
     ) -> None:
         """Record one list poll (None = failed: nothing ends on a failed poll).
 
-        Only new or changed sessions are written; last_seen_active of the rest is persisted in one
-        bulk statement at most every `last_seen_persist_interval` seconds. Known-active sessions
+        Only new or changed sessions are written; the last-seen time of the rest is persisted as
+        one list mark (one row, whatever the fleet) at most every `last_seen_persist_interval`
+        seconds. Known-active sessions
         missing from the list become candidates, confirmed by the confirm threads. A listed entry
         with a terminal status counts as missing (the describe confirms it). `present_ids`: ids of
         entries left out of this poll by the range checks (quarantined): still there, so none of

@@ -45,8 +45,9 @@ class Tuning:
     #: Finalization re-attempts: exponential from initial to max.
     finalize_backoff_initial: float = 5.0
     finalize_backoff_max: float = 300.0
-    #: Persist last_seen_active of all listed sessions at most this often (a stale value only
-    #: makes deadlines earlier, i.e. safe; exact values are written when a session disappears).
+    #: Move the list mark (the persisted last-seen time of all listed sessions) at most this often
+    #: (a stale value only makes deadlines earlier, i.e. safe; exact values are written when a
+    #: session disappears).
     last_seen_persist_interval: float = 30.0
     #: Item-level fetch re-attempts: exponential from initial to max (bounded by the deadline).
     fetch_backoff_initial: float = 2.0

@@ -99,17 +99,48 @@ def test_sessions_active_before_a_restart_and_absent_after_it_are_candidates(tmp
     assert second.state.latest("sess-00001").state == "active"  # type: ignore[union-attr]
 
 
-def test_last_seen_is_persisted_in_bulk_at_most_every_interval(tmp_path: Path) -> None:
+def test_last_seen_is_persisted_as_one_list_mark_at_most_every_interval(tmp_path: Path) -> None:
+    first = _pipeline(tmp_path, last_seen_persist_interval=30.0)
+    for now in (100.0, 110.0, 131.0, 140.0):  # the mark moves at 100 and 131 only
+        first.observe_poll([listed_session(1), listed_session(2)], now)
+    # In this process, disappearing writes the exact in-memory value, not the persisted mark.
+    first.observe_poll([listed_session(2)], 150.0)
+    assert first.state.latest("sess-00001").last_seen_active == 140.0  # type: ignore[union-attr]
+    first.state.close()
+    second = _pipeline(tmp_path, last_seen_persist_interval=30.0)
+    second.recover()
+    second.observe_poll([], 5000.0)
+    # After a restart, the mark: sess-00002 was listed at 131 (the row itself still says 100).
+    row = second.state.latest("sess-00002")
+    assert row is not None and row.state == "candidate" and row.last_seen_active == 131.0
+
+
+def test_persisting_last_seen_writes_one_row_whatever_the_number_of_running_sessions(tmp_path: Path) -> None:
     p = _pipeline(tmp_path, last_seen_persist_interval=30.0)
-    p.observe_poll([listed_session(1)], 100.0)
-    p.observe_poll([listed_session(1)], 110.0)
-    assert p.state.latest("sess-00001").last_seen_active == 100.0  # type: ignore[union-attr]
-    p.observe_poll([listed_session(1)], 131.0)
-    assert p.state.latest("sess-00001").last_seen_active == 131.0  # type: ignore[union-attr]
-    # Disappearing writes the exact in-memory value, not the stale persisted one.
-    p.observe_poll([listed_session(1)], 140.0)
-    p.observe_poll([], 150.0)
-    assert p.state.latest("sess-00001").last_seen_active == 140.0  # type: ignore[union-attr]
+    fleet = [listed_session(i) for i in range(5_000)]
+    p.observe_poll(fleet, 100.0)
+    with p.state.write() as db:
+        before = db.total_changes
+    p.observe_poll(fleet, 131.0)  # persists last seen
+    with p.state.write() as db:
+        assert db.total_changes - before == 1
+
+
+def test_a_schema_4_state_db_gets_the_list_mark_and_its_active_rows_keep_their_last_seen(tmp_path: Path) -> None:
+    first = _pipeline(tmp_path)
+    first.observe_poll([listed_session(1)], 100.0)
+    first.state.close()
+    with sqlite3.connect(tmp_path / "state" / DB_NAME) as conn:  # as schema 4 left it
+        conn.execute("DROP TABLE list_mark")
+        conn.execute("PRAGMA user_version = 4")
+    second = _pipeline(tmp_path)
+    second.recover()
+    second.observe_poll([], 5000.0)
+    row = second.state.latest("sess-00001")
+    assert row is not None and row.state == "candidate" and row.last_seen_active == 100.0
+    second.state.close()
+    with sqlite3.connect(tmp_path / "state" / DB_NAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
 
 
 def test_changed_metadata_is_written_and_player_churn_is_not(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 
 from archiver.archive.log_stage import LogStage, writer_name
 from archiver.archive.pipeline import Pipeline
-from archiver.archive.state import StateDB
+from archiver.archive.state import SCHEMA_VERSION, StateDB
 from archiver.config.credentials import Token
 from archiver.config.settings import Settings
 from archiver.config.sharding import Shard
@@ -207,6 +207,7 @@ def test_a_schema_3_state_db_is_migrated_with_an_empty_log_queue(tmp_path: Path)
     with sqlite3.connect(tmp_path / "state" / "state.db") as db:  # as an archiver before the log left it
         db.execute("DROP TABLE log_pending")
         db.execute("DROP TABLE log_state")
+        db.execute("DROP TABLE list_mark")  # schema 5's
         db.execute("PRAGMA user_version = 3")
     migrated = StateDB.open(tmp_path / "state")
     try:
@@ -216,7 +217,7 @@ def test_a_schema_3_state_db_is_migrated_with_an_empty_log_queue(tmp_path: Path)
     finally:
         migrated.close()
     with sqlite3.connect(tmp_path / "state" / "state.db") as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
 def test_stopping_the_pipeline_closes_the_witness_store_it_opened(

@@ -8,7 +8,7 @@ from typing import Final
 
 from archiver.archive.state.rows import created_ms_of, layout_instance, session_key
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 DB_NAME: Final = "state.db"
 #: How long a writer waits for the file lock another process holds (`archiver status` reads only).
 BUSY_TIMEOUT_MS: Final = 10_000
@@ -29,6 +29,18 @@ CREATE TABLE log_pending (
 CREATE TABLE log_state (
     writer       TEXT PRIMARY KEY,               -- this daemon's log (archiver/tlog/log.py)
     checkpoint   BLOB NOT NULL                   -- the last signed checkpoint it wrote
+)
+"""
+
+#: The list mark (schema 5): declared once, for new DBs and for the 4 → 5 migration. One row: when
+#: a list poll last found every session still `active` here. Each poll's transaction moves absent
+#: sessions out of `active`, so every active row was listed then: the mark stands for all their
+#: last-seen times at once, where 1.0 rewrote every active row (5,000 running sessions: some 1,700
+#: pages a touch, the largest steady write of a fleet; issue 35).
+LIST_MARK_TABLE = """
+CREATE TABLE list_mark (
+    id  INTEGER PRIMARY KEY CHECK (id = 1),
+    at  REAL NOT NULL                            -- epoch seconds (pipeline clock)
 )
 """
 
@@ -105,6 +117,8 @@ CREATE TABLE multipart_parts (
 """
     + LOG_TABLES
     + ";\n"
+    + LIST_MARK_TABLE
+    + ";\n"
 )
 
 #: Schema 1 → 2: sessions become instances. Rows still to be detected (active, candidate) get
@@ -167,8 +181,11 @@ ALTER TABLE items ADD COLUMN capture TEXT
 #: the last checkpoint each writer signed (consistency is checked from it at start).
 MIGRATE_3_TO_4 = LOG_TABLES
 
+#: Schema 4 → 5: the list mark (`LIST_MARK_TABLE`); active rows keep the last-seen times they have.
+MIGRATE_4_TO_5 = LIST_MARK_TABLE
+
 #: From each schema version, the statements that take a DB to the next one.
-MIGRATIONS: Final = {1: MIGRATE_1_TO_2, 2: MIGRATE_2_TO_3, 3: MIGRATE_3_TO_4}
+MIGRATIONS: Final = {1: MIGRATE_1_TO_2, 2: MIGRATE_2_TO_3, 3: MIGRATE_3_TO_4, 4: MIGRATE_4_TO_5}
 
 
 def connect(path: Path, *, readonly: bool = False) -> sqlite3.Connection:

@@ -23,6 +23,10 @@ from archiver.archive.state.rows import (
 from archiver.upstream.models import Session
 from archiver.vocabulary import DETECTING_STATES, SessionState
 
+#: A row's last-seen time or the list mark's (`schema.LIST_MARK_TABLE`), the later; NULL if neither.
+_MARK = "(SELECT at FROM list_mark WHERE id = 1)"
+_SEEN_OR_MARK = f"MAX(COALESCE(last_seen_active, {_MARK}), COALESCE({_MARK}, last_seen_active))"
+
 
 class SessionRepo(LeasedSessions):
     """Session rows: detection (poll, candidates, ends) and looking sessions up."""
@@ -43,9 +47,10 @@ class SessionRepo(LeasedSessions):
         re-activate candidates, and re-open rows taken for ended meanwhile (a false end: their
         unfinished work is dropped, `revision` + 1 and a new instance name, so the real end gets an
         archive of its own). `gone`: (key, last seen) of sessions known active but absent: they
-        become candidates (None keeps the stored last_seen_active). `touch_active`: also set
-        last_seen_active=now on every remaining active row (done only every few polls: a stale
-        value only makes a deadline earlier, never later).
+        become candidates (None: the stored last_seen_active or the list mark, the later).
+        `touch_active`: also move the list mark to now, which stands for the last-seen time of
+        every row still active (`schema.LIST_MARK_TABLE`; done only every few polls: a stale value
+        only makes a deadline earlier, never later).
         """
         rows = [
             (
@@ -74,10 +79,12 @@ class SessionRepo(LeasedSessions):
                     rows,
                 )
             if gone:
+                # Without a time seen (not in this process's memory: listed before a restart), the
+                # later of the row's own and the list mark's: it was listed at the mark.
                 db.executemany(
-                    """
+                    f"""
                     UPDATE sessions SET state = 'candidate',
-                        last_seen_active = COALESCE(?, last_seen_active),
+                        last_seen_active = COALESCE(?, {_SEEN_OR_MARK}),
                         first_seen_ended = ?, wake_at = 0, confirm_attempts = 0, not_found_at = NULL
                     WHERE key = ? AND state = 'active'
                     """,
@@ -85,8 +92,9 @@ class SessionRepo(LeasedSessions):
                 )
             if touch_active:
                 db.execute(
-                    "UPDATE sessions SET last_seen_active = ? WHERE state = 'active' AND last_seen_active < ?",
-                    (now, now),
+                    "INSERT INTO list_mark (id, at) VALUES (1, ?) "
+                    "ON CONFLICT (id) DO UPDATE SET at = MAX(at, excluded.at)",
+                    (now,),
                 )
         return reopened
 
