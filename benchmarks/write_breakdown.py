@@ -1,0 +1,140 @@
+"""Where a mass end's disk bytes go (issue 35): one `mass_end.py` run with every page the daemon dirties
+attributed to the file it belongs to.
+
+Usage: sudo python benchmarks/write_breakdown.py [--size 1000] [--seed 1]
+
+`/proc/PID/io` `write_bytes` (what `mass_end.py` measures) counts a 4 KiB page each time one of the
+process's writes turns a clean page dirty. The kernel's `writeback:writeback_dirty_folio` trace
+event reports each such page with its inode; a thread beside the run maps the run directory's inodes
+to their files (every 0.2 s: files created and deleted between two looks stay unnamed), and the
+block device's inode stands for filesystem metadata (directory blocks, inode tables, bitmaps). Pages
+of files deleted before the kernel wrote them back are counted here as dirtied, and by `mass_end.py`
+as cancelled: the net column of `mass_end.py` is this total less its `cancelled_write_bytes`.
+
+Needs root and tracefs (`/sys/kernel/tracing`); a diagnostic, not in `make bench` and without a budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from archiver.app.process import raise_file_limit
+from archiver.live.loop import files_for
+from benchmarks.mass_end import config
+from tests.chaos_run import run_chaos
+
+TRACING = Path("/sys/kernel/tracing")
+EVENT = "writeback:writeback_dirty_folio"
+#: The daemon's threads are named after its console script.
+DAEMON_COMM = "archiver"
+LINE = re.compile(r"^\s*(?P<comm>.+?)-(?P<pid>\d+)\s.*writeback_dirty_folio: bdi \S+ ino=(?P<ino>\d+)")
+
+
+def category(path: str | None) -> str:
+    """What a dirtied page belongs to, by its file's path (None: not seen by the mapper)."""
+    if path is None:
+        return "unnamed (filesystem metadata, or a file that lived under 0.2 s)"
+    name = path.rsplit("/", 1)[-1]
+    if "/live/" in path:
+        if name.endswith(".log"):
+            return "running captures (raw lines)"
+        if ".gz" in name:
+            return "seals (each finished capture as its stored log)"
+        return f"captures DB ({name})"
+    if name.startswith("state.db"):
+        return f"state DB ({name})"
+    if "/spool/" in path:
+        return "spool files"
+    if name.startswith("daemon-"):
+        return "the daemon's log"
+    return f"other ({name})"
+
+
+class InodeMap:
+    """Polls a directory tree and remembers every inode's first path."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.paths: dict[int, str] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> InodeMap:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._walk(str(self.root))
+
+    def _walk(self, directory: str) -> None:
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        self._walk(entry.path)
+                    else:
+                        self.paths.setdefault(entry.inode(), entry.path)
+        except OSError:
+            pass  # deleted while we looked
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args(argv)
+    if not os.access(TRACING / "set_event", os.W_OK):
+        print(f"write_breakdown: needs root and tracefs at {TRACING} (mount -t tracefs nodev {TRACING})")
+        return 2
+    raise_file_limit(files_for(args.size))
+    (TRACING / "tracing_on").write_text("0")
+    (TRACING / "trace").write_text("")
+    (TRACING / "set_event").write_text(EVENT)
+    with tempfile.TemporaryFile() as trace, tempfile.TemporaryDirectory(prefix="write-breakdown-") as workdir:
+        reader = subprocess.Popen(["cat", str(TRACING / "trace_pipe")], stdout=trace)
+        (TRACING / "tracing_on").write_text("1")
+        try:
+            with InodeMap(Path(workdir)) as inodes:
+                report = run_chaos(config(args.size, args.seed), Path(workdir))
+        finally:
+            (TRACING / "tracing_on").write_text("0")
+            reader.terminate()
+            reader.wait()
+            (TRACING / "set_event").write_text("")
+        trace.seek(0)
+        pages: collections.Counter[str] = collections.Counter()
+        for raw in trace:
+            found = LINE.match(raw.decode("utf-8", "replace"))
+            if found and found["comm"] == DAEMON_COMM:
+                pages[category(inodes.paths.get(int(found["ino"])))] += 1
+    archived = max(report.archived_once, 1)
+    cancelled = report.daemon_cancelled_write_bytes or 0
+    print(f"mass end of {args.size:,} sessions (seed {args.seed}): {report.archived_once:,} archived, "
+          f"{report.mass_end_exact:,} logs exact; pages the daemon dirtied, per archived session:")  # fmt: skip
+    print("| where | pages | KiB per session |\n| --- | --- | --- |")
+    for where, count in pages.most_common():
+        print(f"| {where} | {count:,} | {count * 4 / archived:.2f} |")
+    total = sum(pages.values())
+    print(f"| all dirtied | {total:,} | {total * 4 / archived:.2f} |")
+    print(f"| less pages never written back (cancelled_write_bytes) | {cancelled // 4096:,} | "
+          f"{cancelled / 1024 / archived:.2f} |")  # fmt: skip
+    return 0 if not report.failures() else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
