@@ -5,9 +5,10 @@ Usage: sudo python benchmarks/write_breakdown.py [--size 1000] [--seed 1]
 
 `/proc/PID/io` `write_bytes` (what `mass_end.py` measures) counts a 4 KiB page each time one of the
 process's writes turns a clean page dirty. The kernel's `writeback:writeback_dirty_folio` trace
-event reports each such page with its inode; a thread beside the run maps the run directory's inodes
-to their files (every 0.2 s: files created and deleted between two looks stay unnamed), and the
-block device's inode stands for filesystem metadata (directory blocks, inode tables, bitmaps). Pages
+event reports each such page with its inode; a process beside the run maps the run directory's
+inodes to their files every 0.2 s (files created and deleted between two looks stay unnamed; its
+CPU slows the run a little, so fewer raw capture pages may be cancelled than in `mass_end.py`), and
+the block device's inode stands for filesystem metadata (directory blocks, inode tables, bitmaps). Pages
 of files deleted before the kernel wrote them back are counted here as dirtied, and by `mass_end.py`
 as cancelled: the net column of `mass_end.py` is this total less its `cancelled_write_bytes`.
 
@@ -18,12 +19,12 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import os
 import re
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -60,37 +61,47 @@ def category(path: str | None) -> str:
     return f"other ({name})"
 
 
+#: The mapper, in a process of its own (in this one it would take the GIL from the fake's follow
+#: streams and slow the run): every 0.2 s, each file's inode and path, until SIGTERM; then JSON.
+MAPPER = """
+import json, os, signal, sys, time
+paths = {}
+def walk(directory):
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    walk(entry.path)
+                else:
+                    paths.setdefault(entry.inode(), entry.path)
+    except OSError:
+        pass  # deleted while we looked
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+while not stop:
+    walk(sys.argv[1])
+    time.sleep(0.2)
+json.dump(paths, sys.stdout)
+"""
+
+
 class InodeMap:
-    """Polls a directory tree and remembers every inode's first path."""
+    """Every inode seen under a directory tree while the block runs, with its first path."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.paths: dict[int, str] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> InodeMap:
-        self._thread.start()
+        self._process = subprocess.Popen([sys.executable, "-c", MAPPER, str(self.root)], stdout=subprocess.PIPE)
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self._walk(str(self.root))
-
-    def _walk(self, directory: str) -> None:
-        try:
-            with os.scandir(directory) as entries:
-                for entry in entries:
-                    if entry.is_dir(follow_symlinks=False):
-                        self._walk(entry.path)
-                    else:
-                        self.paths.setdefault(entry.inode(), entry.path)
-        except OSError:
-            pass  # deleted while we looked
+        assert self._process is not None
+        self._process.terminate()
+        out, _ = self._process.communicate()
+        self.paths = {int(ino): path for ino, path in json.loads(out or b"{}").items()}
 
 
 def main(argv: list[str] | None = None) -> int:
