@@ -88,11 +88,10 @@ class EndingStage(Stage):
 
         Only new or changed sessions are written; the last-seen time of the rest is persisted as
         one list mark (one row, whatever the fleet) at most every `last_seen_persist_interval`
-        seconds. Known-active sessions
-        missing from the list become candidates, confirmed by the confirm threads. A listed entry
-        with a terminal status counts as missing (the describe confirms it). `present_ids`: ids of
-        entries left out of this poll by the range checks (quarantined): still there, so none of
-        their known instances is taken for ended.
+        seconds. Known-active sessions missing from the list become candidates, confirmed by the
+        confirm threads. A listed entry with a terminal status counts as missing (the describe
+        confirms it). `present_ids`: ids of entries left out of this poll by the range checks
+        (quarantined): still there, so none of their known instances is taken for ended.
         """
         if sessions is None:
             self._poll_gap = True
