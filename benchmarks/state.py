@@ -10,7 +10,7 @@ wall-clock budget flakes on a loaded CI machine; the tests check what is written
 Every `last_seen_persist_interval` (30 s) a poll persists the running sessions' last-seen time:
 the disk bytes it writes (`/proc/self/io` write_bytes less cancelled_write_bytes, over the poll's
 commit and a WAL checkpoint, as the daemon's autocheckpoint later does), median of 5, beside the
-statement 1.0 ran for it (every active row rewritten), timed on the same DB in the same run.
+statement 1.0 ran for it (every active row rewritten), measured on the same DB in the same run.
 """
 
 from __future__ import annotations

@@ -22,9 +22,11 @@ import collections
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -61,28 +63,29 @@ def category(path: str | None) -> str:
     return f"other ({name})"
 
 
-#: The mapper, in a process of its own (in this one it would take the GIL from the fake's follow
-#: streams and slow the run): every 0.2 s, each file's inode and path, until SIGTERM; then JSON.
-MAPPER = """
-import json, os, signal, sys, time
-paths = {}
-def walk(directory):
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.is_dir(follow_symlinks=False):
-                    walk(entry.path)
-                else:
-                    paths.setdefault(entry.inode(), entry.path)
-    except OSError:
-        pass  # deleted while we looked
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-while not stop:
-    walk(sys.argv[1])
-    time.sleep(0.2)
-json.dump(paths, sys.stdout)
-"""
+def map_inodes(root: str) -> None:
+    """The mapper (`--map-inodes ROOT`, in a process of its own: in the run's process it would take
+    the GIL from the fake's follow streams): every 0.2 s, each file's inode and first path under
+    ``root``, until SIGTERM; then the map as JSON on stdout."""
+    paths: dict[int, str] = {}
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+
+    def walk(directory: str) -> None:
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        walk(entry.path)
+                    else:
+                        paths.setdefault(entry.inode(), entry.path)
+        except OSError:
+            pass  # deleted while we looked
+
+    while not stopped.is_set():
+        walk(root)
+        stopped.wait(0.2)
+    json.dump(paths, sys.stdout)
 
 
 class InodeMap:
@@ -94,7 +97,9 @@ class InodeMap:
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> InodeMap:
-        self._process = subprocess.Popen([sys.executable, "-c", MAPPER, str(self.root)], stdout=subprocess.PIPE)
+        self._process = subprocess.Popen(
+            [sys.executable, __file__, "--map-inodes", str(self.root)], stdout=subprocess.PIPE
+        )
         return self
 
     def __exit__(self, *_: object) -> None:
@@ -108,7 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--map-inodes", metavar="ROOT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.map_inodes:
+        map_inodes(args.map_inodes)
+        return 0
     if not os.access(TRACING / "set_event", os.W_OK):
         print(f"write_breakdown: needs root and tracefs at {TRACING} (mount -t tracefs nodev {TRACING})")
         return 2
