@@ -10,7 +10,8 @@ inodes to their files every 0.2 s (files created and deleted between two looks s
 CPU slows the run a little, so fewer raw capture pages may be cancelled than in `mass_end.py`), and
 the block device's inode stands for filesystem metadata (directory blocks, inode tables, bitmaps). Pages
 of files deleted before the kernel wrote them back are counted here as dirtied, and by `mass_end.py`
-as cancelled: the net column of `mass_end.py` is this total less its `cancelled_write_bytes`.
+as cancelled: the net column of `mass_end.py` is this total less its `cancelled_write_bytes`, plus
+the WAL checkpoint still due at the end (written by the benchmark's thread, not traced here).
 
 Needs root and tracefs (`/sys/kernel/tracing`); a diagnostic, not in `make bench` and without a budget.
 """

@@ -36,12 +36,14 @@ import hashlib
 import os
 import random
 import re
+import shutil
 import signal
 import socket
 import sqlite3
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -136,18 +138,24 @@ class ChaosConfig:
     artifacts: bool = True
     #: PYTHONPATH of the daemon (a checkout of another version, to measure it against this one).
     daemon_pythonpath: str = ""
+    #: Running captures in a memory-backed scratch dir (`--follow-logs-scratch-dir` on /dev/shm, as
+    #: the chart deploys it; False: in the state dir, and for a baseline that lacks the option).
+    scratch: bool = True
     #: A command the daemon runs under (e.g. `strace -f -o FILE`, to see where its writes go).
     daemon_prefix: tuple[str, ...] = ()
 
 
 @dataclass
 class Kill:
-    """One SIGKILL: when, and what was in flight then (items fetching or uploading, journaled multipart uploads)."""
+    """One SIGKILL: when, and what was in flight then: items fetching, journaled multipart uploads,
+    and items spooled (being uploaded or about to be: an upload's claim is the daemon's memory, so
+    only a multipart upload shows an upload in flight)."""
 
     at: float
     targeted: bool
     items: list[int]
     uploads: list[str]
+    spooled: list[int] = field(default_factory=list)
 
     @property
     def mid_transfer(self) -> bool:
@@ -207,6 +215,9 @@ class ChaosReport:
     #: ... and its `cancelled_write_bytes`: bytes of files truncated or deleted before the kernel
     #: wrote them back (counted in `write_bytes` when dirtied, never written to the disk).
     daemon_cancelled_write_bytes: int | None = None
+    #: Bytes the checkpoint its SQLite WALs still owed then wrote (run by this process right after,
+    #: charged to the daemon: a WAL large enough to outlast the run would otherwise hide that cost).
+    daemon_checkpoint_due_bytes: int | None = None
 
     @property
     def mid_transfer_kills(self) -> int:
@@ -398,6 +409,8 @@ class ChaosRun:
         self.progress = progress or (lambda _msg: None)
         self.token = self._secret()
         self.state_dir = workdir / "state"
+        #: Made by `run` (on a tmpfs where there is one), removed at its end.
+        self.scratch_dir: Path | None = None
         self.report = ChaosReport(config)
         self.daemon: subprocess.Popen[bytes] | None = None
         self.daemon_runs = 0
@@ -429,6 +442,10 @@ class ChaosRun:
         started = time.monotonic()
         self.report.started = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         (self.workdir / "seaweedfs").mkdir(parents=True, exist_ok=True)
+        if self.config.scratch:
+            shm = Path("/dev/shm")
+            where = shm if shm.is_dir() else self.workdir
+            self.scratch_dir = Path(tempfile.mkdtemp(prefix="chaos-scratch-", dir=where))
         quirks = {"logs_gone_at_termination": self.config.logs_gone}
         with _aws_env(), FakeService([self.token], seed=self.config.seed, quirks=quirks) as fake:
             self.fake = fake
@@ -460,6 +477,8 @@ class ChaosRun:
                 self.progress("secrets searched")
             finally:
                 self._kill_daemon()
+                if self.scratch_dir is not None:
+                    shutil.rmtree(self.scratch_dir, ignore_errors=True)
                 if self.gate is not None:
                     self.gate.close()
                 if self.store.process is not None:
@@ -481,6 +500,8 @@ class ChaosRun:
             "--reconcile-interval", "20s", *(("--artifact-path", ARTIFACT_PATH) if self.config.artifacts else ()),
             "--fetch-workers", "2", "--upload-workers", "2", "--log.level", "info",
         ]  # fmt: skip
+        if self.scratch_dir is not None:
+            args += ["--follow-logs-scratch-dir", str(self.scratch_dir)]
         env = {**os.environ, **AWS_ENV, "ARCHIVER_API_TOKEN": self.token}
         if self.config.daemon_pythonpath:
             env["PYTHONPATH"] = self.config.daemon_pythonpath
@@ -505,21 +526,22 @@ class ChaosRun:
             self._kill_daemon()
         self.daemon = None
 
-    def _in_flight(self) -> tuple[list[int], list[str]]:
-        """Items fetching or uploading and journaled multipart uploads, read from the daemon's state DB."""
+    def _in_flight(self) -> tuple[list[int], list[str], list[int]]:
+        """Items fetching, journaled multipart uploads and items spooled, read from the daemon's state DB."""
         db = self.state_dir / "state.db"
         if not db.exists():
-            return [], []
+            return [], [], []
         try:
             con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=2.0)
             try:
-                items = [r[0] for r in con.execute("SELECT id FROM items WHERE status IN ('fetching', 'uploading')")]
+                items = [r[0] for r in con.execute("SELECT id FROM items WHERE status = 'fetching'")]
                 uploads = [r[0] for r in con.execute("SELECT key FROM multipart_uploads")]
+                spooled = [r[0] for r in con.execute("SELECT id FROM items WHERE status IN ('spooled', 'uploading')")]
             finally:
                 con.close()
         except sqlite3.Error:
-            return [], []
-        return items, uploads
+            return [], [], []
+        return items, uploads, spooled
 
     def _scrape_once(self) -> None:
         with contextlib.suppress(httpx.HTTPError):
@@ -666,11 +688,11 @@ class ChaosRun:
             # Wait (bounded) until the state DB shows a transfer (or a journaled multipart upload)
             # in flight, then kill at once.
             until = time.monotonic() + (10.0 if multipart else 5.0)
-            while time.monotonic() < until and not (self._in_flight()[1] if multipart else any(self._in_flight())):
+            while time.monotonic() < until and not (self._in_flight()[1] if multipart else any(self._in_flight()[:2])):
                 _pause(0.02)
-        items, uploads = self._in_flight()
+        items, uploads, spooled = self._in_flight()
         self._kill_daemon()
-        self.report.kills.append(Kill(time.time(), targeted, items, uploads))
+        self.report.kills.append(Kill(time.time(), targeted, items, uploads, spooled))
         _pause(self.rng.uniform(0.2, 1.0))
         self._start_daemon()
 
@@ -741,6 +763,29 @@ class ChaosRun:
                 self.report.daemon_write_bytes = int(found.group(1)) if found else None
                 found = re.search(r"^cancelled_write_bytes: (\d+)$", io, re.MULTILINE)
                 self.report.daemon_cancelled_write_bytes = int(found.group(1)) if found else None
+            self.report.daemon_checkpoint_due_bytes = self._checkpoint_due()
+
+    def _checkpoint_due(self) -> int | None:
+        """Checkpoint the daemon's WALs (state DB, live captures) from this thread; the bytes it wrote
+        (the thread's own /proc io, so nothing else in this process counts)."""
+        io = Path(f"/proc/self/task/{threading.get_native_id()}/io")
+
+        def written() -> int | None:
+            with contextlib.suppress(OSError):
+                found = re.search(r"^write_bytes: (\d+)$", io.read_text(), re.MULTILINE)
+                return int(found.group(1)) if found else None
+            return None
+
+        before = written()
+        for db in (self.state_dir / "state.db", self.state_dir / "live" / "captures.db"):
+            if db.is_file():
+                with contextlib.closing(sqlite3.connect(db, timeout=10.0)) as con:
+                    # FULL: waits for the daemon's readers, so every frame is copied (PASSIVE may stop short).
+                    busy, frames, copied = con.execute("PRAGMA wal_checkpoint(FULL)").fetchone()
+                    if busy or frames != copied:
+                        return None
+        after = written()
+        return None if before is None or after is None else after - before
 
     # --- drain and checks ---------------------------------------------------------------------
 
@@ -899,7 +944,7 @@ class ChaosRun:
 
     def _check_resumes(self) -> None:
         """Items in flight at a kill ended `done`; the daemon's logs say how multipart uploads went on."""
-        wanted = sorted({i for k in self.report.kills for i in k.items})
+        wanted = sorted({i for k in self.report.kills for i in (*k.items, *k.spooled)})
         con = sqlite3.connect(f"file:{self.state_dir / 'state.db'}?mode=ro", uri=True)
         try:
             done = {

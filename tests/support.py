@@ -42,6 +42,8 @@ from archiver.layout import keys
 from archiver.layout import manifest as codec
 from archiver.layout.manifest import Manifest, ManifestItem, build_manifest
 from archiver.live.policy import Tuning as LiveTuning
+from archiver.live.segment import Segment
+from archiver.live.store import CaptureStore
 from archiver.retry import FOLLOW_LOGS
 from archiver.store import ObjectStore
 from archiver.upstream.models import Session
@@ -98,6 +100,42 @@ LIVE_FAST = LiveTuning(
     checkpoint_interval=0.2,
     progress_interval=0.2,
 )
+
+
+#: A child that appends numbered lines to a capture (in ``argv[1]``'s state dir, with ``argv[2]``
+#: as its scratch if given), checkpoints every 37, and says "ready" after 2,000: kill it with -9.
+CAPTURE_WRITER = """
+import sys
+from pathlib import Path
+from archiver.live.store import CaptureStore
+
+store = CaptureStore(Path(sys.argv[1]), scratch_dir=Path(sys.argv[2]) if len(sys.argv) > 2 else None)
+segment = store.begin("1:s", "s", 1, 0)
+for i in range(1_000_000):
+    store.append(segment, [b"line %d " % i + b"x" * (i % 50)])
+    if i % 37 == 0:
+        store.checkpoint(store.pending())
+    if i == 2000:
+        print("ready", flush=True)
+"""
+
+
+def capture_lines(n: int, start: int = 0) -> list[bytes]:
+    """``n`` numbered NDJSON log lines (without newlines), as a follow stream brings them."""
+    return [f'{{"streamType":1,"line":"line {i}"}}'.encode() for i in range(start, start + n)]
+
+
+def checkpoint(store: CaptureStore) -> None:
+    """Record everything the store's segments changed, as the checkpoint job does."""
+    store.checkpoint(store.pending())
+
+
+def running_capture(store: CaptureStore, key: str, lines: int, *, created_ms: int = 1) -> Segment:
+    """A segment of ``key`` holding ``lines`` lines, checkpointed and still followed."""
+    segment = store.begin(key, key.partition(":")[2] or key, created_ms, 0)
+    store.append(segment, capture_lines(lines))
+    checkpoint(store)
+    return segment
 
 
 # --- digests ------------------------------------------------------------------------------------

@@ -219,7 +219,11 @@ class FetchStage(Stage):
             max(0.5, left / 2),
         )
         self.state.retry_item(
-            item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + delay, error=result.error
+            item.id,
+            status=ItemStatus.PENDING_FETCH,
+            not_before=self._mono() + delay,
+            error=result.error,
+            instance=item.instance,
         )
 
     def _expire(
@@ -273,8 +277,9 @@ class FetchStage(Stage):
         with contextlib.suppress(Exception):
             delay = backoff(self.tuning.fetch_backoff_initial, self.tuning.fetch_backoff_max, item.attempts)
             self.state.retry_item(
-                item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + delay, error=error
-            )
+                item.id, status=ItemStatus.PENDING_FETCH, not_before=self._mono() + delay, error=error,
+                instance=item.instance,
+            )  # fmt: skip
 
 
 class Fetcher:

@@ -5,10 +5,10 @@ files go.
 Why: an upload worker used to wait for its own outcome's commit (the state DB's write lock, shared
 by every worker, and a synchronous fsync) before its next PUT, a sizeable share of a small object's
 time (`benchmarks/upload.py` guards it). Crash safety is unchanged: until the commit, the item's
-row says `uploading` and its spool file stays, so a crash leaves exactly what a crash after the PUT
-always left; recovery puts the item back to `spooled`, its create-once PUT finds the object already
-there, a HEAD proves it is ours, and the outcome is recorded then (once: only an item still in
-flight takes an outcome).
+row says `spooled` (its claim is in memory) and its spool file stays, so a crash leaves exactly
+what a crash after the PUT always left; after a restart its create-once PUT finds the object
+already there, a HEAD proves it is ours, and the outcome is recorded then (once: only an item
+still in flight takes an outcome).
 """
 
 from __future__ import annotations
@@ -171,7 +171,7 @@ class OutcomeCommitter:
                     log.exception("committing upload outcomes failed (retrying; their spool files stay)")
                     self._metrics.error("upload")
                     if stop.wait(self._retry_wait):
-                        return  # stopping: recovery at the next start records them (the rows say `uploading`)
+                        return  # stopping: the next start uploads them again and finds them stored
         finally:
             with self._cv:
                 self._queueing = False

@@ -73,8 +73,17 @@ def _live_logs(settings: Settings, live: LiveCapture | None) -> LiveLogs | None:
     if live is not None:
         return LiveLogs(live.store, live.following)
     if (settings.state_dir / live_store.DIR_NAME / live_store.DB_NAME).is_file():
-        return LiveLogs(CaptureStore(settings.state_dir))
+        return LiveLogs(capture_store(settings))
     return None
+
+
+def capture_store(settings: Settings) -> CaptureStore:
+    """The live captures of the state dir, with their scratch (`archiver.live.scratch`) if one is set."""
+    return CaptureStore(
+        settings.state_dir,
+        scratch_dir=settings.follow_logs_scratch_dir,
+        scratch_bytes=settings.follow_logs_scratch_size,
+    )
 
 
 def auto_upload_workers(store_url: str) -> int:
@@ -190,7 +199,7 @@ class Pipeline:
         # The same cap the entry point raised the open-file limit for (`Settings.follow_cap`).
         if settings.follow_cap > 0 and settings.api_url and settings.api_token:
             live = LiveCapture(
-                settings.api_url, settings.api_token, CaptureStore(settings.state_dir),
+                settings.api_url, settings.api_token, capture_store(settings),
                 max_streams=settings.follow_cap, keep_finished=settings.prune_after,
                 tuning=LiveTuning(first_byte_timeout=settings.follow_logs_first_byte_timeout),
             )  # fmt: skip

@@ -106,6 +106,7 @@ class ArchiveCheck:
             status=ItemStatus.PENDING_FETCH,
             not_before=self._mono() + wait,
             error=f"giving the shard's other replicas a {self._stagger.delay:.0f} s head start",
+            instance=item.instance,
         )
         return True
 

@@ -148,9 +148,9 @@ class UploadStage(Stage):
             del self._held.items
 
     def _next_item(self) -> ItemRow | None:
-        """The next spooled item to upload, now `uploading`. A running worker (`run()`) claims a few
-        per transaction and keeps the rest in hand: its claims take the write lock, which every
-        other worker's claim and the group commit's fsync also take, a few times less often."""
+        """The next spooled item to upload, claimed. A running worker (`run()`) claims a few at once
+        and keeps the rest in hand: each claim is a read of the DB under the lock every other
+        worker's claim takes, a few times less often."""
         held: deque[ItemRow] | None = getattr(self._held, "items", None)
         if held is None:  # driven one step at a time (tests): nothing is kept in hand
             return self.state.claim_upload(self._mono())
@@ -159,15 +159,15 @@ class UploadStage(Stage):
         return held.popleft() if held else None
 
     def _hand_back(self) -> None:
-        """Items in hand that were not attempted go back to `spooled` for any worker (the store
-        failed, or the worker stops). Should this fail, start-up recovery puts them back."""
+        """Items in hand that were not attempted are free for any worker again (the store failed,
+        or the worker stops)."""
         held: deque[ItemRow] | None = getattr(self._held, "items", None)
         if held:
             items = list(held)
             held.clear()
             try:
                 self.state.release_uploads(items)
-            except Exception:  # the worker's edge: they stay `uploading` until the next start
+            except Exception:  # the worker's edge: they stay claimed until the next start
                 log.exception("could not hand back %d claimed uploads (the next start does)", len(items))
                 self.metrics.error("upload")
 
@@ -188,7 +188,9 @@ class UploadStage(Stage):
                 # The next look for a due manifest, as the last one fixed it (it took the finalize gates in).
                 last_look = self._no_manifest_due
                 look_again = last_look[1] if last_look is not None else self.state.next_finalize_wake(self._mono())
-                gates = [g for g in (self.state.next_gate(ItemStatus.SPOOLED), look_again) if g]
+                # Gates still closed only: an open one belongs to an item another worker has claimed.
+                closed = self.state.next_gate(ItemStatus.SPOOLED, after=self._mono())
+                gates = [g for g in (closed, look_again) if g]
                 return self.wake.until(min(gates) if gates else None)
             with self.committer.uploading():
                 self._upload(item)
@@ -205,7 +207,9 @@ class UploadStage(Stage):
                 self.finish(item, Outcome.FAILED, error=str(exc), spool_path=str(kept) if kept else None)
         except StoreError as exc:
             if item is not None:
-                self.state.retry_item(item.id, status=ItemStatus.SPOOLED, not_before=0.0, error=str(exc))
+                self.state.retry_item(
+                    item.id, status=ItemStatus.SPOOLED, not_before=0.0, error=str(exc), instance=item.instance
+                )
             self._hand_back()  # the stage pauses: the items in hand wait in the DB, for any worker
             self._store_failed(exc)
         except Exception as exc:  # loop edge
@@ -219,6 +223,7 @@ class UploadStage(Stage):
                         status=ItemStatus.SPOOLED,
                         not_before=self._mono() + self.tuning.upload_backoff_max,
                         error=f"internal error: {type(exc).__name__}: {exc}",
+                        instance=item.instance,
                     )
             self.wake.stop.wait(1.0)
         return None
@@ -253,7 +258,9 @@ class UploadStage(Stage):
                 result.error,
             )
             self.metrics.error("spool")
-            self.state.retry_item(item.id, status=ItemStatus.PENDING_FETCH, not_before=0.0, error=result.error)
+            self.state.retry_item(
+                item.id, status=ItemStatus.PENDING_FETCH, not_before=0.0, error=result.error, instance=item.instance
+            )
             self.wake.notify(FETCH)
         self._refresh_gauges()
 

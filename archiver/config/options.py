@@ -345,6 +345,23 @@ OPTIONS: tuple[Option, ...] = (
         positive(parse_duration),
         metavar="DURATION",
     ),
+    Option(
+        "follow-logs-scratch-dir",
+        "A memory-backed directory (tmpfs) for running sessions' captured lines: they reach the disk "
+        "only as the seal made when a capture finishes (unset: the state dir). A stop moves them to "
+        "the state dir; a machine crash loses them (running sessions' replays bring their lines again).",
+        None,
+        as_optional_path,
+        metavar="DIR",
+    ),
+    Option(
+        "follow-logs-scratch-size",
+        "Most bytes of running captures kept in --follow-logs-scratch-dir; a capture that would take "
+        "it past this (or finds it full) moves to the state dir.",
+        "256MiB",
+        parse_size,
+        metavar="SIZE",
+    ),
     Option("fetch-workers", "Parallel fetches from the upstream.", 4, as_int, metavar="N"),
     Option(
         "upload-workers",

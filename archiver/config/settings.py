@@ -255,6 +255,8 @@ class Settings:
     follow_logs: bool = _DEFAULTS["follow_logs"]
     follow_logs_max: int = _DEFAULTS["follow_logs_max"]
     follow_logs_first_byte_timeout: float = _DEFAULTS["follow_logs_first_byte_timeout"]
+    follow_logs_scratch_dir: Path | None = _DEFAULTS["follow_logs_scratch_dir"]
+    follow_logs_scratch_size: int = _DEFAULTS["follow_logs_scratch_size"]
     fetch_workers: int = _DEFAULTS["fetch_workers"]
     #: AUTO_WORKERS (0): sized to the store by the pipeline.
     upload_workers: int = _DEFAULTS["upload_workers"]

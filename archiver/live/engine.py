@@ -162,6 +162,7 @@ class LiveCapture:
         if self._died():  # it follows nothing: what it held is left unfollowed
             followed, draining, unfollowed = 0, 0, unfollowed + followed
         counters = self._counters
+        scratch_bytes, spills = self.store.scratch_usage()
         return LiveStats(
             followed=followed,
             draining=draining,
@@ -174,6 +175,8 @@ class LiveCapture:
             finished=dict(self._finished),
             first_byte_counts=tuple(counters.first_byte_counts),
             first_byte_sum=counters.first_byte_sum,
+            scratch_bytes=scratch_bytes,
+            scratch_spills=spills,
         )
 
     def following(self, key: str) -> bool:

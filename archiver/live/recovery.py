@@ -28,9 +28,13 @@ class Recovered:
     changed: list[SegmentRow]
 
 
-def recover(directory: Path, rows: Sequence[SegmentRow]) -> Recovered:
-    """What the files of a captures directory really hold against their checkpointed ``rows``: the
-    keys whose files are all gone (a removal a crash cut short) and the rows to record again."""
+def recover(directory: Path, rows: Sequence[SegmentRow], scratch: Path | None = None) -> Recovered:
+    """What the files of a captures directory (and its ``scratch``, `archiver.live.scratch`) really
+    hold against their checkpointed ``rows``: the keys whose files are all gone (a removal a crash
+    cut short) and the rows to record again. ``rows`` name each lines file where it is found."""
+    places = [directory] if scratch is None else [directory, scratch]
+    if scratch is not None:
+        _drop_twins(directory, scratch)
     # Captures removed (every file gone) whose rows a crash kept: their removal is finished now.
     keys = {row.key for row in rows}
     for row in rows:
@@ -46,7 +50,7 @@ def recover(directory: Path, rows: Sequence[SegmentRow]) -> Recovered:
         elif row.sealed is not None and not _seal_holds(row):
             log.warning("live capture of %r: its seal is missing or short; sealing it again", row.session_id)
             changed[(row.key, row.index)] = dataclasses.replace(row, sealed=None)
-    found = _unrecorded(directory, rows)
+    found = [row for place in places for row in _unrecorded(place, rows)]
     changed.update({(row.key, row.index): row for row in found})
     current = {(row.key, row.index): row for row in rows} | changed
     for key in {row.key for row in found}:  # a segment begins when the one before it diverged
@@ -59,7 +63,19 @@ def recover(directory: Path, rows: Sequence[SegmentRow]) -> Recovered:
         if row.state != FOLLOWING and row.sealed is None and row.kept.lines:
             changed[where] = row
     _sweep_seals(directory, list((current | changed).values()))
+    if scratch is not None:
+        for entry in scratch.glob("*.partial"):
+            entry.unlink()
     return Recovered(frozenset(keys), list(changed.values()))
+
+
+def _drop_twins(directory: Path, scratch: Path) -> None:
+    """A lines file in both places is a spill a crash cut short after its copy was named: the
+    copy holds every line (nothing is appended during a spill), the scratch's goes."""
+    for entry in scratch.glob("*.log"):
+        if (directory / entry.name).exists():
+            log.info("live capture file %s was being moved out of the scratch: the moved copy is kept", entry.name)
+            entry.unlink()
 
 
 def _seal_holds(row: SegmentRow) -> bool:

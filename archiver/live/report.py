@@ -43,6 +43,9 @@ class LiveStats:
     #: bucket of `FIRST_BYTE_BUCKETS` and one past the last (not cumulative), and their sum.
     first_byte_counts: tuple[int, ...] = ()
     first_byte_sum: float = 0.0
+    #: Bytes of running captures in the scratch (`archiver.live.scratch`), and spills out of it.
+    scratch_bytes: int = 0
+    scratch_spills: int = 0
 
 
 def bucket_of(seconds: float) -> int:

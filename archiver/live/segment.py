@@ -34,7 +34,10 @@ class SegmentRow:
     shape: str | None
     kept: Kept
     state: str
+    #: Its lines file: in the scratch or the captures directory (`scratch`).
     path: Path
+    #: The captures directory, where its seal goes (never the scratch: a seal is the durable copy).
+    home: Path
     #: The seal of a finished segment (None: still followed, not sealed yet, or nothing to seal).
     sealed: Sealed | None = None
 
@@ -43,8 +46,8 @@ class Segment:
     """A segment being written (owned by the event loop thread): the file's fd and what it holds."""
 
     __slots__ = (
-        "changed", "created_ms", "dirty", "fd", "index", "kept", "key", "path", "recorded", "session_id", "shape",
-        "state",
+        "changed", "created_ms", "dirty", "fd", "home", "index", "kept", "key", "path", "recorded", "session_id",
+        "shape", "state",
     )  # fmt: skip
 
     def __init__(self, row: SegmentRow, fd: int | None, recorded: float | None = None) -> None:
@@ -56,6 +59,7 @@ class Segment:
         self.kept = row.kept
         self.state = row.state
         self.path = row.path
+        self.home = row.home
         self.fd = fd
         self.dirty = False
         #: More than new lines changed (begun, reopened, shape told, finished): in the next checkpoint.
@@ -65,8 +69,9 @@ class Segment:
 
     def row(self) -> SegmentRow:
         return SegmentRow(
-            self.key, self.index, self.session_id, self.created_ms, self.shape, self.kept, self.state, self.path
-        )
+            self.key, self.index, self.session_id, self.created_ms, self.shape, self.kept, self.state, self.path,
+            self.home,
+        )  # fmt: skip
 
 
 def scan(path: Path, kept: Kept) -> Kept:
@@ -93,4 +98,4 @@ def segment_file_name(key: str, index: int) -> str:
 def sealed_path(row: SegmentRow) -> Path:
     """Where a finished segment's seal is: named by its line count too, so a name never changes
     content (a segment followed again and finished anew gets a seal of its own)."""
-    return row.path.with_name(f"{row.path.name.removesuffix('.log')}.{row.kept.lines}.gz")
+    return row.home / f"{row.path.name.removesuffix('.log')}.{row.kept.lines}.gz"

@@ -51,6 +51,7 @@ from archiver.errors import StateError
 from archiver.live.policy import Finish
 from archiver.live.recovery import recover
 from archiver.live.resume import Kept
+from archiver.live.scratch import ID_FILE, Scratch, is_full
 from archiver.live.segment import FOLLOWING, READ_BLOCK, Sealed, Segment, SegmentRow, sealed_path, segment_file_name
 from archiver.store.gzipstream import gunzip, gzip_blocks
 
@@ -63,6 +64,11 @@ DB_NAME = "captures.db"
 SCHEMA_VERSION = 2
 #: Bytes per page of a new checkpoint DB (as the state DB's, archive/state/schema.py: issue 35).
 PAGE_SIZE = 1024
+#: Bytes of pages its WAL grows to before a commit checkpoints it (as the state DB's
+#: `schema.WAL_BYTES`: a flood's rows, inserted, sealed and deleted, reach the main file once).
+WAL_BYTES = 20 * 1024 * 1024
+#: The scratch's bound when none is given (`--follow-logs-scratch-size`).
+SCRATCH_BYTES = 256 * 1024 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS segments (
@@ -89,6 +95,10 @@ _MIGRATE_1_TO_2 = (
 )
 
 
+#: How a lines file made again from its seal is opened.
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+
+
 def _partial(path: Path) -> Path:
     """Where a seal (or a lines file made again from one) is written before it is named."""
     return path.with_name(path.name + ".partial")
@@ -104,7 +114,14 @@ class CaptureStore:
     """The captures of one state dir. Writes (`begin`, `append`, `finish`) come from one thread;
     `checkpoint` may run on another; readers (`segments`, `read`, `remove`) on any."""
 
-    def __init__(self, state_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        scratch_dir: Path | None = None,
+        scratch_bytes: int = SCRATCH_BYTES,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.directory = state_dir / DIR_NAME
         self._clock = clock
         self._lock = threading.Lock()
@@ -122,6 +139,8 @@ class CaptureStore:
             self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=FULL")
+            page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
+            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_BYTES // page_size}")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StateError(
@@ -134,20 +153,62 @@ class CaptureStore:
             self._db.execute(_SCHEMA)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            #: Running captures' lines files off the disk (`scratch`), or None: in `directory`.
+            self._scratch = None if scratch_dir is None else Scratch(scratch_dir, self.directory, scratch_bytes)
         except sqlite3.DatabaseError as exc:
             raise StateError(f"live captures {self.directory / DB_NAME} are unusable ({exc})") from None
         except OSError as exc:
             raise StateError(f"live captures in {self.directory}: {exc.strerror or exc}") from None
+        if self._scratch is None and (self.directory / ID_FILE).exists():
+            self._without_scratch()
         self._recover()
 
+    def _without_scratch(self) -> None:
+        """Opened without the scratch an earlier start used: fine once every capture it may hold
+        has its lines file here (a stop moved them), else refused (a ``kill -9`` left them there:
+        recovery would start them afresh, and a later open with the scratch would find them
+        replaced by those empty copies)."""
+        stranded = [
+            row
+            for row in self._rows("SELECT * FROM segments")
+            if (row.state == FOLLOWING or row.sealed is None) and row.kept.size and not row.path.exists()
+        ]
+        if stranded:
+            self._db.close()
+            os.close(self._dir_fd)
+            raise StateError(
+                f"live captures in {self.directory} are kept in a scratch dir: set --follow-logs-scratch-dir as "
+                f"before, or delete {self.directory / ID_FILE} to start {len(stranded)} running capture(s) afresh"
+            )
+        (self.directory / ID_FILE).unlink()
+
     def path_of(self, key: str, index: int) -> Path:
-        return self.directory / segment_file_name(key, index)
+        """A segment's lines file, where it is (or, a new one, would be found)."""
+        name = segment_file_name(key, index)
+        return self.directory / name if self._scratch is None else self._scratch.locate(name)
+
+    def scratch_usage(self) -> tuple[int, int]:
+        """Bytes the scratch holds, and lines files spilled to the captures directory (0, 0: no scratch)."""
+        scratch = self._scratch
+        return (0, 0) if scratch is None else (scratch.used, scratch.spills)
+
+    def _unlink(self, path: Path) -> None:
+        if self._scratch is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        else:
+            self._scratch.unlink(path)
 
     # --- recovery ---------------------------------------------------------------------------
 
     def _recover(self) -> None:
         """Trust the checkpoint, re-read what follows it (`recovery.recover`), and record the result."""
-        found = recover(self.directory, self._rows("SELECT * FROM segments"))
+        scratch = self._scratch
+        found = recover(
+            self.directory, self._rows("SELECT * FROM segments"), None if scratch is None else scratch.directory
+        )
+        if scratch is not None:
+            scratch.counted()
         self._removed |= found.removed
         self.checkpoint(found.changed)
 
@@ -174,11 +235,17 @@ class CaptureStore:
 
     def begin(self, key: str, session_id: str, created_ms: int, index: int) -> Segment:
         """A new, empty segment (recorded at the next checkpoint)."""
-        path = self.path_of(key, index)
+        name = segment_file_name(key, index)
+        path = self.directory / name
+        if self._scratch is not None:
+            self._scratch.unlink(path)  # a twin left behind would be found before the new file
+            self._scratch.unlink(self._scratch.directory / name)
+            path = self._scratch.place(name)
         with self._lock:
             self._appending[key] += 1
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        segment = Segment(SegmentRow(key, index, session_id, created_ms, None, Kept(), FOLLOWING, path), fd)
+        row = SegmentRow(key, index, session_id, created_ms, None, Kept(), FOLLOWING, path, self.directory)
+        segment = Segment(row, fd)
         self._mark(segment)
         return segment
 
@@ -190,14 +257,11 @@ class CaptureStore:
         try:
             # Gone: sealed, by an earlier checkpoint or one that ran since the caller took ``row``
             # (the loop's copy of a finish not yet recorded says nothing of its seal).
-            if not row.path.exists():
-                blocks = self._unsealed(row)
-                first = next(blocks, b"")  # the seal is opened first: no lines file is made without one
-                with open(_partial(row.path), "wb") as out:  # named whole: a reader never sees it half made
-                    out.write(first)
-                    out.writelines(blocks)
-                os.replace(_partial(row.path), row.path)
-            fd = os.open(row.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            path = self.path_of(row.key, row.index)
+            if not path.exists():
+                path = self._remade(row, path.name)
+            row = dataclasses.replace(row, path=path)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         except BaseException:
             self._closed(row.key)
             raise
@@ -205,6 +269,33 @@ class CaptureStore:
         segment.state = FOLLOWING
         self._mark(segment)
         return segment
+
+    def _remade(self, row: SegmentRow, name: str) -> Path:
+        """A sealed segment's lines file made again from its seal: in the scratch if it has room
+        for them (a full tmpfs: in the captures directory after all), named whole."""
+        scratch = self._scratch
+        path = self.directory / name if scratch is None else scratch.place(name, row.kept.size)
+        try:
+            self._unseal_to(row, path)
+        except OSError as exc:
+            if scratch is None or not scratch.holds(path):
+                raise
+            with contextlib.suppress(FileNotFoundError):
+                _partial(path).unlink()
+            scratch.charge(-row.kept.size)
+            if not is_full(exc):
+                raise
+            path = self.directory / name
+            self._unseal_to(row, path)
+        return path
+
+    def _unseal_to(self, row: SegmentRow, path: Path) -> None:
+        blocks = self._unsealed(row)
+        first = next(blocks, b"")  # the seal is opened first: no lines file is made without one
+        with open(os.open(_partial(path), _NEW_FILE, 0o600), "wb") as out:  # named whole: never seen half made
+            out.write(first)
+            out.writelines(blocks)
+        os.replace(_partial(path), path)
 
     def _open_for(self, key: str, path: Path) -> int:
         with self._lock:
@@ -219,10 +310,33 @@ class CaptureStore:
 
     def append(self, segment: Segment, lines: Sequence[bytes]) -> int:
         """Append ``lines`` (each without its newline) to the segment's file; the bytes written.
-        An OSError (disk full) leaves the file as it was before the call."""
+        An OSError (disk full) leaves the file as it was before the call. A lines file in the
+        scratch that would take it past its bound, or finds it full, is spilled first (`scratch`)."""
         if not lines or segment.fd is None:
             return 0
         data = b"\n".join(lines) + b"\n"
+        scratch = self._scratch
+        if scratch is None or not scratch.holds(segment.path):
+            self._write(segment, data)
+        elif not scratch.take(len(data)):
+            self._spill(segment, "it reached --follow-logs-scratch-size")
+            self._write(segment, data)
+        else:
+            try:
+                self._write(segment, data)
+            except OSError as exc:
+                scratch.charge(-len(data))
+                if not is_full(exc):
+                    raise
+                self._spill(segment, "its filesystem is full")
+                self._write(segment, data)
+        segment.kept = segment.kept.after(lines)
+        self._mark(segment, changed=False)
+        return len(data)
+
+    @staticmethod
+    def _write(segment: Segment, data: bytes) -> None:
+        assert segment.fd is not None
         view = memoryview(data)
         try:
             while view:
@@ -231,9 +345,18 @@ class CaptureStore:
             with contextlib.suppress(OSError):
                 os.ftruncate(segment.fd, segment.kept.size)
             raise
-        segment.kept = segment.kept.after(lines)
-        self._mark(segment, changed=False)
-        return len(data)
+
+    def _spill(self, segment: Segment, why: str) -> None:
+        """Move a running segment's lines file from the scratch to the captures directory."""
+        assert self._scratch is not None and segment.fd is not None
+        first = self._scratch.spills == 0
+        segment.path, segment.fd = self._scratch.spill(segment.path, segment.fd)
+        if first:
+            log.warning(
+                "live capture scratch: a running capture moved to the state dir, as %s (%d bytes held); "
+                "more such moves are counted in archiver_live_scratch_spills",
+                why, self._scratch.used,
+            )  # fmt: skip
 
     def set_shape(self, segment: Segment, shape: str) -> None:
         segment.shape = shape
@@ -249,8 +372,15 @@ class CaptureStore:
         self._mark(segment)
 
     def release(self, segment: Segment) -> None:
-        """Close the segment's file, leaving it as it is (the daemon stops; it is resumed at start)."""
+        """Close the segment's file, leaving it as it is (the daemon stops; it is resumed at start).
+        A file in the scratch moves to the captures directory first: a pod replaced by a rollout
+        gets a new, empty tmpfs (`scratch`'s module doc)."""
         if segment.fd is not None:
+            if self._scratch is not None and self._scratch.holds(segment.path):
+                try:
+                    segment.path, segment.fd = self._scratch.spill(segment.path, segment.fd)
+                except OSError as exc:  # the disk is full: it stays in the scratch, for a restart in place
+                    log.error("live capture of %r stays in the scratch: %s", segment.session_id, exc.strerror or exc)
             os.close(segment.fd)
             segment.fd = None
             self._closed(segment.key)
@@ -295,15 +425,14 @@ class CaptureStore:
             os.replace(_partial(path), path)
         if written:
             os.fsync(self._dir_fd)
-        self._write(sealed, removed)
+        self._record(sealed, removed)
         # A sealed segment keeps its seal only: its lines file goes (mostly before the kernel wrote
         # it), unless it is being appended to again (its session listed again meanwhile).
         for row, old in zip(sealed, rows, strict=True):
             if row is not old:
-                with self._lock:
+                with self._lock:  # under the lock: a reopen either comes after (and remakes it) or keeps it
                     if row.key not in self._appending:
-                        with contextlib.suppress(FileNotFoundError):
-                            row.path.unlink()
+                        self._unlink(row.path)
 
     def _seal(self, row: SegmentRow) -> SegmentRow:
         """The finished segment with its seal: its lines as the stored log's gzip, written beside it
@@ -324,7 +453,7 @@ class CaptureStore:
             raise
         return dataclasses.replace(row, sealed=Sealed(size, digest.hexdigest()))
 
-    def _write(self, rows: Sequence[SegmentRow], removed: frozenset[str] = frozenset()) -> None:
+    def _record(self, rows: Sequence[SegmentRow], removed: frozenset[str] = frozenset()) -> None:
         if not rows and not removed:
             return
         now = self._clock()
@@ -366,6 +495,7 @@ class CaptureStore:
                 kept=Kept(r["lines"], r["size"], bytes(r["chain"])),
                 state=r["state"],
                 path=self.path_of(r["key"], r["idx"]),
+                home=self.directory,
                 sealed=None if r["sealed_size"] is None else Sealed(r["sealed_size"], r["sealed_sha256"]),
             )
             for r in found
@@ -378,12 +508,13 @@ class CaptureStore:
 
     def read(self, row: SegmentRow) -> Iterator[bytes]:
         """The segment's checkpointed bytes (``row.kept.size`` of them), in blocks: from its lines
-        file, or from its seal once that is all it keeps."""
-        if row.sealed is not None and not row.path.exists():
+        file (wherever a spill moved it since), or from its seal once that is all it keeps."""
+        path = row.path if row.path.exists() else self.path_of(row.key, row.index)
+        if row.sealed is not None and not path.exists():
             yield from self._unsealed(row)
             return
         left = row.kept.size
-        with open(row.path, "rb") as f:
+        with open(path, "rb") as f:
             while left > 0 and (block := f.read(min(READ_BLOCK, left))):
                 left -= len(block)
                 yield block
@@ -400,10 +531,10 @@ class CaptureStore:
         before it brings the rows back without their files, and recovery starts them afresh)."""
         with self._lock:
             self._removed.add(key)
-        digest = self.path_of(key, 0).name.split(".")[0]
-        for entry in self.directory.glob(f"{digest}.*"):
-            with contextlib.suppress(FileNotFoundError):
-                entry.unlink()
+        digest = segment_file_name(key, 0).split(".")[0]
+        places = [self.directory] if self._scratch is None else [self.directory, self._scratch.directory]
+        for entry in [entry for place in places for entry in place.glob(f"{digest}.*")]:
+            self._unlink(entry)
 
     def prune(self, before: float, keep: frozenset[str] = frozenset()) -> int:
         """Remove the captures of instances whose every segment finished before ``before`` (epoch

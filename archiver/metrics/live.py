@@ -31,6 +31,13 @@ _HELP = {
         "Live captures finished, by state: complete (saw the end), gap (end not seen), diverged (a "
         "later replay differed; kept beside it)."
     ),
+    "archiver_live_scratch_bytes": (
+        "Bytes of running captures held in --follow-logs-scratch-dir (0 without one): size its tmpfs by it."
+    ),
+    "archiver_live_scratch_spills": (
+        "Running captures moved from the scratch to the state dir: the scratch reached "
+        "--follow-logs-scratch-size or its filesystem was full."
+    ),
     "archiver_live_first_byte_seconds": (
         "Seconds from a session's first listing to the first line captured of its log by a live follow."
     ),
@@ -51,6 +58,8 @@ class LiveMetrics:
         self._lines = family.counter("archiver_live_lines")
         self._bytes = family.counter("archiver_live_bytes")
         self._captures = family.counter("archiver_live_captures", "state")
+        self._scratch_bytes = family.gauge("archiver_live_scratch_bytes")
+        self._spills = family.counter("archiver_live_scratch_spills")
         for reason in Ending:
             self._reconnects.labels(reason.value)
         for state in Finish:
@@ -76,6 +85,8 @@ class LiveMetrics:
             self._unfollowed.set(stats.unfollowed)
             self._lines.inc(max(0, stats.lines - last.lines))
             self._bytes.inc(max(0, stats.bytes - last.bytes))
+            self._scratch_bytes.set(stats.scratch_bytes)
+            self._spills.inc(max(0, stats.scratch_spills - last.scratch_spills))
             for reason, count in stats.reconnects.items():
                 self._reconnects.labels(str(reason)).inc(max(0, count - last.reconnects.get(reason, 0)))
             for state, count in stats.finished.items():

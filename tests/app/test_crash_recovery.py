@@ -232,7 +232,7 @@ def _assert_crashed_mid_way(point: str, state_dir: Path, ids: list[str], s3: Any
     elif point == "after_part_upload":
         assert len(uploads) == 1 and journal == {uploads[0]["Key"]: uploads[0]["UploadId"]}
     elif point == "after_upload_complete":
-        assert any(i.status == "uploading" and i.key in stored for i in items)
+        assert any(i.status == "spooled" and i.key in stored for i in items)  # its claim was in memory
     elif point == "after_outcome_commit":
         # Committed `done`, its spool file still there: recovery's sweep must delete it, nothing else.
         assert any(i.outcome == "archived" and i.key in stored and str(i.id) in spool for i in items), (items, spool)

@@ -5,6 +5,7 @@ that no longer needs it. Crashes around the commit are in `test_crash_recovery.p
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +40,7 @@ def test_outcomes_handed_over_meanwhile_share_one_commit_and_their_spool_files_g
     for item in items:
         committer.hand_over(item, Path(item.spool_path or ""))
     assert committer.pending() == 3
-    assert set(committed_statuses(tmp_path / "state").values()) == {"uploading"}
+    assert set(committed_statuses(tmp_path / "state").values()) == {"spooled"}  # the claims are in memory
     assert all(Path(item.spool_path or "").is_file() for item in items)
 
     woken = wake.snapshot(UPLOAD)
@@ -80,8 +81,10 @@ def test_an_outcome_lands_only_on_an_item_still_in_flight_and_a_spool_file_a_row
     assert applied == {taken.id}
     assert removable == [taken.spool_path, orphan.spool_path]
     assert committed_statuses(tmp_path / "state") == {
-        taken.id: "done", put_back.id: "spooled", other.id: "uploading", fetching.id: "fetching",
+        taken.id: "done", put_back.id: "spooled", other.id: "spooled", fetching.id: "fetching",
     }  # fmt: skip
+    assert state.claim_upload(0.0) == dataclasses.replace(put_back, status="uploading", last_error="edge")
+    assert state.claim_upload(0.0) is None  # `other` is still claimed: a stale outcome frees nothing
     session = state.latest("sess-00001")
     assert session is not None and session.state == "ended"  # one item is still open
     state.close()
@@ -125,7 +128,7 @@ def test_the_committer_gathers_only_while_another_upload_is_in_flight(tmp_path: 
             with committer.uploading():
                 committer.hand_over(first, Path(first.spool_path or ""))
             assert committer.pending() == 1  # gathering: another PUT may join its commit
-            assert committed_statuses(tmp_path / "state")[first.id] == "uploading"
+            assert committed_statuses(tmp_path / "state")[first.id] == "spooled"
             committer.hand_over(second, Path(second.spool_path or ""))
         statuses = wait_until(  # far sooner than the 120 s gather: nothing is in flight any more
             lambda: (s := committed_statuses(tmp_path / "state"))[first.id] == s[second.id] == "done" and s,
@@ -201,7 +204,7 @@ def test_a_failed_commit_deletes_nothing_and_the_committer_thread_records_the_ou
     # Nothing notifies a failure: look again shortly.
     wait_until(lambda: registry.get_sample_value("archiver_errors_total", errors), timeout=30.0)
     assert registry.get_sample_value("archiver_errors_total", errors)
-    assert set(committed_statuses(tmp_path / "state").values()) == {"uploading"}
+    assert set(committed_statuses(tmp_path / "state").values()) == {"spooled"}
     assert all(Path(item.spool_path or "").is_file() for item in items)
 
     generation = wake.snapshot(UPLOAD)

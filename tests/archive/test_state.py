@@ -9,13 +9,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from archiver.archive.pipeline import Pipeline, Tuning
+from archiver.archive.spool import Spool
 from archiver.archive.state import DB_NAME, SCHEMA_VERSION, StateDB
 from archiver.config.settings import Settings
 from archiver.errors import StateError
 from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import FileStore
 from archiver.vocabulary import Outcome
-from tests.support import ended, listed_key, listed_session
+from tests.support import committed_statuses, ended, listed_key, listed_session, uploading
 
 
 def _pipeline(tmp_path: Path, **tuning: float) -> Pipeline:
@@ -140,7 +141,27 @@ def test_a_schema_4_state_db_gets_the_list_mark_and_its_active_rows_keep_their_l
     assert row is not None and row.state == "candidate" and row.last_seen_active == 100.0
     second.state.close()
     with sqlite3.connect(tmp_path / "state" / DB_NAME) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+
+
+def test_a_schema_5_state_db_loses_its_redundant_index_and_still_finds_a_session_s_items(tmp_path: Path) -> None:
+    state = StateDB.open(tmp_path)
+    ended(state, "sess-00001", 900.0, ("/a",))
+    with state.write() as db:  # as schema 5 left it
+        db.execute("CREATE INDEX items_by_session ON items(session_key)")
+        db.execute("PRAGMA user_version = 5")
+    state.close()
+    state = StateDB.open(tmp_path)
+    key = listed_key("sess-00001")
+    assert [i.path for i in state.items_of(key)] == ["", "/a"]  # the logs first
+    with sqlite3.connect(tmp_path / DB_NAME) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+        assert not conn.execute("SELECT 1 FROM sqlite_schema WHERE name = 'items_by_session'").fetchall()
+        plan = " ".join(
+            r[3] for r in conn.execute("EXPLAIN QUERY PLAN SELECT id FROM items WHERE session_key = ?", (key,))
+        )
+        assert "INDEX sqlite_autoindex_items_1 (session_key=?)" in plan
+    state.close()
 
 
 def test_changed_metadata_is_written_and_player_churn_is_not(tmp_path: Path) -> None:
@@ -218,10 +239,46 @@ def test_restart_puts_in_flight_items_back(tmp_path: Path) -> None:
         key="k",
         fetched_at=3,
     )
-    assert state.claim_upload(0.0) is not None
-    assert state.reset_in_flight() == (1, 1)
+    claimed = state.claim_upload(0.0)
+    assert claimed is not None and state.claim_upload(0.0) is None
+    state.close()
+    state = StateDB.open(tmp_path)  # a restart: fetch claims are rows, upload claims were memory
+    assert state.reset_in_flight() == (1, 0)
     statuses = sorted(i.status for i in state.items_of(listed_key("sess-00001")))
     assert statuses == ["pending_fetch", "pending_fetch", "spooled"]
+    again = state.claim_upload(0.0)
+    assert again is not None and again.id == claimed.id
+    state.close()
+
+
+def test_an_uploading_row_an_older_archiver_left_is_spooled_again_at_start(tmp_path: Path) -> None:
+    state = StateDB.open(tmp_path)
+    (item,) = uploading(state, Spool(tmp_path / "spool"), "sess-00001")
+    with state.write() as db:
+        db.execute("UPDATE items SET status = 'uploading' WHERE id = ?", (item.id,))
+    state.close()
+    state = StateDB.open(tmp_path)
+    assert state.reset_in_flight() == (0, 1)
+    assert [i.status for i in state.items_of(item.session_key)] == ["spooled"]
+    state.close()
+
+
+def test_an_upload_claim_is_this_process_s_and_leaves_the_row_spooled(tmp_path: Path) -> None:
+    """Issue 35: claiming an upload writes nothing (the WAL does not grow); two claims never take
+    one item; an outcome committed lets the claim go, and a claim handed back frees the item."""
+    state = StateDB.open(tmp_path)
+    first, second = uploading(state, Spool(tmp_path / "spool"), "sess-00001", ("/a",))
+    state.release_uploads([second])
+    wal = (tmp_path / "state.db-wal").stat().st_size
+    again = state.claim_upload(0.0)
+    assert again is not None and again.id == second.id and state.claim_upload(0.0) is None
+    assert (tmp_path / "state.db-wal").stat().st_size == wal
+    assert committed_statuses(tmp_path) == {first.id: "spooled", second.id: "spooled"}
+    assert state.finish_item(first.id, "archived", now=5.0, instance=first.instance) is False
+    assert state.finish_item(first.id, "archived", now=6.0, instance=first.instance) is False  # once
+    assert state.claim_upload(0.0) is None
+    assert committed_statuses(tmp_path) == {first.id: "done", second.id: "spooled"}
+    state.close()
 
 
 def test_the_last_item_finishing_fixes_archived_at_for_the_manifest(tmp_path: Path) -> None:

@@ -205,7 +205,7 @@ def test_statefulset_runs_one_archiver_with_a_persistent_state_dir(chart: helm.C
     assert c["ports"] == [{"name": "http-metrics", "containerPort": 9877, "protocol": "TCP"}]
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http-metrics", "scheme": "HTTP"}
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http-metrics", "scheme": "HTTP"}
-    assert c["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+    assert c["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "640Mi"}}
     service = one(docs, "Service")
     assert service["spec"]["type"] == "ClusterIP"
     assert service["spec"]["ports"][0]["name"] == "http-metrics"
@@ -491,6 +491,117 @@ def test_persistence_settings(chart: helm.Chart) -> None:
     ephemeral = one(render(chart, {**MINIMAL, "persistence": {"enabled": False}}), "StatefulSet")
     assert "volumeClaimTemplates" not in ephemeral["spec"]
     assert {"name": "state", "emptyDir": {}} in ephemeral["spec"]["template"]["spec"]["volumes"]
+
+
+MIB = 1024 * 1024
+_QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?$")
+_UNITS = {None: 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity_bytes(quantity: str | int) -> int:
+    """Bytes of a Kubernetes memory quantity (128Mi, 1G, 1048576)."""
+    match = _QUANTITY.match(str(quantity))
+    assert match, quantity
+    return int(float(match[1]) * _UNITS[match[2]])
+
+
+def scratch_volumes(docs: list[Doc]) -> tuple[list[Doc], list[Doc]]:
+    """The StatefulSet pod's memory-backed volumes, and the archiver's mounts of them."""
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    memory = [v for v in pod["volumes"] if v.get("emptyDir", {}).get("medium") == "Memory"]
+    names = {v["name"] for v in memory}
+    return memory, [m for m in container(docs)["volumeMounts"] if m["name"] in names]
+
+
+def daemon_settings(docs: list[Doc], tmp_path: Path) -> Any:
+    """archiver.config.settings' reading of the rendered config.toml, as `archiver run --config` does."""
+    from archiver.config.settings import load_settings
+
+    config_file = tmp_path / "config.toml"
+    config_file.write_text(one(docs, "ConfigMap", "arch-archiver")["data"]["config.toml"])
+    token_file = tmp_path / "api-token"
+    token_file.write_text(TOKEN)
+    return load_settings({"api_token_file": str(token_file)}, env={}, config_file=config_file)
+
+
+def test_by_default_running_captures_are_kept_in_a_memory_emptydir_at_the_scratch_dir(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
+    """Defaults: a Memory emptyDir of captureScratchSizeLimit (128Mi) mounted at
+    config.follow_logs_scratch_dir, which the daemon reads from config.toml with a scratch bound
+    (96MiB) below the emptyDir's size, so a capture spills to the state volume before the tmpfs is
+    full; every manifest validates."""
+    docs = render(chart, MINIMAL)
+    validate_manifests(docs)
+    (volume,), (mount,) = scratch_volumes(docs)
+    assert volume == {"name": "capture-scratch", "emptyDir": {"medium": "Memory", "sizeLimit": "128Mi"}}
+    assert mount == {"name": "capture-scratch", "mountPath": "/var/lib/archiver-scratch"}
+    toml = rendered_toml(docs)
+    assert toml["follow_logs_scratch_dir"] == "/var/lib/archiver-scratch" == mount["mountPath"]
+    assert toml["follow_logs_scratch_size"] == "96MiB"
+    settings = daemon_settings(docs, tmp_path)
+    assert settings.follow_logs_scratch_dir == Path(mount["mountPath"])
+    assert settings.follow_logs_scratch_size == 96 * MIB < quantity_bytes(volume["emptyDir"]["sizeLimit"])
+    # Not on the state volume, and not in the helm test pod (`archiver check` keeps no captures).
+    assert mount["mountPath"] != toml["state_dir"]
+    assert "capture-scratch" not in {v["name"] for v in one(docs, "Pod")["spec"]["volumes"]}
+
+
+def test_default_memory_limit_keeps_the_daemons_512mi_beside_the_scratch(chart: helm.Chart) -> None:
+    """The tmpfs pages count against the container's memory limit: the default limit holds the whole
+    scratch emptyDir plus the 512Mi the daemon had before it."""
+    docs = render(chart, MINIMAL)
+    (volume,), _ = scratch_volumes(docs)
+    limit = quantity_bytes(container(docs)["resources"]["limits"]["memory"])
+    assert limit - quantity_bytes(volume["emptyDir"]["sizeLimit"]) >= 512 * MIB
+
+
+def test_scratch_dir_and_size_limit_follow_values(chart: helm.Chart, tmp_path: Path) -> None:
+    """Another scratch dir moves the mount and the config key together; captureScratchSizeLimit
+    sizes the emptyDir; follow_logs_scratch_size reaches the daemon."""
+    values = {
+        **MINIMAL,
+        "config": {
+            **MINIMAL["config"],
+            "follow_logs_scratch_dir": "/run/archiver/captures",
+            "follow_logs_scratch_size": "400MiB",
+        },
+        "captureScratchSizeLimit": "512Mi",
+    }
+    docs = render(chart, values)
+    validate_manifests(docs)
+    (volume,), (mount,) = scratch_volumes(docs)
+    assert volume["emptyDir"] == {"medium": "Memory", "sizeLimit": "512Mi"}
+    assert mount["mountPath"] == "/run/archiver/captures" == rendered_toml(docs)["follow_logs_scratch_dir"]
+    settings = daemon_settings(docs, tmp_path)
+    assert settings.follow_logs_scratch_dir == Path("/run/archiver/captures")
+    assert settings.follow_logs_scratch_size == 400 * MIB
+
+
+def test_scratch_dir_null_keeps_captures_on_the_state_volume_without_a_memory_volume(
+    chart: helm.Chart, tmp_path: Path
+) -> None:
+    """config.follow_logs_scratch_dir: null turns the scratch off: no Memory emptyDir, no mount, no
+    key in config.toml, and the daemon writes running captures in the state dir."""
+    values = {**MINIMAL, "config": {**MINIMAL["config"], "follow_logs_scratch_dir": None}}
+    docs = render(chart, values)
+    validate_manifests(docs)
+    assert scratch_volumes(docs) == ([], [])
+    pod = one(docs, "StatefulSet")["spec"]["template"]["spec"]
+    assert "capture-scratch" not in {v["name"] for v in pod["volumes"]}
+    assert "capture-scratch" not in {m["name"] for m in container(docs)["volumeMounts"]}
+    assert "/var/lib/archiver-scratch" not in {m["mountPath"] for m in container(docs)["volumeMounts"]}
+    assert "follow_logs_scratch_dir" not in rendered_toml(docs)
+    assert daemon_settings(docs, tmp_path).follow_logs_scratch_dir is None
+
+
+@pytest.mark.parametrize("scratch", ["/var/lib/archiver", "/var/lib/archiver/", "/tmp", "relative/dir", ""])
+def test_a_scratch_dir_that_is_not_a_directory_of_its_own_is_refused(chart: helm.Chart, scratch: str) -> None:
+    """The state volume's or /tmp's mount point, or a path that is not absolute, fails the render
+    naming the key (Kubernetes would refuse a second mount at the same path)."""
+    values = {**MINIMAL, "config": {**MINIMAL["config"], "follow_logs_scratch_dir": scratch}}
+    with pytest.raises(helm.HelmError, match="follow_logs_scratch_dir"):
+        chart.render(values, name="arch")
 
 
 def test_all_features_wire_web_config_servicemonitor_and_irsa(chart: helm.Chart) -> None:

@@ -9,7 +9,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,24 +19,17 @@ from archiver.live.resume import Kept
 from archiver.live.segment import FOLLOWING, Segment, sealed_path
 from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
 from archiver.store.gzipstream import gzip_blocks
+from tests.support import CAPTURE_WRITER, capture_lines, checkpoint
 
 KEY = "1700000000000:session/with odd id"
-
-
-def _lines(n: int, start: int = 0) -> list[bytes]:
-    return [f'{{"streamType":1,"line":"line {i}"}}'.encode() for i in range(start, start + n)]
-
-
-def _commit(store: CaptureStore) -> None:
-    store.checkpoint(store.pending())
 
 
 def _finished(store: CaptureStore, lines: int, state: Finish = Finish.COMPLETE) -> Segment:
     """A segment of ``lines`` lines, finished as ``state`` and checkpointed (so sealed)."""
     segment = store.begin(KEY, "s", 1, 0)
-    store.append(segment, _lines(lines))
+    store.append(segment, capture_lines(lines))
     store.finish(segment, state)
-    _commit(store)
+    checkpoint(store)
     return segment
 
 
@@ -45,18 +37,18 @@ def test_appended_lines_are_kept_with_their_chain_and_read_back_after_a_reopen(t
     store = CaptureStore(tmp_path)
     segment = store.begin(KEY, "session/with odd id", 1_700_000_000_000, 0)
     store.set_shape(segment, "ndjson")
-    assert store.append(segment, _lines(3)) == sum(len(x) + 1 for x in _lines(3))
-    store.append(segment, _lines(2, start=3))
-    _commit(store)
+    assert store.append(segment, capture_lines(3)) == sum(len(x) + 1 for x in capture_lines(3))
+    store.append(segment, capture_lines(2, start=3))
+    checkpoint(store)
     store.release(segment)
     store.close()
 
     again = CaptureStore(tmp_path)
     (resumed,) = again.following()
     assert (resumed.key, resumed.index, resumed.shape, resumed.state) == (KEY, 0, "ndjson", FOLLOWING)
-    assert resumed.kept == Kept().after(_lines(5))
+    assert resumed.kept == Kept().after(capture_lines(5))
     (row,) = again.segments(KEY)
-    assert b"".join(again.read(row)) == b"".join(x + b"\n" for x in _lines(5))
+    assert b"".join(again.read(row)) == b"".join(x + b"\n" for x in capture_lines(5))
     assert "session" not in row.path.name  # files are named by a digest of the key, never by the id
     again.release(resumed)
     again.close()
@@ -65,36 +57,36 @@ def test_appended_lines_are_kept_with_their_chain_and_read_back_after_a_reopen(t
 def test_recovery_keeps_complete_lines_written_after_the_checkpoint_and_cuts_a_torn_one(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
     segment = store.begin(KEY, "s", 1, 0)
-    store.append(segment, _lines(2))
-    _commit(store)
-    store.append(segment, _lines(3, start=2))  # written, not checkpointed: the process dies here
+    store.append(segment, capture_lines(2))
+    checkpoint(store)
+    store.append(segment, capture_lines(3, start=2))  # written, not checkpointed: the process dies here
     assert segment.fd is not None
     os.write(segment.fd, b'{"streamType":1,"li')  # and a write it never finished
     store.release(segment)
 
     recovered = CaptureStore(tmp_path)
     (row,) = recovered.segments(KEY)
-    assert row.kept == Kept().after(_lines(5)) and row.state == FOLLOWING
-    assert row.path.read_bytes() == b"".join(x + b"\n" for x in _lines(5))
+    assert row.kept == Kept().after(capture_lines(5)) and row.state == FOLLOWING
+    assert row.path.read_bytes() == b"".join(x + b"\n" for x in capture_lines(5))
 
 
 def test_a_file_shorter_than_its_checkpoint_is_reread_and_a_finished_one_then_says_gap(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
     following = store.begin(KEY, "s", 1, 0)
     finished = store.begin("2:other", "other", 2, 0)
-    store.append(following, _lines(4))
-    store.append(finished, _lines(4))
+    store.append(following, capture_lines(4))
+    store.append(finished, capture_lines(4))
     store.finish(finished, Finish.COMPLETE)
-    _commit(store)
+    checkpoint(store)
     store.release(following)
     for path in (following.path, finished.path):  # a filesystem that lost the last two lines
-        path.write_bytes(b"".join(x + b"\n" for x in _lines(2)) + b"partial")
+        path.write_bytes(b"".join(x + b"\n" for x in capture_lines(2)) + b"partial")
 
     recovered = CaptureStore(tmp_path)
-    assert recovered.segments(KEY)[0].kept == Kept().after(_lines(2))
+    assert recovered.segments(KEY)[0].kept == Kept().after(capture_lines(2))
     assert recovered.segments(KEY)[0].state == FOLLOWING
     (other,) = recovered.segments("2:other")
-    assert (other.kept, other.state) == (Kept().after(_lines(2)), Finish.GAP)
+    assert (other.kept, other.state) == (Kept().after(capture_lines(2)), Finish.GAP)
 
 
 def test_a_capture_begun_after_the_last_checkpoint_is_dropped_and_a_missing_file_starts_afresh(
@@ -102,10 +94,10 @@ def test_a_capture_begun_after_the_last_checkpoint_is_dropped_and_a_missing_file
 ) -> None:
     store = CaptureStore(tmp_path)
     kept = store.begin(KEY, "s", 1, 0)
-    store.append(kept, _lines(2))
-    _commit(store)
+    store.append(kept, capture_lines(2))
+    checkpoint(store)
     unrecorded = store.begin("3:new", "new", 3, 0)
-    store.append(unrecorded, _lines(1))
+    store.append(unrecorded, capture_lines(1))
     store.release(kept)
     store.release(unrecorded)
     kept.path.unlink()
@@ -124,11 +116,11 @@ def test_a_segment_begun_after_the_last_checkpoint_is_kept_and_the_one_before_it
     store = CaptureStore(tmp_path)
     first = store.begin(KEY, "s", 1, 0)
     store.set_shape(first, "ndjson")
-    store.append(first, _lines(3))
-    _commit(store)
+    store.append(first, capture_lines(3))
+    checkpoint(store)
     store.finish(first, Finish.DIVERGED)
     second = store.begin(KEY, "s", 1, 1)
-    store.append(second, _lines(4, start=10))
+    store.append(second, capture_lines(4, start=10))
     assert second.fd is not None
     os.write(second.fd, b'{"streamType":1,"li')
     store.release(second)
@@ -137,10 +129,10 @@ def test_a_segment_begun_after_the_last_checkpoint_is_kept_and_the_one_before_it
 
     recovered = CaptureStore(tmp_path)
     old, new = recovered.segments(KEY)
-    assert (old.index, old.state, old.kept) == (0, Finish.DIVERGED, Kept().after(_lines(3)))
+    assert (old.index, old.state, old.kept) == (0, Finish.DIVERGED, Kept().after(capture_lines(3)))
     assert (new.index, new.state, new.shape) == (1, FOLLOWING, "ndjson")
-    assert new.kept == Kept().after(_lines(4, start=10))
-    assert new.path.read_bytes() == b"".join(x + b"\n" for x in _lines(4, start=10))  # the torn line cut
+    assert new.kept == Kept().after(capture_lines(4, start=10))
+    assert new.path.read_bytes() == b"".join(x + b"\n" for x in capture_lines(4, start=10))  # the torn line cut
     assert not empty.path.exists()
     (resumed,) = recovered.following()
     assert (resumed.index, resumed.kept) == (1, new.kept)
@@ -150,12 +142,12 @@ def test_a_segment_begun_after_the_last_checkpoint_is_kept_and_the_one_before_it
 def test_finish_and_remove_and_a_newer_schema_is_refused(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
     first = store.begin(KEY, "s", 1, 0)
-    store.append(first, _lines(1))
+    store.append(first, capture_lines(1))
     store.finish(first, Finish.DIVERGED)
     second = store.begin(KEY, "s", 1, 1)
-    store.append(second, _lines(2))
+    store.append(second, capture_lines(2))
     store.finish(second, Finish.COMPLETE)
-    _commit(store)
+    checkpoint(store)
     assert [(r.index, r.state) for r in store.segments(KEY)] == [(0, "diverged"), (1, "complete")]
     assert store.following() == []
     assert store.latest(KEY) is not None and store.latest(KEY).index == 1  # type: ignore[union-attr]
@@ -168,24 +160,6 @@ def test_finish_and_remove_and_a_newer_schema_is_refused(tmp_path: Path) -> None
         CaptureStore(tmp_path)
 
 
-_WRITER = textwrap.dedent(
-    """
-    import sys
-    from pathlib import Path
-    from archiver.live.store import CaptureStore
-
-    store = CaptureStore(Path(sys.argv[1]))
-    segment = store.begin("1:s", "s", 1, 0)
-    for i in range(1_000_000):
-        store.append(segment, [b"line %d " % i + b"x" * (i % 50)])
-        if i % 37 == 0:
-            store.checkpoint(store.pending())
-        if i == 2000:
-            print("ready", flush=True)
-    """
-)
-
-
 def test_a_kill_9_at_any_moment_leaves_a_capture_that_is_exactly_a_prefix_of_what_was_written(
     tmp_path: Path,
 ) -> None:
@@ -194,7 +168,7 @@ def test_a_kill_9_at_any_moment_leaves_a_capture_that_is_exactly_a_prefix_of_wha
     is the chain of those lines."""
     for round_ in range(3):
         state = tmp_path / f"r{round_}"
-        child = subprocess.Popen([sys.executable, "-c", _WRITER, str(state)], stdout=subprocess.PIPE, text=True)
+        child = subprocess.Popen([sys.executable, "-c", CAPTURE_WRITER, str(state)], stdout=subprocess.PIPE, text=True)
         assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         os.kill(child.pid, signal.SIGKILL)
         child.wait(30)
@@ -212,14 +186,14 @@ def test_prune_removes_only_long_finished_captures_nobody_holds(tmp_path: Path) 
     store = CaptureStore(tmp_path, clock=lambda: now[0])
     for key in ("1:done", "2:kept", "3:running"):
         segment = store.begin(key, key[2:], int(key[0]), 0)
-        store.append(segment, _lines(1))
+        store.append(segment, capture_lines(1))
         if key != "3:running":
             store.finish(segment, Finish.COMPLETE)
-    _commit(store)
+    checkpoint(store)
     now[0] = 500.0
     late = store.begin("4:late", "late", 4, 0)
     store.finish(late, Finish.GAP)
-    _commit(store)
+    checkpoint(store)
     assert store.prune(200.0, keep=frozenset({"2:kept"})) == 1
     assert store.segments("1:done") == [] and not store.path_of("1:done", 0).exists()
     assert [len(store.segments(k)) for k in ("2:kept", "3:running", "4:late")] == [1, 1, 1]
@@ -246,11 +220,11 @@ def test_a_finished_segment_is_sealed_as_its_stored_log_and_a_running_one_is_nev
     store = CaptureStore(tmp_path)
     running = store.begin(KEY, "s", 1, 0)
     done = store.begin("2:done", "done", 2, 0)
-    store.append(running, _lines(5))
-    store.append(done, _lines(7))
+    store.append(running, capture_lines(5))
+    store.append(done, capture_lines(7))
     store.finish(done, Finish.COMPLETE)
     synced = _synced_paths(monkeypatch)
-    _commit(store)
+    checkpoint(store)
 
     (row,) = store.segments("2:done")
     assert row.sealed is not None and store.segments(KEY)[0].sealed is None
@@ -258,10 +232,10 @@ def test_a_finished_segment_is_sealed_as_its_stored_log_and_a_running_one_is_nev
     assert synced == [f"{seal}.partial"]  # written beside, synced, then renamed into place
     body = seal.read_bytes()
     assert (len(body), hashlib.sha256(body).hexdigest()) == (row.sealed.size, row.sealed.sha256)
-    assert gzip.decompress(body) == b"".join(x + b"\n" for x in _lines(7))
+    assert gzip.decompress(body) == b"".join(x + b"\n" for x in capture_lines(7))
     assert body == b"".join(gzip_blocks(store.read(row)))
-    store.append(running, _lines(2, start=5))
-    _commit(store)
+    store.append(running, capture_lines(2, start=5))
+    checkpoint(store)
     assert synced == [f"{seal}.partial"]  # the running segment's new lines: recorded, not synced
 
 
@@ -280,11 +254,11 @@ def test_a_removed_capture_is_gone_at_once_and_its_rows_leave_with_the_next_chec
     assert not first.path.exists() and not seal.exists()
     assert rows_in_db() == 1 and store.removals_pending()  # no commit of its own
     again = store.begin(KEY, "s", 1, 0)  # the session listed again after its archive
-    store.append(again, _lines(1, start=9))
-    _commit(store)
+    store.append(again, capture_lines(1, start=9))
+    checkpoint(store)
     assert not store.removals_pending()
     (fresh,) = store.segments(KEY)
-    assert (fresh.kept, fresh.state, fresh.sealed) == (Kept().after(_lines(1, start=9)), FOLLOWING, None)
+    assert (fresh.kept, fresh.state, fresh.sealed) == (Kept().after(capture_lines(1, start=9)), FOLLOWING, None)
     store.release(again)
     store.close()
 
@@ -309,19 +283,19 @@ def test_a_sealed_segment_keeps_only_its_seal_which_serves_reads_and_a_reopen(tm
     _finished(store, 4)
     (row,) = store.segments(KEY)
     assert row.sealed is not None and not row.path.exists() and sealed_path(row).exists()
-    assert b"".join(store.read(row)) == b"".join(x + b"\n" for x in _lines(4))
+    assert b"".join(store.read(row)) == b"".join(x + b"\n" for x in capture_lines(4))
     store.close()
 
     again = CaptureStore(tmp_path)  # nothing to recover: the seal holds the lines
     (same,) = again.segments(KEY)
     assert (same.kept, same.state, same.sealed) == (row.kept, Finish.COMPLETE, row.sealed)
     resumed = again.reopen(same)
-    again.append(resumed, _lines(2, start=4))
+    again.append(resumed, capture_lines(2, start=4))
     again.finish(resumed, Finish.COMPLETE)
-    _commit(again)
+    checkpoint(again)
     (longer,) = again.segments(KEY)
-    assert b"".join(again.read(longer)) == b"".join(x + b"\n" for x in _lines(6))
-    assert longer.kept == Kept().after(_lines(6)) and longer.sealed not in (None, row.sealed)
+    assert b"".join(again.read(longer)) == b"".join(x + b"\n" for x in capture_lines(6))
+    assert longer.kept == Kept().after(capture_lines(6)) and longer.sealed not in (None, row.sealed)
 
 
 def test_a_reopen_from_a_copy_taken_before_its_seal_continues_from_the_seal(tmp_path: Path) -> None:
@@ -331,11 +305,11 @@ def test_a_reopen_from_a_copy_taken_before_its_seal_continues_from_the_seal(tmp_
     segment = _finished(store, 3)
     assert not segment.path.exists()  # sealed, its lines file gone
     resumed = store.reopen(segment.row())  # the loop's copy: `sealed` is None
-    store.append(resumed, _lines(2, start=3))
+    store.append(resumed, capture_lines(2, start=3))
     store.finish(resumed, Finish.COMPLETE)
-    _commit(store)
+    checkpoint(store)
     (row,) = store.segments(KEY)
-    assert b"".join(store.read(row)) == b"".join(x + b"\n" for x in _lines(5))
+    assert b"".join(store.read(row)) == b"".join(x + b"\n" for x in capture_lines(5))
     assert list((tmp_path / DIR_NAME).glob("*.partial")) == []
     store.close()
 
@@ -349,7 +323,7 @@ def test_recovery_seals_an_older_store_s_finished_segments_and_a_seal_whose_line
     store.close()
     seal = sealed_path(row)
     first = seal.read_bytes()
-    lines = b"".join(x + b"\n" for x in _lines(4))
+    lines = b"".join(x + b"\n" for x in capture_lines(4))
     row.path.write_bytes(lines)  # as a schema-1 store left it
     with sqlite3.connect(tmp_path / DIR_NAME / DB_NAME) as db:
         db.execute("ALTER TABLE segments DROP COLUMN sealed_size")
@@ -375,17 +349,17 @@ def test_a_running_segment_that_only_gains_lines_is_recorded_at_most_every_progr
     now = [0.0]
     store = CaptureStore(tmp_path, clock=lambda: now[0])
     segment = store.begin(KEY, "s", 1, 0)
-    store.append(segment, _lines(2))
+    store.append(segment, capture_lines(2))
     assert [r.kept.lines for r in store.pending(60.0)] == [2]  # a new segment: at once
-    store.append(segment, _lines(3, start=2))
+    store.append(segment, capture_lines(3, start=2))
     now[0] = 59.0
     assert store.pending(60.0) == []  # only lines: not yet
     store.set_shape(segment, "ndjson")
     assert [(r.kept.lines, r.shape) for r in store.pending(60.0)] == [(5, "ndjson")]  # a shape: at once
-    store.append(segment, _lines(1, start=5))
+    store.append(segment, capture_lines(1, start=5))
     now[0] = 119.0
     assert [r.kept.lines for r in store.pending(60.0)] == [6]  # the interval passed
-    store.append(segment, _lines(1, start=6))
+    store.append(segment, capture_lines(1, start=6))
     store.finish(segment, Finish.COMPLETE)
     assert [(r.kept.lines, r.state) for r in store.pending(60.0)] == [(7, Finish.COMPLETE)]  # a finish: at once
     assert store.pending(60.0) == []

@@ -22,7 +22,9 @@ fixed so a re-written manifest is byte-identical) → `archived` (manifest and i
 very first start with backfill turned off. A row that is listed again after it was taken for
 ended is re-opened (`revision` + 1, a new instance name), so its real end is archived too.
 Terminal rows (`archived`, `failed`, `skipped`) are pruned after a while: the store is the record.
-Item statuses: `pending_fetch` → `fetching` → `spooled` → `uploading` → `done` (with an outcome).
+Item statuses: `pending_fetch` → `fetching` → `spooled` → `done` (with an outcome). An upload's
+claim is held in memory (`leases.Claims`), the row staying `spooled`; `uploading` is found only in
+a DB an older archiver left, and start-up recovery makes it `spooled`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Self
 
-from archiver.archive.state.schema import DB_NAME, MIGRATIONS, PAGE_SIZE, SCHEMA, SCHEMA_VERSION, connect
+from archiver.archive.state.schema import (
+    DB_NAME,
+    MIGRATIONS,
+    PAGE_SIZE,
+    SCHEMA,
+    SCHEMA_VERSION,
+    WAL_BYTES,
+    connect,
+)
 from archiver.errors import StateError
 
 
@@ -56,7 +64,8 @@ class Connection:
                 mode = self._conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
                 if str(mode).lower() != "wal":
                     raise StateError(f"state DB {path}: the filesystem does not support WAL mode")
-                self._conn.execute("PRAGMA wal_autocheckpoint=8000")
+                page_size = self._conn.execute("PRAGMA page_size").fetchone()[0]
+                self._conn.execute(f"PRAGMA wal_autocheckpoint={WAL_BYTES // page_size}")
                 self._migrate()
             self._reader = connect(path, readonly=readonly)
             version = self._reader.execute("PRAGMA user_version").fetchone()[0]

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from archiver.archive.state.connection import Connection
+from archiver.archive.state.leases import LeasedSessions
 from archiver.archive.state.rows import (
     ITEM_COLUMNS,
     Backlog,
@@ -26,7 +26,11 @@ def _extra_values(e: ExtraItem, fetched_at: float, item_id: int) -> tuple[object
     return (e.path, e.source, e.key, e.spool_path, e.size, e.sha256, e.content_type, fetched_at, e.capture, item_id)
 
 
-class ItemRepo(Connection):
+#: An upload claimed (in memory, `leases.Claims`) or, in a DB an older archiver left, `uploading`.
+_UPLOAD_CLAIMABLE = "status IN ('spooled', 'uploading')"
+
+
+class ItemRepo(LeasedSessions):
     """Item rows: claims of the fetch and upload stages, outcomes, start-up recovery and reporting."""
 
     # --- items ------------------------------------------------------------------------------
@@ -80,35 +84,40 @@ class ItemRepo(Connection):
         return claimed[0] if claimed else None
 
     def claim_uploads(self, now_mono: float, limit: int) -> list[ItemRow]:
-        """Up to `limit` spooled items whose retry gate is open, earliest deadline first, now `uploading`.
+        """Up to `limit` spooled items whose retry gate is open and that no worker holds, earliest
+        deadline first, claimed (returned as `uploading`).
 
-        Deadline order (then id), not id alone: it is the order of the `items_by_status` index, so
-        the claim reads the first open entries instead of sorting every spooled item under the write
-        lock the upload workers share (a sort that grows with the number of items spooled).
-        Items of one session share their deadline, so they still go together, oldest first.
+        The claim is this process's (`leases.Claims`), not the row's: the row stays `spooled`
+        until the outcome (issue 35: marking it `uploading` rewrote its pages, a third of a page per
+        item, for a fact only this process cares about; a restart starts with no claim, which is
+        what recovery made of `uploading`). Deadline order (then id), not id alone: it is the order
+        of the `items_by_status` index, so the claim reads the first open entries instead of
+        sorting every spooled item. Items of one session share their deadline, so they still go
+        together, oldest first.
         """
-        with self.write(durable=False) as db:  # a lost claim is one recovery undoes anyway
-            rows = db.execute(
-                f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? "
-                "ORDER BY deadline, id LIMIT ?",
-                (now_mono, limit),
-            ).fetchall()
-            if rows:
-                db.execute(
-                    f"UPDATE items SET status = 'uploading' WHERE id IN ({','.join('?' * len(rows))})",
-                    [r[0] for r in rows],
-                )
-        return [dataclasses.replace(item_row(r), status=ItemStatus.UPLOADING) for r in rows]
+        claims = self.upload_claims
+        with claims.lock:
+            held = claims.held()
+            with self.read() as db:
+                rows = db.execute(  # `uploading` is never claimed: recovery makes it `spooled` first
+                    f"SELECT {ITEM_COLUMNS} FROM items WHERE status = 'spooled' AND not_before <= ? "
+                    "ORDER BY deadline, id LIMIT ?",
+                    (now_mono, limit + len(held)),
+                ).fetchall()
+            items = [item for item in map(item_row, rows) if (item.id, item.instance) not in held][:limit]
+            claims.take((item.id, item.instance) for item in items)
+        return [dataclasses.replace(item, status=ItemStatus.UPLOADING) for item in items]
 
     def release_uploads(self, items: Sequence[ItemRow]) -> None:
-        """Claimed items a worker did not attempt go back to `spooled`, their retry gate and error
-        untouched. Only a row still `uploading` of the same instance moves: a re-open may have
-        dropped the item meanwhile and given its id to a new one."""
-        with self.write(durable=False) as db:  # lost in a crash, recovery puts them back all the same
-            db.executemany(
-                "UPDATE items SET status = 'spooled' WHERE id = ? AND instance = ? AND status = 'uploading'",
-                [(item.id, item.instance) for item in items],
-            )
+        """Claimed items a worker did not attempt are free for any worker again, their row (still
+        `spooled`), retry gate and error untouched."""
+        self.upload_claims.release((item.id, item.instance) for item in items)
+
+    def _in_flight(self, item_id: int, instance: str | None) -> str:
+        """The condition (SQL) that an item row is in flight for the caller: being fetched, or
+        uploaded under this process's claim (of ``instance``; None: of any)."""
+        claimed = self.upload_claims.holds(item_id, instance)
+        return f"(status = 'fetching' OR {'1' if claimed else '0'} AND {_UPLOAD_CLAIMABLE})"
 
     def next_gate(self, status: ItemStatus, after: float | None = None) -> float | None:
         """The earliest retry gate (monotonic) among items in `status`, for a worker's wait; with
@@ -177,8 +186,11 @@ class ItemRepo(Connection):
                      m.item_id),
                 )  # fmt: skip
 
-    def retry_item(self, item_id: int, *, status: ItemStatus, not_before: float, error: str) -> None:
-        """Back to `status` (pending_fetch or spooled), not to be picked before `not_before`.
+    def retry_item(
+        self, item_id: int, *, status: ItemStatus, not_before: float, error: str, instance: str | None = None
+    ) -> None:
+        """Back to `status` (pending_fetch or spooled), not to be picked before `not_before`; an
+        upload's claim (of ``instance``) is let go.
 
         Only an item still in flight moves: an error raised after the item's final write (a gauge
         refresh, a metrics call) must not undo an outcome that is already committed.
@@ -186,9 +198,10 @@ class ItemRepo(Connection):
         with self.write() as db:
             db.execute(
                 "UPDATE items SET status = ?, not_before = ?, last_error = ?"
-                " WHERE id = ? AND status IN ('fetching', 'uploading')",
-                (status, not_before, error[:500], item_id),
+                f" WHERE id = ? AND {self._in_flight(item_id, instance)} AND (? IS NULL OR instance = ?)",
+                (status, not_before, error[:500], item_id, instance, instance),
             )
+        self.upload_claims.release_item(item_id, instance)
 
     def finish_item(
         self,
@@ -211,9 +224,26 @@ class ItemRepo(Connection):
         archive instance) takes the outcome, so a worker still holding a dropped item changes nothing.
         `stored` replaces the item's size and sha256 with those of the object found at its key.
         """
+        # A claim is let go once the outcome is committed (a failed commit keeps it for the retry).
+        completed = self._finish_item(item_id, outcome, now, error, source, key, spool_path, instance, stored)
+        self.upload_claims.release_item(item_id, instance)
+        return completed
+
+    def _finish_item(
+        self,
+        item_id: int,
+        outcome: Outcome,
+        now: float,
+        error: str | None,
+        source: str | None,
+        key: str | None,
+        spool_path: str | None,
+        instance: str | None,
+        stored: tuple[int, str] | None,
+    ) -> bool:
         with self.write() as db:
             found = db.execute(
-                "SELECT session_key FROM items WHERE id = ? AND status IN ('fetching', 'uploading') "
+                f"SELECT session_key FROM items WHERE id = ? AND {self._in_flight(item_id, instance)} "
                 "AND (? IS NULL OR instance = ?)",
                 (item_id, instance, instance),
             ).fetchone()
@@ -254,16 +284,26 @@ class ItemRepo(Connection):
         """
         if not stored:
             return set(), []
+        # Claims are let go once the outcomes are committed: a failed commit keeps them for its retry.
+        result = self._finish_uploads(stored, now)
+        self.upload_claims.release((s.item_id, s.instance) for s in stored)
+        return result
+
+    def _finish_uploads(self, stored: Sequence[StoredOutcome], now: float) -> tuple[set[int], list[str]]:
+        # Only items this process claimed: a row re-created by a re-open (another instance) or
+        # put back to fetch is not the one uploaded.
+        claimed = self.upload_claims.held()
+        mine = [s for s in stored if (s.item_id, s.instance) in claimed]
         applied: dict[int, str] = {}
         with self.write() as db:
-            for chunk in chunks(stored, 400):
+            for chunk in chunks(mine, 400):
                 pairs = ",".join(["(?, ?)"] * len(chunk))
                 values = [v for s in chunk for v in (s.item_id, s.instance)]
                 applied.update(
                     db.execute(
                         # Only an upload in flight: a row put back to fetch meanwhile must not take an
                         # outcome (and a size and sha256) recorded for other bytes.
-                        f"SELECT id, session_key FROM items WHERE status = 'uploading' "
+                        f"SELECT id, session_key FROM items WHERE {_UPLOAD_CLAIMABLE} "
                         f"AND (id, instance) IN (VALUES {pairs})",
                         values,
                     ).fetchall()

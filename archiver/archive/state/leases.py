@@ -1,10 +1,11 @@
-"""In-process leases of session rows: the candidates a confirmer describes and the complete sessions
-an upload worker writes manifests for, right now.
+"""In-process leases and claims of rows: the candidates a confirmer describes, the complete sessions
+an upload worker writes manifests for, and the spooled items upload workers hold, right now.
 
-Held in memory, never written to the state DB (issue 35: a lease was a commit per batch, each
-rewriting the rows' pages, for a fact only this process cares about). A restart starts with none,
-as `reset_in_flight` made of the leases once kept in `wake_at`; a worker thread that died holding
-some lets them go when they run out.
+Held in memory, never written to the state DB (issue 35: a lease or a claim was a commit per batch,
+each rewriting the rows' pages, for a fact only this process cares about). A restart starts with
+none, as `reset_in_flight` made of the leases once kept in `wake_at` and of the `uploading` status;
+a worker thread that died holding some leases lets them go when they run out, and its claims when
+it hands them back (its edge).
 """
 
 from __future__ import annotations
@@ -46,13 +47,50 @@ class Leases:
         return min(ends, default=None)
 
 
+class Claims:
+    """Item rows (id, archive instance) claimed by a worker until it records their outcome or hands
+    them back (thread-safe). The instance tells a re-opened session's new items, which may reuse a
+    dropped item's id, from the claim a worker still holds on the old one."""
+
+    def __init__(self) -> None:
+        #: Re-entrant: a claim holds it across `held` and `take`, so two workers never claim one row.
+        self.lock = threading.RLock()
+        self._held: set[tuple[int, str]] = set()
+
+    def held(self) -> frozenset[tuple[int, str]]:
+        """What is claimed now."""
+        with self.lock:
+            return frozenset(self._held)
+
+    def take(self, claims: Iterable[tuple[int, str]]) -> None:
+        with self.lock:
+            self._held.update(claims)
+
+    def holds(self, item_id: int, instance: str | None) -> bool:
+        """Whether the item is claimed (of ``instance``; None: of any)."""
+        with self.lock:
+            return any(i == item_id and instance in (None, inst) for i, inst in self._held)
+
+    def release_item(self, item_id: int, instance: str | None) -> None:
+        """Let go of the item's claim (of ``instance``; None: of any)."""
+        with self.lock:
+            self._held = {(i, inst) for i, inst in self._held if i != item_id or instance not in (None, inst)}
+
+    def release(self, claims: Iterable[tuple[int, str]]) -> None:
+        with self.lock:
+            self._held.difference_update(claims)
+
+
 class LeasedSessions(Connection):
-    """The state DB connection with this process's leases of session rows (see the module doc)."""
+    """The state DB connection with this process's leases of session rows and claims of item rows
+    (see the module doc)."""
 
     def __init__(self, path: Path, *, readonly: bool = False) -> None:
         super().__init__(path, readonly=readonly)
         self.candidate_leases = Leases()
         self.finalize_leases = Leases()
+        #: Spooled items an upload worker holds (their rows stay `spooled`: `ItemRepo.claim_uploads`).
+        self.upload_claims = Claims()
 
     def _claim_due(
         self, leases: Leases, state: str, order: str, now: float, lease: float, limit: int
