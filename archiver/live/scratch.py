@@ -28,6 +28,7 @@ import os
 import secrets
 import shutil
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from archiver.durable import fdatasync_file, fsync_dir
@@ -83,6 +84,23 @@ class Scratch:
             with self._lock:
                 room = self.used < self.limit
         return (self.directory if room else self.home) / name
+
+    def make(self, name: str, size: int, write: Callable[[Path], None]) -> Path:
+        """A new lines file of ``size`` bytes named ``name``, made whole by ``write`` (which leaves
+        nothing on an error): in the scratch if it has room for them, else (or once the tmpfs proves
+        full) in the captures directory."""
+        path = self.place(name, size)
+        try:
+            write(path)
+        except OSError as exc:
+            if not self.holds(path):
+                raise
+            self.charge(-size)
+            if not is_full(exc):
+                raise
+            path = self.home / name
+            write(path)
+        return path
 
     def holds(self, path: Path) -> bool:
         return path.parent == self.directory

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import os
 import sqlite3
@@ -48,12 +47,12 @@ from pathlib import Path
 
 from archiver.durable import fdatasync_file
 from archiver.errors import StateError
+from archiver.live import seal
 from archiver.live.policy import Finish
 from archiver.live.recovery import recover
 from archiver.live.resume import Kept
 from archiver.live.scratch import ID_FILE, Scratch, is_full
 from archiver.live.segment import FOLLOWING, READ_BLOCK, Sealed, Segment, SegmentRow, sealed_path, segment_file_name
-from archiver.store.gzipstream import gunzip, gzip_blocks
 
 log = logging.getLogger("archiver.live")
 
@@ -93,15 +92,6 @@ _MIGRATE_1_TO_2 = (
     "ALTER TABLE segments ADD COLUMN sealed_size INTEGER",
     "ALTER TABLE segments ADD COLUMN sealed_sha256 TEXT",
 )
-
-
-#: How a lines file made again from its seal is opened.
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
-
-
-def _partial(path: Path) -> Path:
-    """Where a seal (or a lines file made again from one) is written before it is named."""
-    return path.with_name(path.name + ".partial")
 
 
 def _values(r: SegmentRow, now: float) -> tuple[object, ...]:
@@ -271,31 +261,12 @@ class CaptureStore:
         return segment
 
     def _remade(self, row: SegmentRow, name: str) -> Path:
-        """A sealed segment's lines file made again from its seal: in the scratch if it has room
-        for them (a full tmpfs: in the captures directory after all), named whole."""
-        scratch = self._scratch
-        path = self.directory / name if scratch is None else scratch.place(name, row.kept.size)
-        try:
-            self._unseal_to(row, path)
-        except OSError as exc:
-            if scratch is None or not scratch.holds(path):
-                raise
-            with contextlib.suppress(FileNotFoundError):
-                _partial(path).unlink()
-            scratch.charge(-row.kept.size)
-            if not is_full(exc):
-                raise
-            path = self.directory / name
-            self._unseal_to(row, path)
-        return path
-
-    def _unseal_to(self, row: SegmentRow, path: Path) -> None:
-        blocks = self._unsealed(row)
-        first = next(blocks, b"")  # the seal is opened first: no lines file is made without one
-        with open(os.open(_partial(path), _NEW_FILE, 0o600), "wb") as out:  # named whole: never seen half made
-            out.write(first)
-            out.writelines(blocks)
-        os.replace(_partial(path), path)
+        """A sealed segment's lines file made again from its seal, named whole (in the scratch if
+        it has room for it)."""
+        if self._scratch is not None:
+            return self._scratch.make(name, row.kept.size, lambda path: seal.unseal_to(row, path))
+        seal.unseal_to(row, self.directory / name)
+        return self.directory / name
 
     def _open_for(self, key: str, path: Path) -> int:
         with self._lock:
@@ -415,14 +386,17 @@ class CaptureStore:
             removed = frozenset(self._removed)
         # A row taken before its capture was removed (its file gone with it) is not written back.
         rows = [r for r in rows if r.key not in removed or r.path.exists()]
-        sealed = [self._seal(r) if r.state != FOLLOWING and r.sealed is None and r.kept.lines else r for r in rows]
+        sealed = [
+            seal.write(r, self.read(r)) if r.state != FOLLOWING and r.sealed is None and r.kept.lines else r
+            for r in rows
+        ]
         written = [sealed_path(r) for r, o in zip(sealed, rows, strict=True) if r is not o]
         # All seals written first, then synced, then named: seals made together share the blocks
         # of their inodes, and each block is written once, not once per seal.
         for path in written:
-            fdatasync_file(_partial(path))
+            fdatasync_file(seal.partial(path))
         for path in written:
-            os.replace(_partial(path), path)
+            os.replace(seal.partial(path), path)
         if written:
             os.fsync(self._dir_fd)
         self._record(sealed, removed)
@@ -433,25 +407,6 @@ class CaptureStore:
                 with self._lock:  # under the lock: a reopen either comes after (and remakes it) or keeps it
                     if row.key not in self._appending:
                         self._unlink(row.path)
-
-    def _seal(self, row: SegmentRow) -> SegmentRow:
-        """The finished segment with its seal: its lines as the stored log's gzip, written beside it
-        as ``.partial`` (`checkpoint` syncs and names it)."""
-        partial = _partial(sealed_path(row))
-        digest = hashlib.sha256()
-        size = 0
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                for data in gzip_blocks(self.read(row)):
-                    digest.update(data)
-                    out.write(data)
-                    size += len(data)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                partial.unlink()
-            raise
-        return dataclasses.replace(row, sealed=Sealed(size, digest.hexdigest()))
 
     def _record(self, rows: Sequence[SegmentRow], removed: frozenset[str] = frozenset()) -> None:
         if not rows and not removed:
@@ -511,19 +466,13 @@ class CaptureStore:
         file (wherever a spill moved it since), or from its seal once that is all it keeps."""
         path = row.path if row.path.exists() else self.path_of(row.key, row.index)
         if row.sealed is not None and not path.exists():
-            yield from self._unsealed(row)
+            yield from seal.lines_of(row)
             return
         left = row.kept.size
         with open(path, "rb") as f:
             while left > 0 and (block := f.read(min(READ_BLOCK, left))):
                 left -= len(block)
                 yield block
-
-    def _unsealed(self, row: SegmentRow) -> Iterator[bytes]:
-        """The lines of a sealed segment, from its seal."""
-        seal = sealed_path(row)
-        with open(seal, "rb") as f:
-            yield from gunzip(iter(lambda: f.read(READ_BLOCK), b""), seal.name)
 
     def remove(self, key: str) -> None:
         """Forget a session instance's captures (its archive is done): its files (lines and seals)
