@@ -7,8 +7,9 @@ Each run is the chaos run's mass-end phase alone (`tests/chaos_run.py`, no storm
 on one hub thread) holds N sessions; once the daemon follows every one and they wrote a few lines,
 all N end within a second and the service forgets their logs. Checked against the fake's record:
 every session's archived log is exactly the fake's lines, line by line (0 sessions without logs).
-The daemon keeps running captures in a tmpfs scratch (`--follow-logs-scratch-dir` under /dev/shm),
-as the Helm chart deploys it; `--no-scratch` measures them in the state dir instead. Measured: the
+The daemon keeps running captures in a tmpfs scratch (`--follow-logs-scratch-dir` under /dev/shm)
+and lets seals wait 20 s for their upload (`--follow-logs-seal-sync-delay`), as the Helm chart
+deploys it; `--no-scratch` measures captures in the state dir, seals synced at once. Measured: the
 p99 of the daemon's `archiver_live_first_byte_seconds` (time from a session's first
 listing to its first captured line; a bucket bound) and the daemon's disk bytes written per archived
 session: `/proc/PID/io` write_bytes less cancelled_write_bytes (pages of files deleted or truncated
@@ -101,7 +102,7 @@ def _daemon(run: dict[str, Any]) -> str:
     """Which daemon a run measured, for the table."""
     if run["baseline"]:
         return "baseline"
-    return "this, scratch on tmpfs" if run.get("scratch") else "this, captures in the state dir"
+    return "this, scratch on tmpfs, seals 20 s" if run.get("scratch") else "this, captures in the state dir"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,7 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         help="a checkout whose daemon is the named baseline (default: $ARCHIVER_BENCH_BASELINE, for make bench)",
     )
     parser.add_argument(
-        "--no-scratch", action="store_true", help="running captures in the state dir (no --follow-logs-scratch-dir)"
+        "--no-scratch",
+        action="store_true",
+        help="running captures in the state dir, seals synced at once (no --follow-logs-scratch-dir or seal delay)",
     )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--report", type=Path, help="only summarize the runs of an earlier --json")

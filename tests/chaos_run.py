@@ -138,8 +138,9 @@ class ChaosConfig:
     artifacts: bool = True
     #: PYTHONPATH of the daemon (a checkout of another version, to measure it against this one).
     daemon_pythonpath: str = ""
-    #: Running captures in a memory-backed scratch dir (`--follow-logs-scratch-dir` on /dev/shm, as
-    #: the chart deploys it; False: in the state dir, and for a baseline that lacks the option).
+    #: Running captures in a memory-backed scratch dir (`--follow-logs-scratch-dir` on /dev/shm) and
+    #: seals synced after 20s (`--follow-logs-seal-sync-delay`), as the chart deploys them; False:
+    #: captures in the state dir, seals synced at once (and for a baseline that lacks the options).
     scratch: bool = True
     #: A command the daemon runs under (e.g. `strace -f -o FILE`, to see where its writes go).
     daemon_prefix: tuple[str, ...] = ()
@@ -500,8 +501,8 @@ class ChaosRun:
             "--reconcile-interval", "20s", *(("--artifact-path", ARTIFACT_PATH) if self.config.artifacts else ()),
             "--fetch-workers", "2", "--upload-workers", "2", "--log.level", "info",
         ]  # fmt: skip
-        if self.scratch_dir is not None:
-            args += ["--follow-logs-scratch-dir", str(self.scratch_dir)]
+        if self.scratch_dir is not None:  # and seals synced only when their upload is late, as the chart does
+            args += ["--follow-logs-scratch-dir", str(self.scratch_dir), "--follow-logs-seal-sync-delay", "20s"]
         env = {**os.environ, **AWS_ENV, "ARCHIVER_API_TOKEN": self.token}
         if self.config.daemon_pythonpath:
             env["PYTHONPATH"] = self.config.daemon_pythonpath

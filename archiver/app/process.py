@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from archiver.archive import crashpoints
 from archiver.errors import ConfigError
-from archiver.live.loop import files_for
+from archiver.live.loop import files_to_raise
 from archiver.upstream.sessionlist import HASH_KEY_SECRET, Digests, keyed_hash_digests, sha256_digests
 
 
@@ -38,7 +38,7 @@ def apply(environ: Mapping[str, str] = os.environ, *, tuning: bool = True, follo
     if not (tuning and tune_allocator(environ)):
         return Applied()
     if follows:
-        raise_file_limit(files_for(follows))
+        raise_file_limit(files_to_raise(follows))
     return Applied(list_digests=list_digests(environ))
 
 
@@ -82,10 +82,11 @@ def raise_file_limit(files: int) -> int:
     """Raise this process's open-file soft limit to ``files``, as far as the hard limit allows (never
     lower it); returns the soft limit after.
 
-    A daemon following thousands of sessions holds two descriptors per follow (`live.loop.files_for`),
-    past the 1,024 many systems start a process with. The limit is the whole process's, so it is
-    raised here, by the entry point, for the configured follow cap; live capture only reads it and
-    follows what it leaves room for (`LiveCapture.start`, with a warning)."""
+    A daemon following thousands of sessions holds two descriptors per follow (`live.loop.files_for`)
+    and a seal's after it ends (`files_to_raise`), past the 1,024 many systems start a process with.
+    The limit is the whole process's, so it is raised here, by the entry point, for the configured
+    follow cap; live capture only reads it and follows what it leaves room for (`LiveCapture.start`,
+    with a warning)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < files:
         target = files if hard == resource.RLIM_INFINITY else min(files, hard)

@@ -438,7 +438,7 @@ class Fetcher:
         ``segment``) as a logs item of its own."""
         assert self.live is not None
         spooled: SpoolFile | None = None
-        if row.sealed is not None:  # the capture's seal is already these very bytes, synced
+        if row.sealed is not None:  # the capture's seal is already these very bytes (synced, or by its delay)
             with contextlib.suppress(FileNotFoundError):
                 spooled = self._spool.adopt(
                     name, sealed_path(row), size=row.sealed.size, sha256=row.sealed.sha256,

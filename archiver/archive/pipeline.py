@@ -48,6 +48,7 @@ from archiver.archive.upload_stage import UploadStage
 from archiver.config.settings import Settings
 from archiver.live import store as live_store
 from archiver.live.engine import LiveCapture
+from archiver.live.loop import open_file_limit, seals_room, streams_room
 from archiver.live.policy import Tuning as LiveTuning
 from archiver.live.store import CaptureStore
 from archiver.metrics.selfmetrics import SelfMetrics
@@ -78,11 +79,15 @@ def _live_logs(settings: Settings, live: LiveCapture | None) -> LiveLogs | None:
 
 
 def capture_store(settings: Settings) -> CaptureStore:
-    """The live captures of the state dir, with their scratch (`archiver.live.scratch`) if one is set."""
+    """The live captures of the state dir, with their scratch (`archiver.live.scratch`) if one is set
+    and the room for seals its follows' open files leave (`archiver.live.loop.seals_room`)."""
+    follows, limit = (settings.follow_logs_max if settings.follow_logs else 0), open_file_limit()
     return CaptureStore(
         settings.state_dir,
         scratch_dir=settings.follow_logs_scratch_dir,
         scratch_bytes=settings.follow_logs_scratch_size,
+        seal_sync_delay=settings.follow_logs_seal_sync_delay,
+        seals_room=seals_room(streams_room(follows, limit), limit),
     )
 
 

@@ -5,7 +5,8 @@ renamed to `spool/<item-id>`; the directory is fsynced once for a batch of them 
 then may the fetch commit their `spooled`.
 Logs are gzip-compressed on the way in (`gzipstream.gzip_blocks`: stored as received, just
 smaller); artifacts are kept byte for byte. A live capture's seal (`live.store`: already the
-stored log's gzip, already synced) is adopted by a hard link instead of a copy. The fetch writes
+stored log's gzip, synced, or synced by the capture store when its delay is up if a name is left)
+is adopted by a hard link instead of a copy. The fetch writes
 here, the upload stage and its committer remove what is stored, and start-up recovery sweeps what
 no row refers to.
 """
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from archiver.archive.crashpoints import crashpoint
-from archiver.durable import fsync_dir
+from archiver.durable import fdatasync_file, fsync_dir
 from archiver.errors import TooLargeError
 from archiver.store.gzipstream import gzip_blocks
 
@@ -112,7 +113,7 @@ class Spool:
         return SpoolFile(final, size, digest.hexdigest(), received, head)
 
     def adopt(self, item_id: int | str, source: Path, *, size: int, sha256: str, received: int) -> SpoolFile:
-        """``source`` (a durable file of ``size`` bytes whose SHA-256 is ``sha256``) as the spool file
+        """``source`` (a seal of ``size`` bytes whose SHA-256 is ``sha256``) as the spool file
         of ``item_id``: hard-linked, so nothing is copied or synced (its name once `sync` ran); copied
         where the spool is on another filesystem. FileNotFoundError when ``source`` is gone."""
         final = self.final_path(item_id)
@@ -147,6 +148,8 @@ class Spool:
             if entry.is_file() and entry.name not in keep:
                 entry.unlink()
                 removed += 1
+            elif entry.is_file():  # an adopted seal a `kill -9` left waiting for its sync (`live.seal.Unsynced`)
+                fdatasync_file(entry)
         if removed:
             fsync_dir(self.directory)
         return removed

@@ -362,6 +362,15 @@ OPTIONS: tuple[Option, ...] = (
         parse_size,
         metavar="SIZE",
     ),
+    Option(
+        "follow-logs-seal-sync-delay",
+        "How long a finished capture's seal waits unsynced for its upload: one stored sooner never "
+        "reaches the disk; a machine crash loses those not yet synced (the read after the end may "
+        "still find their logs). 0: synced at once.",
+        "0s",
+        parse_duration,
+        metavar="DURATION",
+    ),
     Option("fetch-workers", "Parallel fetches from the upstream.", 4, as_int, metavar="N"),
     Option(
         "upload-workers",

@@ -257,6 +257,7 @@ class Settings:
     follow_logs_first_byte_timeout: float = _DEFAULTS["follow_logs_first_byte_timeout"]
     follow_logs_scratch_dir: Path | None = _DEFAULTS["follow_logs_scratch_dir"]
     follow_logs_scratch_size: int = _DEFAULTS["follow_logs_scratch_size"]
+    follow_logs_seal_sync_delay: float = _DEFAULTS["follow_logs_seal_sync_delay"]
     fetch_workers: int = _DEFAULTS["fetch_workers"]
     #: AUTO_WORKERS (0): sized to the store by the pipeline.
     upload_workers: int = _DEFAULTS["upload_workers"]

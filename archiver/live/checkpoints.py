@@ -58,7 +58,7 @@ class Checkpoints:
         """One checkpoint now: the rows it recorded (None: nothing, or it failed and they wait)."""
         for row in self.store.pending(self.tuning.progress_interval):
             self._unsaved[(row.key, row.index)] = row
-        if not self._unsaved and not self.store.removals_pending():
+        if not self._unsaved and not self.store.removals_pending() and not self.store.seals_unsynced():
             return None
         rows = list(self._unsaved.values())
         self._unsaved.clear()

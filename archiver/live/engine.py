@@ -177,6 +177,7 @@ class LiveCapture:
             first_byte_sum=counters.first_byte_sum,
             scratch_bytes=scratch_bytes,
             scratch_spills=spills,
+            seals_unsynced=self.store.seals_unsynced(),
         )
 
     def following(self, key: str) -> bool:
@@ -485,3 +486,4 @@ class LiveCapture:
             self.store.release(follow.segment)
         if rows := await self._checkpoints.once():
             self._saved(rows)
+        await self._checkpoints.in_background(self.store.settle_seals)

@@ -24,11 +24,13 @@ PARK_WAIT = 0.05
 EVENTS_PER_LOOK = 64
 #: Open files the rest of the daemon may need besides the follows (state DB, spool, HTTP, S3).
 OTHER_FILES = 512
+#: Seals held open for their upload without an open-file limit (`seals_room`).
+UNBOUNDED_SEALS = 1 << 20
 
 
 def files_for(streams: int) -> int:
     """Open files a daemon following ``streams`` sessions needs: a socket and a capture file each,
-    and OTHER_FILES for the rest (what the entry point raises the limit to: `app.process.apply`)."""
+    and OTHER_FILES for the rest (`files_to_raise` adds the seals)."""
     return 2 * streams + OTHER_FILES
 
 
@@ -38,6 +40,21 @@ def streams_room(streams: int, soft_limit: int) -> int:
     if soft_limit == resource.RLIM_INFINITY:
         return streams
     return max(0, min(streams, (soft_limit - OTHER_FILES) // 2))
+
+
+def files_to_raise(streams: int) -> int:
+    """What the entry point raises the open-file limit to for ``streams`` follows: their files
+    (`files_for`), and one more each for a seal held for its upload (`seals_room`)."""
+    return files_for(streams) + streams
+
+
+def seals_room(streams: int, soft_limit: int) -> int:
+    """How many seals a capture store may hold open for their upload (`seal.Unsynced`) beside
+    ``streams`` follows under ``soft_limit``: what the follows (`files_for`) leave; one more is
+    synced at once."""
+    if soft_limit == resource.RLIM_INFINITY:
+        return UNBOUNDED_SEALS
+    return max(0, soft_limit - files_for(streams))
 
 
 def open_file_limit() -> int:

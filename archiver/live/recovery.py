@@ -123,7 +123,15 @@ def _unrecorded(directory: Path, rows: Sequence[SegmentRow]) -> list[SegmentRow]
 def _recovered(row: SegmentRow) -> Kept:
     """What the segment's file really holds, beyond or instead of its checkpoint."""
     if row.state != FOLLOWING and row.sealed is not None and not row.path.exists():
-        return row.kept  # sealed: its seal holds the lines (`_seal_holds` checks it)
+        if _seal_holds(row):
+            return row.kept  # sealed: its seal holds the lines
+        # A machine crash before a delayed seal was synced (`--follow-logs-seal-sync-delay`), its
+        # lines file already gone: nothing is left to seal again (the read after the end may still
+        # find the logs at the service).
+        log.warning("live capture of %r segment %d: its seal was lost and no lines file is left; kept as a gap",
+                    row.session_id, row.index)  # fmt: skip
+        row.path.touch(mode=0o600)  # as every segment, an empty one has its lines file
+        return Kept()
     try:
         size = row.path.stat().st_size
     except FileNotFoundError:

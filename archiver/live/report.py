@@ -46,6 +46,8 @@ class LiveStats:
     #: Bytes of running captures in the scratch (`archiver.live.scratch`), and spills out of it.
     scratch_bytes: int = 0
     scratch_spills: int = 0
+    #: Seals named but not synced yet (`seal.Unsynced`).
+    seals_unsynced: int = 0
 
 
 def bucket_of(seconds: float) -> int:

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import hashlib
 import os
+import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -63,3 +64,66 @@ def unseal_to(row: SegmentRow, path: Path) -> None:
             partial(path).unlink()
         raise
     os.replace(partial(path), path)
+
+
+class Unsynced:
+    """Seals named but not yet synced, each until its due time (`--follow-logs-seal-sync-delay`):
+    one whose every name is gone by then (its upload done, its capture removed) never reaches the
+    disk: its pages are dropped before the kernel writes them back. Each is held by an open
+    descriptor, as its spool hard link may be its only name left. Thread-safe."""
+
+    def __init__(self, delay: float, directory_fd: int, room: int) -> None:
+        self.delay = delay
+        self._directory_fd = directory_fd
+        #: Most seals held at once (`live.loop.seals_room`: open files); one more is synced at once.
+        self._room = room
+        self._lock = threading.Lock()
+        #: (due, descriptor) in the order they were named.
+        self._held: list[tuple[float, int]] = []
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._held)
+
+    def add(self, path: Path, now: float) -> None:
+        """``path``, just named, is synced at ``now`` + the delay (by `settle` then)."""
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        with self._lock:
+            full = len(self._held) >= self._room
+            self._held.append((now if full else now + self.delay, fd))
+
+    def settle(self, now: float | None) -> int:
+        """Sync the seals due by ``now`` (None: all) that still have a name, then their directory;
+        let go of those without one (at once, due or not: the sooner their pages are dropped, the
+        surer the kernel never wrote them). The seals synced."""
+        with self._lock:
+            held, self._held = self._held, []
+        kept: list[tuple[float, int]] = []
+        synced = 0
+        try:
+            while held:
+                due, fd = held.pop(0)
+                if os.fstat(fd).st_nlink and (now is not None and due > now):
+                    kept.append((due, fd))
+                    continue
+                try:
+                    if os.fstat(fd).st_nlink:
+                        os.fdatasync(fd)
+                        synced += 1
+                except BaseException:
+                    kept.append((due, fd))  # tried again at the next settle
+                    raise
+                os.close(fd)
+            if synced:
+                os.fsync(self._directory_fd)
+        finally:
+            with self._lock:
+                self._held[:0] = kept + held
+        return synced
+
+    def close(self) -> None:
+        """Let go of every seal, synced or not (the store is closing after `settle(None)`)."""
+        with self._lock:
+            held, self._held = self._held, []
+        for _, fd in held:
+            os.close(fd)

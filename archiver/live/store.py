@@ -8,28 +8,28 @@ its line count, byte size, chain digest (`resume`), state and seal. Lines are wr
 they arrive (one ``write`` per received piece: a ``kill -9`` loses nothing the kernel had), and every
 `Tuning.checkpoint_interval` one transaction records the dirty segments' values.
 
-What is synced, and why only that (issue 35): a running session's lines are not synced by us; the
-kernel writes them back within its own interval, and a machine crash before that costs nothing the
-service cannot give again (the follow replays the running session's log, and the replay skips the
-kept prefix). A segment becomes irreplaceable when it finishes (the service may forget a session's
-logs at its end): the next checkpoint, within a fraction of a second, **seals** it: its lines are
-compressed into ``{digest}.{segment}.{lines}.gz`` exactly as the stored log object (`gzipstream.
-gzip_blocks`, deterministic), that file's data and the directory are synced, and only then does the
-row that names the seal (size, SHA-256) commit. The archive step hard-links the seal into its spool
-instead of compressing and syncing a copy; the raw file of a sealed segment is deleted with the
-capture, mostly before the kernel ever wrote it. Thousands of sessions cost one transaction per
-checkpoint, one sync per finished segment, and their removals share the next checkpoint's
-transaction. Only what the archiver wrote is synced, never the whole filesystem.
+What is synced, and why only that (issue 35): a running session's lines are not synced by us (a
+machine crash costs nothing the follow's replay cannot bring again, the replay skipping the kept
+prefix). A segment becomes irreplaceable when it finishes (the service may forget a session's logs
+at its end): the next checkpoint, within a fraction of a second, **seals** it: its lines compressed
+into ``{digest}.{segment}.{lines}.gz`` exactly as the stored log object (`gzipstream.gzip_blocks`,
+deterministic), synced with the directory, and only then does the row that names the seal (size,
+SHA-256) commit. With a seal sync delay (`seal.Unsynced`) the row commits at once and the seal is
+synced when the delay is up, if its upload has not removed it by then. The archive step hard-links
+the seal into its spool instead of compressing and syncing a copy; a sealed segment's raw file is
+deleted, mostly before the kernel wrote it. Thousands of sessions cost one transaction per
+checkpoint and at most one sync per finished segment. Only what the archiver wrote is synced.
 
 Recovery (at open) trusts a checkpoint and re-reads only what follows it: complete lines written
 after it (a ``kill -9`` loses nothing the kernel had) extend the chain; a torn last line is cut
 off; a file shorter than its checkpoint (a machine crash before the kernel wrote it back) is
 re-read whole: a running segment goes on from what the disk holds (the replay brings the rest), a
-finished one says `gap`. A seal missing or short is made again; finished segments of an older
-archiver (no seal) are sealed. A file without a row (its follow began after the last checkpoint)
-is kept when another segment's row names its session (a segment begun after a divergence: its
-lines are scanned to rebuild the row, and the segments before it end as diverged); else, its key
-unknown, it is deleted, and the session's replay brings the lines again.
+finished one says `gap`. A seal missing or short is made again (its lines file gone too, an empty
+`gap`); finished segments of an older archiver (no seal) are sealed. A file without a row (its
+follow began after the last checkpoint) is kept when another segment's row names its session (a
+segment begun after a divergence: its lines are scanned to rebuild the row, and the segments
+before it end as diverged); else, its key unknown, it is deleted, and the session's replay brings
+the lines again.
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from archiver.durable import fdatasync_file
 from archiver.errors import StateError
 from archiver.live import seal
+from archiver.live.loop import UNBOUNDED_SEALS
 from archiver.live.policy import Finish
 from archiver.live.recovery import recover
 from archiver.live.resume import Kept
@@ -110,6 +110,8 @@ class CaptureStore:
         *,
         scratch_dir: Path | None = None,
         scratch_bytes: int = SCRATCH_BYTES,
+        seal_sync_delay: float = 0.0,
+        seals_room: int = UNBOUNDED_SEALS,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.directory = state_dir / DIR_NAME
@@ -143,6 +145,8 @@ class CaptureStore:
             self._db.execute(_SCHEMA)
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            #: Seals not synced yet, each until its delay is up (`seal.Unsynced`).
+            self._unsynced = seal.Unsynced(seal_sync_delay, self._dir_fd, seals_room)
             #: Running captures' lines files off the disk (`scratch`), or None: in `directory`.
             self._scratch = None if scratch_dir is None else Scratch(scratch_dir, self.directory, scratch_bytes)
         except sqlite3.DatabaseError as exc:
@@ -200,6 +204,11 @@ class CaptureStore:
         if scratch is not None:
             scratch.counted()
         self._removed |= found.removed
+        # Seals a `kill -9` may have left unsynced wait as if just made (`seal.Unsynced`).
+        now = self._clock()
+        for row in self._rows("SELECT * FROM segments WHERE sealed_size IS NOT NULL"):
+            with contextlib.suppress(FileNotFoundError):
+                self._unsynced.add(sealed_path(row), now)
         self.checkpoint(found.changed)
 
     def removals_pending(self) -> bool:
@@ -391,14 +400,14 @@ class CaptureStore:
             for r in rows
         ]
         written = [sealed_path(r) for r, o in zip(sealed, rows, strict=True) if r is not o]
-        # All seals written first, then synced, then named: seals made together share the blocks
-        # of their inodes, and each block is written once, not once per seal.
-        for path in written:
-            fdatasync_file(seal.partial(path))
+        # All seals written first, then named, then those due synced (without a delay, all of them
+        # before their rows commit): seals made together share the blocks of their inodes, and
+        # each block is written once, not once per seal.
+        now = self._clock()
         for path in written:
             os.replace(seal.partial(path), path)
-        if written:
-            os.fsync(self._dir_fd)
+            self._unsynced.add(path, now)
+        self._unsynced.settle(now)
         self._record(sealed, removed)
         # A sealed segment keeps its seal only: its lines file goes (mostly before the kernel wrote
         # it), unless it is being appended to again (its session listed again meanwhile).
@@ -502,7 +511,18 @@ class CaptureStore:
             self.remove(key)
         return len(removed)
 
+    def seals_unsynced(self) -> int:
+        """Seals named but not synced yet (`--follow-logs-seal-sync-delay`): a checkpoint settles them."""
+        return len(self._unsynced)
+
+    def settle_seals(self) -> None:
+        """Sync every seal still waiting that has a name left (a stop: the next start may be on a
+        machine that crashed meanwhile)."""
+        self._unsynced.settle(None)
+
     def close(self) -> None:
+        self.settle_seals()
+        self._unsynced.close()
         self.checkpoint([])  # the removals not recorded yet
         with self._lock:
             self._db.close()

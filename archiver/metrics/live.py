@@ -38,6 +38,10 @@ _HELP = {
         "Running captures moved from the scratch to the state dir: the scratch reached "
         "--follow-logs-scratch-size or its filesystem was full."
     ),
+    "archiver_live_seals_unsynced": (
+        "Finished captures' seals not synced yet, each waiting up to --follow-logs-seal-sync-delay for "
+        "its upload: what a machine crash now would lose where the service forgot the logs."
+    ),
     "archiver_live_first_byte_seconds": (
         "Seconds from a session's first listing to the first line captured of its log by a live follow."
     ),
@@ -60,6 +64,7 @@ class LiveMetrics:
         self._captures = family.counter("archiver_live_captures", "state")
         self._scratch_bytes = family.gauge("archiver_live_scratch_bytes")
         self._spills = family.counter("archiver_live_scratch_spills")
+        self._unsynced = family.gauge("archiver_live_seals_unsynced")
         for reason in Ending:
             self._reconnects.labels(reason.value)
         for state in Finish:
@@ -87,6 +92,7 @@ class LiveMetrics:
             self._bytes.inc(max(0, stats.bytes - last.bytes))
             self._scratch_bytes.set(stats.scratch_bytes)
             self._spills.inc(max(0, stats.scratch_spills - last.scratch_spills))
+            self._unsynced.set(stats.seals_unsynced)
             for reason, count in stats.reconnects.items():
                 self._reconnects.labels(str(reason)).inc(max(0, count - last.reconnects.get(reason, 0)))
             for state, count in stats.finished.items():

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from archiver.live.loop import files_for
+from archiver.live.loop import files_to_raise
 
 #: The soft open-file limit each probe starts from: below what FOLLOWS need.
 LOW = 256
@@ -53,7 +53,7 @@ def _probe(how: str, follows: int, **env: str) -> dict[str, Any]:
     """`how`: "import" (every archiver module, nothing else), "apply" (as `archiver run`) or
     "untuned" (as `archiver archive`), in an interpreter with a random hash key unless `env` says."""
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    if hard != resource.RLIM_INFINITY and hard < files_for(FOLLOWS):
+    if hard != resource.RLIM_INFINITY and hard < files_to_raise(FOLLOWS):
         pytest.skip(f"the hard open-file limit {hard} leaves no room to raise the soft one")
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONHASHSEED", "ARCHIVER_PROCESS_TUNING")}
     out = subprocess.run(
@@ -73,7 +73,7 @@ def test_importing_every_archiver_module_changes_no_process_limit_and_keeps_sha2
 
 def test_the_daemons_start_raises_the_file_limit_for_its_follow_cap_and_picks_the_keyed_hash() -> None:
     assert _probe("apply", FOLLOWS) == {
-        "soft_limit": files_for(FOLLOWS),
+        "soft_limit": files_to_raise(FOLLOWS),
         "gc_tuned": True,
         "digests": "keyed_hash_digests",
     }
@@ -95,7 +95,7 @@ def test_process_tuning_switched_off_leaves_the_limit_and_the_gc_alone_and_keeps
 @pytest.mark.parametrize("seed", ["0", "12345"])  # randomisation off (an all-zero key), a known key
 def test_a_fixed_hash_seed_keeps_sha256_digests_under_the_tuning(seed: str) -> None:
     assert _probe("apply", FOLLOWS, PYTHONHASHSEED=seed) == {
-        "soft_limit": files_for(FOLLOWS),
+        "soft_limit": files_to_raise(FOLLOWS),
         "gc_tuned": True,
         "digests": "sha256_digests",
     }

@@ -113,3 +113,20 @@ def test_the_spool_syncs_its_directory_once_for_a_batch_of_files(
     spool.sync()
     assert synced == [spool.directory]
     assert sorted(p.name for p in spool.directory.iterdir()) == ["0", "1", "2", "3"]
+
+
+def test_the_start_up_sweep_syncs_the_spool_files_it_keeps_and_deletes_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An adopted seal a `kill -9` left waiting for its delayed sync (`--follow-logs-seal-sync-delay`)
+    is synced by the next start's sweep, with every file a spooled item still names."""
+    spool = Spool(tmp_path / "spool")
+    seal = tmp_path / "seal.gz"
+    seal.write_bytes(gzip.compress(b"x\n"))
+    spool.adopt(1, seal, size=seal.stat().st_size, sha256="0" * 64, received=2)
+    spool.write(2, iter([b"orphan\n"]), compress=True, limit=None)
+    synced: list[str] = []
+    real = spool_module.fdatasync_file
+    monkeypatch.setattr(spool_module, "fdatasync_file", lambda path: (synced.append(path.name), real(path))[1])
+    assert spool.sweep({"1"}) == 1
+    assert synced == ["1"] and [p.name for p in spool.directory.iterdir()] == ["1"]

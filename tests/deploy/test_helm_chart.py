@@ -542,6 +542,8 @@ def test_by_default_running_captures_are_kept_in_a_memory_emptydir_at_the_scratc
     settings = daemon_settings(docs, tmp_path)
     assert settings.follow_logs_scratch_dir == Path(mount["mountPath"])
     assert settings.follow_logs_scratch_size == 96 * MIB < quantity_bytes(volume["emptyDir"]["sizeLimit"])
+    # Seals wait 20s for their upload before they are synced: under the kernel's 30s writeback.
+    assert settings.follow_logs_seal_sync_delay == 20.0
     # Not on the state volume, and not in the helm test pod (`archiver check` keeps no captures).
     assert mount["mountPath"] != toml["state_dir"]
     assert "capture-scratch" not in {v["name"] for v in one(docs, "Pod")["spec"]["volumes"]}

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from archiver.archive.state.rows import session_key
 from archiver.config.credentials import Token
@@ -28,6 +29,7 @@ from archiver.live.loop import streams_room
 from archiver.live.policy import Finish, Tuning
 from archiver.live.segment import FOLLOWING, Segment
 from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
+from archiver.metrics.live import LiveMetrics
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN
 from tests.support import LIVE_FAST, wait_until
@@ -196,6 +198,24 @@ def test_a_stopped_and_restarted_capture_resumes_from_its_checkpoint_without_a_l
         svc.end_session(TEST_TOKEN, sid)
         wait_until(lambda: finished(second.store, ref.key), message="capture finished")
     assert captured(second.store, ref.key) == [("complete", render_ndjson(svc.log_lines(TEST_TOKEN, sid)))]
+
+
+def test_a_stop_syncs_the_seals_still_waiting_for_their_upload(
+    svc: FakeService, make_engine: Callable[..., LiveCapture], tmp_path: Path
+) -> None:
+    """With `--follow-logs-seal-sync-delay`, a finished capture's seal waits unsynced, shown by
+    `archiver_live_seals_unsynced`; a stop does not leave it so (the next start may follow a
+    machine crash)."""
+    engine = make_engine(svc, captures=CaptureStore(tmp_path, seal_sync_delay=3600.0))
+    _, ref = follow_to_its_end(svc, engine)
+    wait_until(lambda: engine.store.segments(ref.key)[-1].sealed is not None, message="sealed")
+    registry = CollectorRegistry()
+    metrics = LiveMetrics(registry)
+    metrics.report(engine.stats)
+    assert registry.get_sample_value("archiver_live_seals_unsynced") == 1
+    engine.stop()
+    metrics.report(engine.stats)
+    assert registry.get_sample_value("archiver_live_seals_unsynced") == 0
 
 
 _CHILD = textwrap.dedent(

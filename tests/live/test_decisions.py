@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from archiver.live import resume
 from archiver.live.followset import SessionRef, plan, ref_of
 from archiver.live.lines import MAX_LINE, LineSplitter
-from archiver.live.loop import OTHER_FILES, files_for, streams_room
+from archiver.live.loop import OTHER_FILES, UNBOUNDED_SEALS, files_for, seals_room, streams_room
 from archiver.live.policy import (
     Ending,
     Finish,
@@ -231,6 +231,22 @@ def test_the_follows_are_capped_to_what_the_open_file_limit_leaves_room_for(
     streams: int, soft_limit: int, room: int
 ) -> None:
     assert streams_room(streams, soft_limit) == room
+
+
+@pytest.mark.parametrize(
+    ("streams", "soft_limit", "room"),
+    [
+        (5000, 15_512, 5000),  # what the entry point raises it to for 5,000: a seal per follow
+        (5000, 10_512, 0),  # the follows take it all: each seal is synced at once
+        (5000, 1024, 0),
+        (0, 1024, 1024 - OTHER_FILES),  # `archiver archive`: no follows
+        (5000, resource.RLIM_INFINITY, UNBOUNDED_SEALS),
+    ],
+)
+def test_seals_are_held_for_their_upload_only_in_the_open_files_the_follows_leave(
+    streams: int, soft_limit: int, room: int
+) -> None:
+    assert seals_room(streams, soft_limit) == room
 
 
 @given(st.integers(min_value=0, max_value=10**6))

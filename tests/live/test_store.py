@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import hashlib
 import os
@@ -9,12 +10,15 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
 from archiver.errors import StateError
-from archiver.live.policy import Finish
+from archiver.live.checkpoints import Checkpoints
+from archiver.live.follow import Counters
+from archiver.live.policy import Finish, Tuning
 from archiver.live.resume import Kept
 from archiver.live.segment import FOLLOWING, Segment, sealed_path
 from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
@@ -229,14 +233,125 @@ def test_a_finished_segment_is_sealed_as_its_stored_log_and_a_running_one_is_nev
     (row,) = store.segments("2:done")
     assert row.sealed is not None and store.segments(KEY)[0].sealed is None
     seal = sealed_path(row)
-    assert synced == [f"{seal}.partial"]  # written beside, synced, then renamed into place
+    assert synced == [str(seal)]  # written beside, renamed into place, synced before its row commits
     body = seal.read_bytes()
     assert (len(body), hashlib.sha256(body).hexdigest()) == (row.sealed.size, row.sealed.sha256)
     assert gzip.decompress(body) == b"".join(x + b"\n" for x in capture_lines(7))
     assert body == b"".join(gzip_blocks(store.read(row)))
     store.append(running, capture_lines(2, start=5))
     checkpoint(store)
-    assert synced == [f"{seal}.partial"]  # the running segment's new lines: recorded, not synced
+    assert synced == [str(seal)]  # the running segment's new lines: recorded, not synced
+
+
+def test_a_delayed_seal_is_synced_only_if_a_name_outlives_its_delay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 35, `--follow-logs-seal-sync-delay`: a seal's row commits at once, its data is synced
+    when the delay is up, and only if a name is left then (a spool's hard link counts); one whose
+    names all went sooner (its upload done) is never synced; closing syncs what is left."""
+    now = [0.0]
+    store = CaptureStore(tmp_path, seal_sync_delay=20.0, clock=lambda: now[0])
+    synced: list[int] = []  # the inodes synced: a seal's own name may be gone by then
+    real = os.fdatasync
+
+    def recording(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", recording)
+    uploaded, late, closing = (store.begin(f"{n}:s{n}", f"s{n}", n, 0) for n in (1, 2, 3))
+    for segment in (uploaded, late):
+        store.append(segment, capture_lines(3))
+        store.finish(segment, Finish.COMPLETE)
+    checkpoint(store)
+    (first,), (second,) = store.segments("1:s1"), store.segments("2:s2")
+    assert first.sealed is not None and second.sealed is not None  # recorded, though not synced
+    assert synced == [] and store.seals_unsynced() == 2
+    spooled = tmp_path / "spooled"
+    os.link(sealed_path(second), spooled)  # as the spool adopts a seal
+    store.remove("1:s1")
+    store.remove("2:s2")  # its capture is removed once spooled: the spool's name is its last
+    now[0] = 10.0
+    checkpoint(store)
+    assert synced == [] and store.seals_unsynced() == 1  # the first has no name left: let go unsynced
+    store.append(closing, capture_lines(2))
+    store.finish(closing, Finish.GAP)
+    checkpoint(store)
+    now[0] = 20.0
+    checkpoint(store)
+    assert synced == [spooled.stat().st_ino] and spooled.read_bytes().startswith(b"\x1f\x8b")
+    assert store.seals_unsynced() == 1  # the third is due at 30
+    (third,) = store.segments("3:s3")
+    store.close()
+    assert synced == [spooled.stat().st_ino, sealed_path(third).stat().st_ino]
+
+
+def test_seals_a_kill_9_left_unsynced_wait_again_after_the_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process that held a seal for its delay died: the next open holds it again, as if just
+    made, and syncs it when due (the kernel kept its pages; a machine crash would not)."""
+    now = [0.0]
+    _finished(CaptureStore(tmp_path, seal_sync_delay=20.0), 3)  # never closed: as a `kill -9` leaves it
+    again = CaptureStore(tmp_path, seal_sync_delay=20.0, clock=lambda: now[0])
+    (row,) = again.segments(KEY)
+    assert again.seals_unsynced() == 1
+    synced = _synced_paths(monkeypatch)
+    now[0] = 20.0
+    checkpoint(again)
+    assert synced == [str(sealed_path(row))] and again.seals_unsynced() == 0
+    again.close()
+
+
+def test_a_seal_past_the_room_for_held_seals_is_synced_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each held seal keeps a file open: past the room the open-file limit leaves, a seal is
+    synced before its row commits, as without a delay."""
+    store = CaptureStore(tmp_path, seal_sync_delay=20.0, seals_room=1, clock=lambda: 0.0)
+    synced = _synced_paths(monkeypatch)
+    held, past = (store.begin(f"{n}:s{n}", f"s{n}", n, 0) for n in (1, 2))
+    for segment in (held, past):
+        store.append(segment, capture_lines(2))
+        store.finish(segment, Finish.COMPLETE)
+    checkpoint(store)
+    (first,), (second,) = store.segments("1:s1"), store.segments("2:s2")
+    assert synced == [str(sealed_path(second))] and store.seals_unsynced() == 1
+    store.close()
+    assert synced == [str(sealed_path(second)), str(sealed_path(first))]
+
+
+def test_the_checkpoint_job_settles_delayed_seals_when_nothing_else_changed(tmp_path: Path) -> None:
+    """Seals still waiting keep the checkpoint job running with no segment changed, so each is
+    synced (or let go) when due, not at the next unrelated change."""
+    now = [0.0]
+    store = CaptureStore(tmp_path, seal_sync_delay=5.0, clock=lambda: now[0])
+    _finished(store, 2)
+    gate = threading.Event()
+    gate.set()
+    job = Checkpoints(store, Tuning(), gate, Counters())
+    assert store.seals_unsynced() == 1
+    assert asyncio.run(job.once()) == [] and store.seals_unsynced() == 1  # not due yet
+    now[0] = 5.0
+    asyncio.run(job.once())
+    assert store.seals_unsynced() == 0 and asyncio.run(job.once()) is None  # settled: nothing left to do
+    job.shutdown()
+    store.close()
+
+
+def test_a_seal_lost_unsynced_with_its_lines_file_gone_reopens_as_an_empty_gap(tmp_path: Path) -> None:
+    """A machine crash before a delayed seal was synced leaves it empty (or no file), its lines file
+    already deleted: the store opens, the segment says `gap` with no lines, and no seal is left."""
+    store = CaptureStore(tmp_path, seal_sync_delay=20.0)
+    segment = _finished(store, 3)
+    (row,) = store.segments(KEY)
+    assert row.sealed is not None and not segment.path.exists()
+    sealed_path(row).write_bytes(b"")  # what the disk held of it after the crash
+
+    recovered = CaptureStore(tmp_path)
+    (lost,) = recovered.segments(KEY)
+    assert (lost.state, lost.kept, lost.sealed) == (Finish.GAP, Kept(), None)
+    assert b"".join(recovered.read(lost)) == b""
+    assert list((tmp_path / DIR_NAME).glob("*.gz")) == []
+    recovered.close()
 
 
 def test_a_removed_capture_is_gone_at_once_and_its_rows_leave_with_the_next_checkpoint(tmp_path: Path) -> None:
