@@ -74,19 +74,21 @@ def _live_logs(settings: Settings, live: LiveCapture | None) -> LiveLogs | None:
     if live is not None:
         return LiveLogs(live.store, live.following)
     if (settings.state_dir / live_store.DIR_NAME / live_store.DB_NAME).is_file():
-        return LiveLogs(capture_store(settings))
+        return LiveLogs(capture_store(settings, followed=False))
     return None
 
 
-def capture_store(settings: Settings) -> CaptureStore:
-    """The live captures of the state dir, with their scratch (`archiver.live.scratch`) if one is set
-    and the room for seals its follows' open files leave (`archiver.live.loop.seals_room`)."""
+def capture_store(settings: Settings, *, followed: bool = True) -> CaptureStore:
+    """The live captures of the state dir, with their scratch (`archiver.live.scratch`) if one is set.
+    ``followed``: for a live engine, whose checkpoint job settles seals held for their upload (in
+    the room its follows' open files leave: `archiver.live.loop.seals_room`); else every seal is
+    synced at once."""
     follows, limit = (settings.follow_logs_max if settings.follow_logs else 0), open_file_limit()
     return CaptureStore(
         settings.state_dir,
         scratch_dir=settings.follow_logs_scratch_dir,
         scratch_bytes=settings.follow_logs_scratch_size,
-        seal_sync_delay=settings.follow_logs_seal_sync_delay,
+        seal_sync_delay=settings.follow_logs_seal_sync_delay if followed else 0.0,
         seals_room=seals_room(streams_room(follows, limit), limit),
     )
 
@@ -252,7 +254,7 @@ class Pipeline:
         if moved:
             log.info("the state dir moved: %d spool files found by name in %s", moved, self.spool.directory)
         keep = {Path(p).name for p in self.state.spool_paths_in_use()}
-        removed = self.spool.sweep(keep)
+        removed = self.spool.sweep(keep, sync_kept=self.settings.follow_logs_seal_sync_delay > 0)
         # Multipart uploads in the journal are resumed by put_file itself; everything else under
         # our prefix is an orphan of a crash between CreateMultipartUpload and the journal commit.
         self._uploads.sweep_orphans()

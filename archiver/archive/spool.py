@@ -137,8 +137,10 @@ class Spool:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
 
-    def sweep(self, keep: set[str]) -> int:
-        """Delete `.partial` files and spool files no spooled item refers to (start-up only).
+    def sweep(self, keep: set[str], *, sync_kept: bool = False) -> int:
+        """Delete `.partial` files and spool files no spooled item refers to (start-up only); with
+        ``sync_kept``, sync the others: seals adopted while waiting for their delayed sync
+        (`live.seal.Unsynced`) that a `kill -9` left so.
 
         `keep` holds file names (not paths): the state dir may be reached by another path after
         a restart.
@@ -148,7 +150,7 @@ class Spool:
             if entry.is_file() and entry.name not in keep:
                 entry.unlink()
                 removed += 1
-            elif entry.is_file():  # an adopted seal a `kill -9` left waiting for its sync (`live.seal.Unsynced`)
+            elif sync_kept and entry.is_file():
                 fdatasync_file(entry)
         if removed:
             fsync_dir(self.directory)

@@ -22,6 +22,9 @@ log = logging.getLogger("archiver.live")
 
 T = TypeVar("T")
 
+#: Seconds between the checkpoints that settle seals held for their upload (`seal.Unsynced`).
+SEAL_LOOK = 1.0
+
 
 class Checkpoints:
     """Runs on the capture's event loop (`run`, `once`); the store's writes on its own thread,
@@ -45,8 +48,11 @@ class Checkpoints:
         """The job: checkpoint every interval or soon after `soon`; ``saved`` gets each one's rows."""
         self._soon = asyncio.Event()
         while True:
+            every = self.tuning.checkpoint_interval
+            if self.store.seals_unsynced():  # each synced within a second of its due time, or let go
+                every = min(every, SEAL_LOOK)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.tuning.checkpoint_interval):
+                async with asyncio.timeout(every):
                     await self._soon.wait()
                 await asyncio.sleep(min(0.2, self.tuning.checkpoint_interval))
             self._soon.clear()

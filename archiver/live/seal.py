@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from archiver.durable import fdatasync_file
 from archiver.live.segment import READ_BLOCK, Sealed, SegmentRow, sealed_path
 from archiver.store.gzipstream import gunzip, gzip_blocks
 
@@ -70,60 +71,66 @@ class Unsynced:
     """Seals named but not yet synced, each until its due time (`--follow-logs-seal-sync-delay`):
     one whose every name is gone by then (its upload done, its capture removed) never reaches the
     disk: its pages are dropped before the kernel writes them back. Each is held by an open
-    descriptor, as its spool hard link may be its only name left. Thread-safe."""
+    descriptor, as its spool hard link may be its only name left. Without a delay, or past the
+    room the open-file limit leaves, a seal is synced as it is added. The caller makes the names
+    durable (a directory fsync) before the rows that name the seals commit. Thread-safe: one lock
+    around every change (a settle's syncs included); the count is read without it."""
 
-    def __init__(self, delay: float, directory_fd: int, room: int) -> None:
+    def __init__(self, delay: float, room: int) -> None:
         self.delay = delay
-        self._directory_fd = directory_fd
         #: Most seals held at once (`live.loop.seals_room`: open files); one more is synced at once.
         self._room = room
         self._lock = threading.Lock()
         #: (due, descriptor) in the order they were named.
         self._held: list[tuple[float, int]] = []
+        self._count = 0
 
     def __len__(self) -> int:
-        with self._lock:
-            return len(self._held)
+        return self._count
 
     def add(self, path: Path, now: float) -> None:
-        """``path``, just named, is synced at ``now`` + the delay (by `settle` then)."""
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        """``path``, just named: synced now without a delay or room, else held until ``now`` + the delay."""
         with self._lock:
-            full = len(self._held) >= self._room
-            self._held.append((now if full else now + self.delay, fd))
+            if self.delay <= 0 or len(self._held) >= self._room:
+                fdatasync_file(path)
+                return
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            self._held.append((now + self.delay, fd))
+            self._count = len(self._held)
 
     def settle(self, now: float | None) -> int:
-        """Sync the seals due by ``now`` (None: all) that still have a name, then their directory;
-        let go of those without one (at once, due or not: the sooner their pages are dropped, the
-        surer the kernel never wrote them). The seals synced."""
+        """Sync the held seals due by ``now`` (None: all) that still have a name; let go of those
+        without one at once, due or not (the sooner their pages are dropped, the surer the kernel
+        never wrote them). A sync that fails lets its seal go too and raises: Linux reports a
+        writeback error once per open file, so a second try on it would claim a success. The
+        seals synced."""
         with self._lock:
-            held, self._held = self._held, []
-        kept: list[tuple[float, int]] = []
-        synced = 0
-        try:
-            while held:
-                due, fd = held.pop(0)
-                if os.fstat(fd).st_nlink and (now is not None and due > now):
-                    kept.append((due, fd))
-                    continue
-                try:
-                    if os.fstat(fd).st_nlink:
-                        os.fdatasync(fd)
-                        synced += 1
-                except BaseException:
-                    kept.append((due, fd))  # tried again at the next settle
-                    raise
-                os.close(fd)
-            if synced:
-                os.fsync(self._directory_fd)
-        finally:
-            with self._lock:
-                self._held[:0] = kept + held
+            kept: list[tuple[float, int]] = []
+            synced = 0
+            try:
+                for at, (due, fd) in enumerate(self._held):
+                    try:
+                        named = os.fstat(fd).st_nlink > 0
+                        if named and now is not None and due > now:
+                            kept.append((due, fd))
+                            continue
+                        if named:
+                            os.fdatasync(fd)
+                            synced += 1
+                    except BaseException:
+                        kept.extend(self._held[at + 1 :])
+                        os.close(fd)
+                        raise
+                    os.close(fd)
+            finally:
+                self._held = kept
+                self._count = len(kept)
         return synced
 
     def close(self) -> None:
         """Let go of every seal, synced or not (the store is closing after `settle(None)`)."""
         with self._lock:
-            held, self._held = self._held, []
-        for _, fd in held:
-            os.close(fd)
+            for _, fd in self._held:
+                os.close(fd)
+            self._held = []
+            self._count = 0

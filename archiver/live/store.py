@@ -14,10 +14,10 @@ prefix). A segment becomes irreplaceable when it finishes (the service may forge
 at its end): the next checkpoint, within a fraction of a second, **seals** it: its lines compressed
 into ``{digest}.{segment}.{lines}.gz`` exactly as the stored log object (`gzipstream.gzip_blocks`,
 deterministic), synced with the directory, and only then does the row that names the seal (size,
-SHA-256) commit. With a seal sync delay (`seal.Unsynced`) the row commits at once and the seal is
-synced when the delay is up, if its upload has not removed it by then. The archive step hard-links
-the seal into its spool instead of compressing and syncing a copy; a sealed segment's raw file is
-deleted, mostly before the kernel wrote it. Thousands of sessions cost one transaction per
+SHA-256) commit. With a seal sync delay (`seal.Unsynced`) the row commits once the seal's name is
+synced, its data when the delay is up if its upload has not removed it by then. The archive step
+hard-links the seal into its spool instead of compressing and syncing a copy; a sealed segment's
+raw file is deleted, mostly before the kernel wrote it. Thousands of sessions cost one transaction per
 checkpoint and at most one sync per finished segment. Only what the archiver wrote is synced.
 
 Recovery (at open) trusts a checkpoint and re-reads only what follows it: complete lines written
@@ -46,58 +46,20 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from archiver.errors import StateError
-from archiver.live import seal
+from archiver.live import seal, table
 from archiver.live.loop import UNBOUNDED_SEALS
 from archiver.live.policy import Finish
 from archiver.live.recovery import recover
 from archiver.live.resume import Kept
 from archiver.live.scratch import ID_FILE, Scratch, is_full
-from archiver.live.segment import FOLLOWING, READ_BLOCK, Sealed, Segment, SegmentRow, sealed_path, segment_file_name
+from archiver.live.segment import FOLLOWING, READ_BLOCK, Segment, SegmentRow, sealed_path, segment_file_name
+from archiver.live.table import DB_NAME as DB_NAME  # where the table is, for its readers
 
 log = logging.getLogger("archiver.live")
 
 DIR_NAME = "live"
-DB_NAME = "captures.db"
-# A capture's shape is `logshape.NDJSON` (`{streamType, line}` entries) or `logshape.TEXT` (plain lines).
-#: 2: finished segments are sealed (`sealed_size`, `sealed_sha256`).
-SCHEMA_VERSION = 2
-#: Bytes per page of a new checkpoint DB (as the state DB's, archive/state/schema.py: issue 35).
-PAGE_SIZE = 1024
-#: Bytes of pages its WAL grows to before a commit checkpoints it (as the state DB's
-#: `schema.WAL_BYTES`: a flood's rows, inserted, sealed and deleted, reach the main file once).
-WAL_BYTES = 20 * 1024 * 1024
 #: The scratch's bound when none is given (`--follow-logs-scratch-size`).
 SCRATCH_BYTES = 256 * 1024 * 1024
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS segments (
-    key TEXT NOT NULL,              -- the session instance: '{creation ms}:{id}', as in the state DB
-    idx INTEGER NOT NULL,           -- 0, then 1, 2, ... each time a replay did not start with the kept lines
-    session_id TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    shape TEXT,                     -- 'ndjson' or 'text' once the first answer told; NULL before
-    lines INTEGER NOT NULL,
-    size INTEGER NOT NULL,
-    chain BLOB NOT NULL,
-    state TEXT NOT NULL,            -- following | complete | gap | diverged
-    began REAL NOT NULL,
-    updated REAL NOT NULL,
-    sealed_size INTEGER,            -- a finished segment's lines as the stored log's gzip: its size ...
-    sealed_sha256 TEXT,             -- ... and SHA-256 (the file `segment.sealed_path`); NULL: not sealed
-    PRIMARY KEY (key, idx)
-) WITHOUT ROWID
-"""
-#: Schema 1 → 2: seals (a v1 store's finished segments are sealed when it is opened).
-_MIGRATE_1_TO_2 = (
-    "ALTER TABLE segments ADD COLUMN sealed_size INTEGER",
-    "ALTER TABLE segments ADD COLUMN sealed_sha256 TEXT",
-)
-
-
-def _values(r: SegmentRow, now: float) -> tuple[object, ...]:
-    sealed = r.sealed
-    return (r.key, r.index, r.session_id, r.created_ms, r.shape, r.kept.lines, r.kept.size, r.kept.chain, r.state,
-            now, now, None if sealed is None else sealed.size, None if sealed is None else sealed.sha256)  # fmt: skip
 
 
 class CaptureStore:
@@ -125,28 +87,10 @@ class CaptureStore:
         self._appending: Counter[str] = Counter()
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.directory / DB_NAME, check_same_thread=False, isolation_level=None)
-            # Small pages for a new DB (an existing one keeps its own): each checkpoint rewrites
-            # the rows of every session it covers, and the WAL takes every changed page whole.
-            self._db.execute(f"PRAGMA page_size={PAGE_SIZE}")
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            page_size = self._db.execute("PRAGMA page_size").fetchone()[0]
-            self._db.execute(f"PRAGMA wal_autocheckpoint={WAL_BYTES // page_size}")
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise StateError(
-                    f"live captures {self.directory / DB_NAME} were written by a newer archiver "
-                    f"(schema {version}; this one reads {SCHEMA_VERSION})"
-                )
-            if version == 1:
-                for statement in _MIGRATE_1_TO_2:
-                    self._db.execute(statement)
-            self._db.execute(_SCHEMA)
-            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self._db = table.connect(self.directory / DB_NAME)
             self._dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
             #: Seals not synced yet, each until its delay is up (`seal.Unsynced`).
-            self._unsynced = seal.Unsynced(seal_sync_delay, self._dir_fd, seals_room)
+            self._unsynced = seal.Unsynced(seal_sync_delay, seals_room)
             #: Running captures' lines files off the disk (`scratch`), or None: in `directory`.
             self._scratch = None if scratch_dir is None else Scratch(scratch_dir, self.directory, scratch_bytes)
         except sqlite3.DatabaseError as exc:
@@ -204,11 +148,11 @@ class CaptureStore:
         if scratch is not None:
             scratch.counted()
         self._removed |= found.removed
-        # Seals a `kill -9` may have left unsynced wait as if just made (`seal.Unsynced`).
-        now = self._clock()
-        for row in self._rows("SELECT * FROM segments WHERE sealed_size IS NOT NULL"):
-            with contextlib.suppress(FileNotFoundError):
-                self._unsynced.add(sealed_path(row), now)
+        if self._unsynced.delay > 0:  # seals a `kill -9` may have left unsynced wait as if just made
+            now = self._clock()
+            for row in self._rows("SELECT * FROM segments WHERE sealed_size IS NOT NULL"):
+                with contextlib.suppress(FileNotFoundError):
+                    self._unsynced.add(sealed_path(row), now)
         self.checkpoint(found.changed)
 
     def removals_pending(self) -> bool:
@@ -400,13 +344,15 @@ class CaptureStore:
             for r in rows
         ]
         written = [sealed_path(r) for r, o in zip(sealed, rows, strict=True) if r is not o]
-        # All seals written first, then named, then those due synced (without a delay, all of them
-        # before their rows commit): seals made together share the blocks of their inodes, and
-        # each block is written once, not once per seal.
+        # All seals written first, then named and synced (held, with a delay, until it is up): seals
+        # made together share the blocks of their inodes, and each block is written once, not once
+        # per seal.
         now = self._clock()
         for path in written:
             os.replace(seal.partial(path), path)
             self._unsynced.add(path, now)
+        if written:  # their names durable before the rows naming them commit (held ones' data later)
+            os.fsync(self._dir_fd)
         self._unsynced.settle(now)
         self._record(sealed, removed)
         # A sealed segment keeps its seal only: its lines file goes (mostly before the kernel wrote
@@ -422,49 +368,16 @@ class CaptureStore:
             return
         now = self._clock()
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                # Removals first: a capture begun again after its removal writes its new rows after.
-                self._db.executemany("DELETE FROM segments WHERE key = ?", [(key,) for key in removed])
-                self._db.executemany(
-                    "INSERT INTO segments (key, idx, session_id, created_ms, shape, lines, size, chain, state, "
-                    "began, updated, sealed_size, sealed_sha256) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (key, idx) DO UPDATE SET shape = excluded.shape, lines = excluded.lines, "
-                    "size = excluded.size, chain = excluded.chain, state = excluded.state, "
-                    "updated = excluded.updated, sealed_size = excluded.sealed_size, "
-                    "sealed_sha256 = excluded.sealed_sha256",
-                    [_values(r, now) for r in rows],
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+            table.record(self._db, rows, removed, now)
             self._removed -= removed
 
     # --- readers ------------------------------------------------------------------------------
 
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[SegmentRow]:
         with self._lock:
-            cursor = self._db.execute(sql, params)
-            names = [d[0] for d in cursor.description]
-            found = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+            found = table.rows(self._db, sql, params, self.path_of, self.directory)
             removed = frozenset(self._removed)
-        return [
-            SegmentRow(
-                key=r["key"],
-                index=r["idx"],
-                session_id=r["session_id"],
-                created_ms=r["created_ms"],
-                shape=r["shape"],
-                kept=Kept(r["lines"], r["size"], bytes(r["chain"])),
-                state=r["state"],
-                path=self.path_of(r["key"], r["idx"]),
-                home=self.directory,
-                sealed=None if r["sealed_size"] is None else Sealed(r["sealed_size"], r["sealed_sha256"]),
-            )
-            for r in found
-            if r["key"] not in removed
-        ]
+        return [row for row in found if row.key not in removed]
 
     def segments(self, key: str) -> list[SegmentRow]:
         """Every checkpointed segment of a session instance, oldest first."""

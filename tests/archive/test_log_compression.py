@@ -118,8 +118,8 @@ def test_the_spool_syncs_its_directory_once_for_a_batch_of_files(
 def test_the_start_up_sweep_syncs_the_spool_files_it_keeps_and_deletes_the_rest(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An adopted seal a `kill -9` left waiting for its delayed sync (`--follow-logs-seal-sync-delay`)
-    is synced by the next start's sweep, with every file a spooled item still names."""
+    """With a seal sync delay, an adopted seal a `kill -9` left waiting for its sync is synced by the
+    next start's sweep, with every file a spooled item still names; without one nothing needs it."""
     spool = Spool(tmp_path / "spool")
     seal = tmp_path / "seal.gz"
     seal.write_bytes(gzip.compress(b"x\n"))
@@ -129,4 +129,6 @@ def test_the_start_up_sweep_syncs_the_spool_files_it_keeps_and_deletes_the_rest(
     real = spool_module.fdatasync_file
     monkeypatch.setattr(spool_module, "fdatasync_file", lambda path: (synced.append(path.name), real(path))[1])
     assert spool.sweep({"1"}) == 1
-    assert synced == ["1"] and [p.name for p in spool.directory.iterdir()] == ["1"]
+    assert synced == [] and [p.name for p in spool.directory.iterdir()] == ["1"]  # no seal delay: all synced
+    assert spool.sweep({"1"}, sync_kept=True) == 0
+    assert synced == ["1"]

@@ -27,7 +27,7 @@ from archiver.live.engine import LiveCapture
 from archiver.live.followset import SessionRef
 from archiver.live.loop import streams_room
 from archiver.live.policy import Finish, Tuning
-from archiver.live.segment import FOLLOWING, Segment
+from archiver.live.segment import FOLLOWING, Segment, sealed_path
 from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
 from archiver.metrics.live import LiveMetrics
 from archiver.upstream.api import SessionHostClient
@@ -201,7 +201,7 @@ def test_a_stopped_and_restarted_capture_resumes_from_its_checkpoint_without_a_l
 
 
 def test_a_stop_syncs_the_seals_still_waiting_for_their_upload(
-    svc: FakeService, make_engine: Callable[..., LiveCapture], tmp_path: Path
+    svc: FakeService, make_engine: Callable[..., LiveCapture], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With `--follow-logs-seal-sync-delay`, a finished capture's seal waits unsynced, shown by
     `archiver_live_seals_unsynced`; a stop does not leave it so (the next start may follow a
@@ -213,9 +213,13 @@ def test_a_stop_syncs_the_seals_still_waiting_for_their_upload(
     metrics = LiveMetrics(registry)
     metrics.report(engine.stats)
     assert registry.get_sample_value("archiver_live_seals_unsynced") == 1
+    synced: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (synced.append(os.fstat(fd).st_ino), real(fd))[1])
     engine.stop()
     metrics.report(engine.stats)
     assert registry.get_sample_value("archiver_live_seals_unsynced") == 0
+    assert synced == [sealed_path(engine.store.segments(ref.key)[-1]).stat().st_ino]
 
 
 _CHILD = textwrap.dedent(

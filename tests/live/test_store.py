@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import gzip
 import hashlib
 import os
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from archiver.errors import StateError
-from archiver.live.checkpoints import Checkpoints
+from archiver.live.checkpoints import SEAL_LOOK, Checkpoints
 from archiver.live.follow import Counters
 from archiver.live.policy import Finish, Tuning
 from archiver.live.resume import Kept
@@ -286,6 +288,29 @@ def test_a_delayed_seal_is_synced_only_if_a_name_outlives_its_delay(
     assert synced == [spooled.stat().st_ino, sealed_path(third).stat().st_ino]
 
 
+def test_a_failed_sync_lets_its_seal_go_rather_than_retry_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linux reports a writeback error once per open file: a second fdatasync on the same
+    descriptor would claim a success. A failed one fails that checkpoint (counted, retried) and its
+    seal is not held any more; the next checkpoint goes on."""
+    now = [0.0]
+    store = CaptureStore(tmp_path, seal_sync_delay=20.0, clock=lambda: now[0])
+    _finished(store, 2)
+    failures = []
+
+    def failing(fd: int) -> None:
+        failures.append(fd)
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    now[0] = 20.0
+    with pytest.raises(OSError):
+        checkpoint(store)
+    assert len(failures) == 1 and store.seals_unsynced() == 0
+    checkpoint(store)
+    assert len(failures) == 1
+    store.close()
+
+
 def test_seals_a_kill_9_left_unsynced_wait_again_after_the_restart(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -337,9 +362,33 @@ def test_the_checkpoint_job_settles_delayed_seals_when_nothing_else_changed(tmp_
     store.close()
 
 
+def test_while_seals_wait_the_checkpoint_job_looks_every_second_not_every_interval(tmp_path: Path) -> None:
+    """A seal due in 0.2 s is synced about then, though checkpoints are a minute apart: the job
+    looks every `SEAL_LOOK` while any seal waits."""
+    store = CaptureStore(tmp_path, seal_sync_delay=0.2)
+    _finished(store, 2)
+    gate = threading.Event()
+    gate.set()
+    job = Checkpoints(store, Tuning(checkpoint_interval=60.0), gate, Counters())
+
+    async def run_until_settled() -> None:
+        task = asyncio.create_task(job.run(lambda rows: None))
+        deadline = asyncio.get_running_loop().time() + 10 * SEAL_LOOK
+        while store.seals_unsynced() and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run_until_settled())
+    assert store.seals_unsynced() == 0
+    job.shutdown()
+    store.close()
+
+
 def test_a_seal_lost_unsynced_with_its_lines_file_gone_reopens_as_an_empty_gap(tmp_path: Path) -> None:
-    """A machine crash before a delayed seal was synced leaves it empty (or no file), its lines file
-    already deleted: the store opens, the segment says `gap` with no lines, and no seal is left."""
+    """A machine crash before a delayed seal's data was synced leaves it empty (its name was), its
+    lines file already deleted: the store opens, the segment says `gap` with no lines, no seal left."""
     store = CaptureStore(tmp_path, seal_sync_delay=20.0)
     segment = _finished(store, 3)
     (row,) = store.segments(KEY)
