@@ -15,7 +15,7 @@ from archiver.config.settings import Settings
 from archiver.errors import StateError
 from archiver.metrics.selfmetrics import SelfMetrics
 from archiver.store import FileStore
-from archiver.vocabulary import Outcome
+from archiver.vocabulary import ItemStatus, Outcome
 from tests.support import committed_statuses, ended, listed_key, listed_session, uploading
 
 
@@ -185,6 +185,15 @@ def test_a_steady_state_poll_of_10k_sessions_writes_nothing_for_player_churn(tmp
         assert db.total_changes == before
 
 
+def _spool_all(state: StateDB) -> None:
+    """Claim and spool every item waiting for its fetch."""
+    while (item := state.claim_fetch(0.0)) is not None:
+        state.mark_spooled(
+            item.id, spool_path=f"/spool/{item.id}", size=1, sha256="0" * 64, content_type="t", source="s",
+            key=f"k/{item.id}", fetched_at=3.0,
+        )  # fmt: skip
+
+
 def test_fetch_claims_go_earliest_deadline_first_and_respect_retry_gates(tmp_path: Path) -> None:
     state = StateDB.open(tmp_path)
     ended(state, "sess-00001", 900.0)
@@ -207,11 +216,7 @@ def test_upload_claims_go_earliest_deadline_first_with_a_sessions_items_together
     state = StateDB.open(tmp_path)
     ended(state, "sess-00001", 900.0, ("/a",))
     ended(state, "sess-00002", 500.0, ("/a",))
-    while (item := state.claim_fetch(0.0)) is not None:
-        state.mark_spooled(
-            item.id, spool_path=f"/spool/{item.id}", size=1, sha256="0" * 64, content_type="t", source="s",
-            key=f"k/{item.id}", fetched_at=3.0,
-        )  # fmt: skip
+    _spool_all(state)
     first = state.claim_upload(0.0)
     assert first is not None and first.session_id == "sess-00002" and first.status == "uploading"
     state.retry_item(first.id, status="spooled", not_before=50.0, error="store down")
@@ -220,6 +225,23 @@ def test_upload_claims_go_earliest_deadline_first_with_a_sessions_items_together
     assert state.claim_upload(10.0) is None
     again = state.claim_upload(60.0)
     assert again is not None and again.id == first.id
+    state.close()
+
+
+def test_the_next_gate_after_now_skips_open_gates_so_an_idle_worker_waits_for_a_closed_one(tmp_path: Path) -> None:
+    """A spooled item whose gate is open but which another worker holds must not make an idle
+    upload worker wake at once, again and again: with ``after``, only the gates still closed count."""
+    state = StateDB.open(tmp_path)
+    ended(state, "sess-00001", 900.0, ("/a", "/b"))
+    _spool_all(state)
+    held = state.claim_upload(10.0)
+    retried = state.claim_upload(10.0)
+    assert held is not None and retried is not None
+    state.retry_item(held.id, status="spooled", not_before=5.0, error="store down", instance=held.instance)
+    state.retry_item(retried.id, status="spooled", not_before=50.0, error="store down", instance=retried.instance)
+    assert state.next_gate(ItemStatus.SPOOLED) == 0.0  # the third item's: never closed
+    assert state.next_gate(ItemStatus.SPOOLED, after=10.0) == 50.0  # open ones (0, 5) skipped
+    assert state.next_gate(ItemStatus.SPOOLED, after=60.0) is None
     state.close()
 
 

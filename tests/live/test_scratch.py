@@ -193,6 +193,27 @@ def test_a_sealed_capture_followed_again_is_made_again_where_the_bound_leaves_ro
     store.close()
 
 
+def test_a_sealed_capture_followed_again_is_made_in_the_state_dir_when_the_tmpfs_proves_full(tmp_path: Path) -> None:
+    """Within the bound, but the tmpfs answers ENOSPC (other pods' pages, a smaller sizeLimit):
+    the lines file is made again in the state dir, nothing half made is left, and the scratch's
+    count is given back."""
+    store = _store(tmp_path)
+    segment = store.begin(KEY, "s", 1, 0)
+    store.append(segment, capture_lines(2))
+    store.finish(segment, Finish.COMPLETE)
+    checkpoint(store)
+    (row,) = store.segments(KEY)
+    (scratch,) = (tmp_path / "scratch").iterdir()  # the state dir's own subdirectory
+    full = scratch / f"{row.path.name}.partial"
+    full.symlink_to("/dev/full")  # where the remade file is written first: every write is ENOSPC
+    reopened = store.reopen(row)
+    assert reopened.path == tmp_path / "state" / DIR_NAME / row.path.name
+    assert reopened.path.read_bytes() == _bytes(capture_lines(2))
+    assert store.scratch_usage() == (0, 0) and not os.path.lexists(full) and _logs_in(scratch) == []
+    store.release(reopened)
+    store.close()
+
+
 def test_two_state_dirs_sharing_a_scratch_mount_keep_apart_and_a_moved_state_dir_finds_its_files(
     tmp_path: Path,
 ) -> None:
