@@ -84,12 +84,22 @@ def capture_store(settings: Settings, *, followed: bool = True) -> CaptureStore:
     the room its follows' open files leave: `archiver.live.loop.seals_room`); else every seal is
     synced at once."""
     follows, limit = (settings.follow_logs_max if settings.follow_logs else 0), open_file_limit()
+    delay, room = (
+        settings.follow_logs_seal_sync_delay if followed else 0.0,
+        seals_room(streams_room(follows, limit), limit),
+    )
+    if delay > 0 and room == 0:
+        log.warning(
+            "--follow-logs-seal-sync-delay has no effect: the open-file limit (%d) leaves no room to hold seals "
+            "beside %d follows; every seal is synced at once (raise the hard limit, or lower --follow-logs-max)",
+            limit, follows,
+        )  # fmt: skip
     return CaptureStore(
         settings.state_dir,
         scratch_dir=settings.follow_logs_scratch_dir,
         scratch_bytes=settings.follow_logs_scratch_size,
-        seal_sync_delay=settings.follow_logs_seal_sync_delay if followed else 0.0,
-        seals_room=seals_room(streams_room(follows, limit), limit),
+        seal_sync_delay=delay,
+        seals_room=room,
     )
 
 

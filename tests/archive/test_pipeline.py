@@ -5,12 +5,15 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import resource
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from archiver.archive.pipeline import capture_store
+from archiver.config.settings import Settings
 from archiver.fake import FakeService
 from archiver.fake.logs import render_ndjson, render_text
 from archiver.layout import keys
@@ -320,3 +323,22 @@ def test_backfill_archives_ended_sessions_inside_the_window_only(
     assert m.fetch_deadline is not None and m.fetch_deadline > fake_service.clock.now()
     assert h.pipeline.backfill([ended]) == []  # already archived: nothing new
     assert h.state.latest(running) is None and h.state.latest("no-such-session") is None
+
+
+@pytest.mark.parametrize(("follows", "warned"), [(5000, True), (100, False)])
+def test_a_seal_delay_the_open_file_limit_leaves_no_room_for_is_said_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, follows: int, warned: bool
+) -> None:
+    """5,000 follows under a soft limit of 1,024 leave no open file to hold a seal: the delay would
+    silently do nothing, so the start says so in one line; 100 follows leave room, and nothing is said."""
+    settings = Settings(state_dir=tmp_path, follow_logs=True, follow_logs_max=follows, follow_logs_seal_sync_delay=20.0)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))  # lowering the soft limit is always allowed
+    try:
+        store = capture_store(settings)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    store.close()
+    said = [r.getMessage() for r in caplog.records if "--follow-logs-seal-sync-delay has no effect" in r.getMessage()]
+    assert len(said) == int(warned)
+    assert not said or ("open-file limit (1024)" in said[0] and "5000 follows" in said[0])
