@@ -41,6 +41,7 @@ from archiver.errors import ConfigError
 from archiver.layout import keys
 from archiver.layout import manifest as codec
 from archiver.layout.manifest import Manifest, ManifestItem, build_manifest
+from archiver.live.policy import Finish
 from archiver.live.policy import Tuning as LiveTuning
 from archiver.live.segment import Segment
 from archiver.live.store import CaptureStore
@@ -128,6 +129,15 @@ def capture_lines(n: int, start: int = 0) -> list[bytes]:
 def checkpoint(store: CaptureStore) -> None:
     """Record everything the store's segments changed, as the checkpoint job does."""
     store.checkpoint(store.pending())
+
+
+def sealed_capture(store: CaptureStore, key: str, lines: int, state: Finish = Finish.COMPLETE) -> Segment:
+    """A segment of ``key`` holding ``lines`` lines, finished as ``state`` and checkpointed (so sealed)."""
+    segment = store.begin(key, "s", 1, 0)
+    store.append(segment, capture_lines(lines))
+    store.finish(segment, state)
+    checkpoint(store)
+    return segment
 
 
 def running_capture(store: CaptureStore, key: str, lines: int, *, created_ms: int = 1) -> Segment:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from archiver.archive.deadline import deadline_for
 from archiver.archive.detector import key_id, observe
-from archiver.archive.fetch import artifact_source, logs_source
+from archiver.archive.fetcher import artifact_source, logs_source
 from archiver.archive.spool import Spool
 from archiver.archive.stage import CONFIRM, FETCH, UPLOAD, Stage, StageParts
 from archiver.archive.state import NewItem, SessionRow, session_key_of

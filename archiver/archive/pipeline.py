@@ -34,7 +34,8 @@ from pathlib import Path
 
 from archiver.archive.crashpoints import crashpoint
 from archiver.archive.ending import EndingStage
-from archiver.archive.fetch import Fetcher, FetchStage
+from archiver.archive.fetch import FetchStage
+from archiver.archive.fetcher import Fetcher
 from archiver.archive.live_logs import LiveLogs
 from archiver.archive.log_stage import LogStage, writer_name
 from archiver.archive.reconcile import Reconciler
@@ -47,6 +48,7 @@ from archiver.archive.upload import Uploader
 from archiver.archive.upload_stage import UploadStage
 from archiver.config.settings import Settings
 from archiver.live import store as live_store
+from archiver.live import table as live_table
 from archiver.live.engine import LiveCapture
 from archiver.live.loop import open_file_limit, seals_room, streams_room
 from archiver.live.policy import Tuning as LiveTuning
@@ -73,7 +75,7 @@ def _live_logs(settings: Settings, live: LiveCapture | None) -> LiveLogs | None:
     the state dir (live capture since turned off, or `archiver archive` beside a stopped daemon)."""
     if live is not None:
         return LiveLogs(live.store, live.following)
-    if (settings.state_dir / live_store.DIR_NAME / live_store.DB_NAME).is_file():
+    if (settings.state_dir / live_store.DIR_NAME / live_table.DB_NAME).is_file():
         return LiveLogs(capture_store(settings, followed=False))
     return None
 

@@ -18,7 +18,8 @@ from archiver import __version__
 from archiver.app import logs as logsetup
 from archiver.cli.params import INSTANCE, ArchiverGroup, LocalPath
 from archiver.config.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
-from archiver.config.options import DAEMON_SCOPES, OPTIONS, Alias, Option, by_key
+from archiver.config.option import Alias, Option, by_key
+from archiver.config.options import DAEMON_SCOPES, OPTIONS
 from archiver.config.settings import (
     SETTINGS_LOGGER,
     Given,

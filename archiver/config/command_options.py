@@ -14,15 +14,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from archiver.config.options import (
-    BROWSE_SCOPES,
-    LOG_SCOPES,
-    OPTIONS_BY_KEY,
-    STORE_SCOPES,
-    Alias,
-    Option,
-    check_options,
-)
+from archiver.config.option import Alias, Option, check_options
+from archiver.config.options import BROWSE_SCOPES, LOG_SCOPES, OPTIONS_BY_KEY, STORE_SCOPES
 from archiver.config.values import (
     as_bool,
     as_float,

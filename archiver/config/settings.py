@@ -23,13 +23,8 @@ from archiver.config import inputs
 from archiver.config.command_options import COMMAND_OPTIONS
 from archiver.config.credentials import Token
 from archiver.config.evidence import LOCK_MODES, SSE_MODES, Evidence
-from archiver.config.options import (
-    OPTIONS,
-    OPTIONS_BY_KEY,
-    Alias,
-    Option,
-    by_key,
-)
+from archiver.config.option import Alias, Option, by_key
+from archiver.config.options import OPTIONS, OPTIONS_BY_KEY
 from archiver.config.sharding import Shard, ordinal_from_pod_name, pod_name, shard_from_ordinal
 from archiver.config.values import MAX_WORKERS, as_list
 from archiver.errors import ConfigError

@@ -53,7 +53,7 @@ from archiver.live.recovery import recover
 from archiver.live.resume import Kept
 from archiver.live.scratch import ID_FILE, Scratch, is_full
 from archiver.live.segment import FOLLOWING, READ_BLOCK, Segment, SegmentRow, sealed_path, segment_file_name
-from archiver.live.table import DB_NAME as DB_NAME  # where the table is, for its readers
+from archiver.live.table import DB_NAME
 
 log = logging.getLogger("archiver.live")
 

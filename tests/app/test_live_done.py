@@ -20,7 +20,8 @@ from archiver.fake.logs import render_ndjson
 from archiver.layout import keys
 from archiver.layout.manifest import Manifest, parse_manifest
 from archiver.live.segment import segment_file_name
-from archiver.live.store import DB_NAME, DIR_NAME
+from archiver.live.store import DIR_NAME
+from archiver.live.table import DB_NAME
 from archiver.store import open_store
 from tests.support import ARCHIVER, free_port, wait_until
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from archiver.archive.fetch import LIVE_WAIT_MARGIN
+from archiver.archive.fetcher import LIVE_WAIT_MARGIN
 from archiver.archive.state.rows import session_key
 from archiver.archive.state.schema import DB_NAME as STATE_DB_NAME
 from archiver.browse.app import BrowseApp
@@ -32,7 +32,8 @@ from archiver.layout.manifest import Manifest, ManifestItem, parse_manifest
 from archiver.live.engine import LiveCapture
 from archiver.live.policy import Finish
 from archiver.live.segment import SegmentRow
-from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
+from archiver.live.store import DIR_NAME, CaptureStore
+from archiver.live.table import DB_NAME
 from archiver.retrieval.grep import Matcher, grep_sessions
 from archiver.retrieval.query import list_sessions
 from archiver.retrieval.reading import print_logs

@@ -20,7 +20,7 @@ from archiver.layout import keys
 from archiver.layout.manifest import parse_index_entry, parse_manifest
 from archiver.store import FileStore, ObjectStore
 from tests.fixtures_pipeline import MB, MISSING, REPLAY, TOKEN, Harness
-from tests.support import sha256_of, wait_until
+from tests.support import sealed_capture, sha256_of, wait_until
 
 
 def _end_all(h: Harness, ids: list[str]) -> None:
@@ -342,3 +342,16 @@ def test_a_seal_delay_the_open_file_limit_leaves_no_room_for_is_said_at_start(
     said = [r.getMessage() for r in caplog.records if "--follow-logs-seal-sync-delay has no effect" in r.getMessage()]
     assert len(said) == int(warned)
     assert not said or ("open-file limit (1024)" in said[0] and "5000 follows" in said[0])
+
+
+@pytest.mark.parametrize(("followed", "held"), [(True, 1), (False, 0)])
+def test_only_a_live_engine_s_capture_store_holds_seals_for_their_upload(
+    tmp_path: Path, followed: bool, held: int
+) -> None:
+    """Without a live engine (`archiver archive`, live capture turned off) no checkpoint job would
+    ever settle a held seal: that store syncs each seal at once, whatever the delay says."""
+    settings = Settings(state_dir=tmp_path, follow_logs=True, follow_logs_max=10, follow_logs_seal_sync_delay=20.0)
+    store = capture_store(settings, followed=followed)
+    sealed_capture(store, "1:s", 2)
+    assert store.seals_unsynced() == held
+    store.close()

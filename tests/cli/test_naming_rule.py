@@ -22,7 +22,8 @@ from click.core import ParameterSource
 
 from archiver.cli.base import main, read_command
 from archiver.config.command_options import COMMAND_OPTIONS, COMMAND_SCOPES
-from archiver.config.options import DAEMON_SCOPES, OPTIONS, STATUS_SCOPES, STORE_SCOPES, Option
+from archiver.config.option import Option
+from archiver.config.options import DAEMON_SCOPES, OPTIONS, STATUS_SCOPES, STORE_SCOPES
 from tests.fixtures_http import TLSFiles
 from tests.support import ARCHIVER, free_port, wait_until
 

@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from archiver.cli.base import main, resolve_values, settings_options
-from archiver.config.options import OPTIONS, Alias, Option, check_options
+from archiver.config.option import Alias, Option, check_options
+from archiver.config.options import OPTIONS
 from archiver.config.settings import COMPOSED, Settings, load_settings
 from archiver.config.values import as_int, parse_duration, parse_listen, parse_size
 from archiver.errors import ConfigError

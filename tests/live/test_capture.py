@@ -28,7 +28,8 @@ from archiver.live.followset import SessionRef
 from archiver.live.loop import streams_room
 from archiver.live.policy import Finish, Tuning
 from archiver.live.segment import FOLLOWING, Segment, sealed_path
-from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
+from archiver.live.store import DIR_NAME, CaptureStore
+from archiver.live.table import DB_NAME
 from archiver.metrics.live import LiveMetrics
 from archiver.upstream.api import SessionHostClient
 from tests.fixtures_fake import TEST_TOKEN

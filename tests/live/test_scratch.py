@@ -20,7 +20,7 @@ from archiver.live.resume import Kept
 from archiver.live.scratch import ID_FILE
 from archiver.live.segment import FOLLOWING, sealed_path
 from archiver.live.store import DIR_NAME, CaptureStore
-from tests.support import CAPTURE_WRITER, capture_lines, checkpoint, running_capture
+from tests.support import CAPTURE_WRITER, capture_lines, checkpoint, running_capture, sealed_capture
 
 KEY = "1700000000000:scratch session"
 
@@ -176,10 +176,7 @@ def test_a_move_cut_short_after_its_copy_was_named_keeps_the_copy_and_drops_the_
 def test_a_sealed_capture_followed_again_is_made_again_where_the_bound_leaves_room(tmp_path: Path) -> None:
     one = len(_bytes(capture_lines(1)))
     store = _store(tmp_path, limit=2 * one)
-    segment = store.begin(KEY, "s", 1, 0)
-    store.append(segment, capture_lines(2))
-    store.finish(segment, Finish.COMPLETE)
-    checkpoint(store)  # sealed: the scratch is empty again
+    sealed_capture(store, KEY, 2)  # sealed: the scratch is empty again
     other = store.begin("2:other", "other", 2, 0)
     store.append(other, capture_lines(1))  # half the room taken
     (row,) = store.segments(KEY)
@@ -198,10 +195,7 @@ def test_a_sealed_capture_followed_again_is_made_in_the_state_dir_when_the_tmpfs
     the lines file is made again in the state dir, nothing half made is left, and the scratch's
     count is given back."""
     store = _store(tmp_path)
-    segment = store.begin(KEY, "s", 1, 0)
-    store.append(segment, capture_lines(2))
-    store.finish(segment, Finish.COMPLETE)
-    checkpoint(store)
+    sealed_capture(store, KEY, 2)
     (row,) = store.segments(KEY)
     (scratch,) = (tmp_path / "scratch").iterdir()  # the state dir's own subdirectory
     full = scratch / f"{row.path.name}.partial"

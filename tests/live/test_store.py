@@ -22,21 +22,13 @@ from archiver.live.checkpoints import SEAL_LOOK, Checkpoints
 from archiver.live.follow import Counters
 from archiver.live.policy import Finish, Tuning
 from archiver.live.resume import Kept
-from archiver.live.segment import FOLLOWING, Segment, sealed_path
-from archiver.live.store import DB_NAME, DIR_NAME, CaptureStore
+from archiver.live.segment import FOLLOWING, sealed_path
+from archiver.live.store import DIR_NAME, CaptureStore
+from archiver.live.table import DB_NAME
 from archiver.store.gzipstream import gzip_blocks
-from tests.support import CAPTURE_WRITER, capture_lines, checkpoint
+from tests.support import CAPTURE_WRITER, capture_lines, checkpoint, sealed_capture
 
 KEY = "1700000000000:session/with odd id"
-
-
-def _finished(store: CaptureStore, lines: int, state: Finish = Finish.COMPLETE) -> Segment:
-    """A segment of ``lines`` lines, finished as ``state`` and checkpointed (so sealed)."""
-    segment = store.begin(KEY, "s", 1, 0)
-    store.append(segment, capture_lines(lines))
-    store.finish(segment, state)
-    checkpoint(store)
-    return segment
 
 
 def test_appended_lines_are_kept_with_their_chain_and_read_back_after_a_reopen(tmp_path: Path) -> None:
@@ -294,7 +286,7 @@ def test_a_failed_sync_lets_its_seal_go_rather_than_retry_it(tmp_path: Path, mon
     seal is not held any more; the next checkpoint goes on."""
     now = [0.0]
     store = CaptureStore(tmp_path, seal_sync_delay=20.0, clock=lambda: now[0])
-    _finished(store, 2)
+    sealed_capture(store, KEY, 2)
     failures = []
 
     def failing(fd: int) -> None:
@@ -317,7 +309,7 @@ def test_seals_a_kill_9_left_unsynced_wait_again_after_the_restart(
     """The process that held a seal for its delay died: the next open holds it again, as if just
     made, and syncs it when due (the kernel kept its pages; a machine crash would not)."""
     now = [0.0]
-    _finished(CaptureStore(tmp_path, seal_sync_delay=20.0), 3)  # never closed: as a `kill -9` leaves it
+    sealed_capture(CaptureStore(tmp_path, seal_sync_delay=20.0), KEY, 3)  # never closed: as a `kill -9` leaves it
     again = CaptureStore(tmp_path, seal_sync_delay=20.0, clock=lambda: now[0])
     (row,) = again.segments(KEY)
     assert again.seals_unsynced() == 1
@@ -349,7 +341,7 @@ def test_the_checkpoint_job_settles_delayed_seals_when_nothing_else_changed(tmp_
     synced (or let go) when due, not at the next unrelated change."""
     now = [0.0]
     store = CaptureStore(tmp_path, seal_sync_delay=5.0, clock=lambda: now[0])
-    _finished(store, 2)
+    sealed_capture(store, KEY, 2)
     gate = threading.Event()
     gate.set()
     job = Checkpoints(store, Tuning(), gate, Counters())
@@ -366,7 +358,7 @@ def test_while_seals_wait_the_checkpoint_job_looks_every_second_not_every_interv
     """A seal due in 0.2 s is synced about then, though checkpoints are a minute apart: the job
     looks every `SEAL_LOOK` while any seal waits."""
     store = CaptureStore(tmp_path, seal_sync_delay=0.2)
-    _finished(store, 2)
+    sealed_capture(store, KEY, 2)
     gate = threading.Event()
     gate.set()
     job = Checkpoints(store, Tuning(checkpoint_interval=60.0), gate, Counters())
@@ -390,7 +382,7 @@ def test_a_seal_lost_unsynced_with_its_lines_file_gone_reopens_as_an_empty_gap(t
     """A machine crash before a delayed seal's data was synced leaves it empty (its name was), its
     lines file already deleted: the store opens, the segment says `gap` with no lines, no seal left."""
     store = CaptureStore(tmp_path, seal_sync_delay=20.0)
-    segment = _finished(store, 3)
+    segment = sealed_capture(store, KEY, 3)
     (row,) = store.segments(KEY)
     assert row.sealed is not None and not segment.path.exists()
     sealed_path(row).write_bytes(b"")  # what the disk held of it after the crash
@@ -405,7 +397,7 @@ def test_a_seal_lost_unsynced_with_its_lines_file_gone_reopens_as_an_empty_gap(t
 
 def test_a_removed_capture_is_gone_at_once_and_its_rows_leave_with_the_next_checkpoint(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
-    first = _finished(store, 3)
+    first = sealed_capture(store, KEY, 3)
     (row,) = store.segments(KEY)
     seal = sealed_path(row)
     store.remove(KEY)
@@ -429,7 +421,7 @@ def test_a_removed_capture_is_gone_at_once_and_its_rows_leave_with_the_next_chec
 
 def test_a_crash_between_a_removal_and_its_checkpoint_leaves_no_trace_after_recovery(tmp_path: Path) -> None:
     store = CaptureStore(tmp_path)
-    segment = _finished(store, 3)
+    segment = sealed_capture(store, KEY, 3)
     store.remove(KEY)  # the process dies before the next checkpoint: the row is still in the DB
 
     recovered = CaptureStore(tmp_path)
@@ -444,7 +436,7 @@ def test_a_sealed_segment_keeps_only_its_seal_which_serves_reads_and_a_reopen(tm
     """Once its seal is recorded, a finished segment's lines file goes (mostly before the kernel
     wrote it); reads come from the seal, and a session listed again continues from it."""
     store = CaptureStore(tmp_path)
-    _finished(store, 4)
+    sealed_capture(store, KEY, 4)
     (row,) = store.segments(KEY)
     assert row.sealed is not None and not row.path.exists() and sealed_path(row).exists()
     assert b"".join(store.read(row)) == b"".join(x + b"\n" for x in capture_lines(4))
@@ -466,7 +458,7 @@ def test_a_reopen_from_a_copy_taken_before_its_seal_continues_from_the_seal(tmp_
     """The loop reopens a finished segment from its own copy (no seal named) while the checkpoint
     that sealed it and deleted its lines file has already run: the lines come back from the seal."""
     store = CaptureStore(tmp_path)
-    segment = _finished(store, 3)
+    segment = sealed_capture(store, KEY, 3)
     assert not segment.path.exists()  # sealed, its lines file gone
     resumed = store.reopen(segment.row())  # the loop's copy: `sealed` is None
     store.append(resumed, capture_lines(2, start=3))
@@ -482,7 +474,7 @@ def test_recovery_seals_an_older_store_s_finished_segments_and_a_seal_whose_line
     """A schema-1 store (no seals, every lines file kept) is migrated and its finished segments are
     sealed; a seal lost while its lines file remained is made again, byte for byte."""
     store = CaptureStore(tmp_path)
-    _finished(store, 4, Finish.GAP)
+    sealed_capture(store, KEY, 4, Finish.GAP)
     (row,) = store.segments(KEY)
     store.close()
     seal = sealed_path(row)
